@@ -1,0 +1,53 @@
+# imgbuild — GNU make build. `make` builds bin/imgbuild; see README.md.
+PKGS     := libcurl jansson libarchive libcrypto libzstd libseccomp
+CC       ?= cc
+CFLAGS   ?= -O2 -g
+CFLAGS   += -std=gnu11 -Wall -Wextra -Werror -D_GNU_SOURCE -I. $(shell pkg-config --cflags $(PKGS))
+LDLIBS   += $(shell pkg-config --libs $(PKGS)) -lpthread
+BUILD    ?= build
+BIN      ?= bin
+
+LIB_SRC  := $(wildcard common/*.c oci/*.c rootfs/*.c) $(filter-out builder/main.c,$(wildcard builder/*.c))
+LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o)
+UNIT_SRC := $(wildcard tests/unit/test_*.c)
+UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
+
+.PHONY: all deps test unit e2e asan demo clean
+all: $(BIN)/imgbuild
+
+$(BUILD)/%.o: %.c $(wildcard */*.h)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c -o $@ $<
+
+$(BUILD)/libimgbuild.a: $(LIB_OBJ)
+	rm -f $@ && ar rcs $@ $^
+
+$(BIN)/imgbuild: $(BUILD)/builder/main.o $(BUILD)/libimgbuild.a
+	@mkdir -p $(BIN)
+	$(CC) $(CFLAGS) -o $@ $^ $(LDFLAGS) $(LDLIBS)
+
+$(BUILD)/tests/%: tests/unit/%.c $(BUILD)/libimgbuild.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ $^ $(LDFLAGS) $(LDLIBS) -lcmocka
+
+deps:
+	bash tests/install-deps.sh
+
+unit: $(UNIT_BIN)
+	@set -e; for t in $(UNIT_BIN); do echo "== $$t"; $$t; done
+
+# The whole suite: unit tests, then the e2e suite as root and as an unprivileged user.
+test: all unit
+	bash tests/run-e2e.sh
+
+e2e: all
+	bash tests/run-e2e.sh
+
+asan:
+	$(MAKE) BUILD=build-asan BIN=bin-asan CFLAGS="-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer" LDFLAGS="-fsanitize=address,undefined" all unit
+
+demo:
+	bash tests/demo.sh
+
+clean:
+	rm -rf build build-asan bin bin-asan

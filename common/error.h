@@ -1,0 +1,39 @@
+/* common/error.h — the one error convention of imgbuild (crun's, see DESIGN.md).
+ *
+ * A function that can fail takes `ib_error_t *err` as its last argument,
+ * returns a negative int (or NULL) on failure and sets *err to an allocated
+ * error.  The caller owns *err: it either passes it up (optionally adding
+ * context with ib_error_prefix) or reports it and calls ib_error_free.
+ * *err must be NULL on entry.  No exit() outside builder/main.c.
+ */
+#ifndef IB_COMMON_ERROR_H
+#define IB_COMMON_ERROR_H
+
+#include <stdarg.h>
+
+struct ib_error_s {
+  int status;   /* errno-style code (0 when the failure has none) */
+  char *msg;    /* full message, context first: "pull X: blob Y: digest mismatch" */
+};
+typedef struct ib_error_s *ib_error_t;
+
+/* Set *err to a new error with errno-style `status` and a printf message.
+ * Returns -1 so that `return ib_error_set(err, ...)` reads naturally. */
+int ib_error_set(ib_error_t *err, int status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Same, with ": strerror(status)" appended to the message. */
+int ib_error_sys(ib_error_t *err, int status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Prepend "context: " to an existing error; returns -1.  No-op if *err is NULL. */
+int ib_error_prefix(ib_error_t *err, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* Free *err (may be NULL) and set it to NULL. */
+void ib_error_free(ib_error_t *err);
+
+/* Print "imgbuild: <msg>" to stderr and free the error. */
+void ib_error_report(ib_error_t *err);
+
+#endif

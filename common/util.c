@@ -1,0 +1,404 @@
+#include "common/util.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+int ib_verbosity = 1;
+
+void *
+xmalloc (size_t size)
+{
+  void *p = calloc (1, size ? size : 1);
+  if (p == NULL)
+    abort ();
+  return p;
+}
+
+void *
+xrealloc (void *p, size_t size)
+{
+  void *r = realloc (p, size ? size : 1);
+  if (r == NULL)
+    abort ();
+  return r;
+}
+
+char *
+xstrdup (const char *s)
+{
+  if (s == NULL)
+    return NULL;
+  char *r = strdup (s);
+  if (r == NULL)
+    abort ();
+  return r;
+}
+
+char *
+xstrndup (const char *s, size_t n)
+{
+  char *r = strndup (s, n);
+  if (r == NULL)
+    abort ();
+  return r;
+}
+
+char *
+xasprintf (const char *fmt, ...)
+{
+  char *r = NULL;
+  va_list ap;
+  va_start (ap, fmt);
+  if (vasprintf (&r, fmt, ap) < 0)
+    abort ();
+  va_end (ap);
+  return r;
+}
+
+void ib_cleanup_freep (void *p) { free (*(void **) p); }
+void ib_cleanup_closep (int *fd) { if (*fd >= 0) close (*fd); }
+void ib_cleanup_fclosep (FILE **f) { if (*f) fclose (*f); }
+void ib_cleanup_strvp (char ***v) { ib_strv_free (*v); }
+
+void
+ib_buf_append (ib_buf_t *b, const void *data, size_t len)
+{
+  if (b->len + len + 1 > b->cap)
+    {
+      size_t cap = b->cap ? b->cap : 256;
+      while (cap < b->len + len + 1)
+        cap *= 2;
+      b->data = xrealloc (b->data, cap);
+      b->cap = cap;
+    }
+  if (len)
+    memcpy (b->data + b->len, data, len);
+  b->len += len;
+  b->data[b->len] = '\0';
+}
+
+void ib_buf_puts (ib_buf_t *b, const char *s) { ib_buf_append (b, s, strlen (s)); }
+
+void
+ib_buf_printf (ib_buf_t *b, const char *fmt, ...)
+{
+  char *s = NULL;
+  va_list ap;
+  va_start (ap, fmt);
+  int n = vasprintf (&s, fmt, ap);
+  va_end (ap);
+  if (n < 0)
+    abort ();
+  ib_buf_append (b, s, (size_t) n);
+  free (s);
+}
+
+char *
+ib_buf_steal (ib_buf_t *b)
+{
+  if (b->data == NULL)
+    ib_buf_append (b, "", 0);
+  char *r = b->data;
+  b->data = NULL;
+  b->len = b->cap = 0;
+  return r;
+}
+
+void
+ib_buf_free (ib_buf_t *b)
+{
+  free (b->data);
+  b->data = NULL;
+  b->len = b->cap = 0;
+}
+
+size_t
+ib_strv_len (char *const *v)
+{
+  size_t n = 0;
+  while (v && v[n])
+    n++;
+  return n;
+}
+
+void
+ib_strv_push (char ***v, const char *s)
+{
+  size_t n = ib_strv_len (*v);
+  *v = xrealloc (*v, (n + 2) * sizeof (char *));
+  (*v)[n] = xstrdup (s);
+  (*v)[n + 1] = NULL;
+}
+
+void
+ib_strv_free (char **v)
+{
+  for (size_t i = 0; v && v[i]; i++)
+    free (v[i]);
+  free (v);
+}
+
+char **
+ib_strv_dup (char *const *v)
+{
+  size_t n = ib_strv_len (v);
+  char **r = xmalloc ((n + 1) * sizeof (char *));
+  for (size_t i = 0; i < n; i++)
+    r[i] = xstrdup (v[i]);
+  return r;
+}
+
+bool
+ib_str_has_prefix (const char *s, const char *prefix)
+{
+  return strncmp (s, prefix, strlen (prefix)) == 0;
+}
+
+bool
+ib_str_has_suffix (const char *s, const char *suffix)
+{
+  size_t a = strlen (s), b = strlen (suffix);
+  return a >= b && strcmp (s + a - b, suffix) == 0;
+}
+
+char *
+ib_path_join (const char *a, const char *b)
+{
+  size_t la = strlen (a);
+  while (la > 1 && a[la - 1] == '/')
+    la--;
+  while (*b == '/')
+    b++;
+  if (*b == '\0')
+    return xstrndup (a, la);
+  if (la == 1 && a[0] == '/')
+    return xasprintf ("/%s", b);
+  return xasprintf ("%.*s/%s", (int) la, a, b);
+}
+
+int
+ib_mkdir_p (const char *path, mode_t mode, ib_error_t *err)
+{
+  cleanup_free char *p = xstrdup (path);
+  for (char *s = p + 1; *s; s++)
+    {
+      if (*s != '/')
+        continue;
+      *s = '\0';
+      if (mkdir (p, mode) < 0 && errno != EEXIST)
+        return ib_error_sys (err, errno, "create directory %s", p);
+      *s = '/';
+    }
+  if (mkdir (p, mode) < 0 && errno != EEXIST)
+    return ib_error_sys (err, errno, "create directory %s", p);
+  struct stat st;
+  if (stat (p, &st) < 0 || !S_ISDIR (st.st_mode))
+    return ib_error_set (err, ENOTDIR, "create directory %s: exists and is not a directory", p);
+  return 0;
+}
+
+int
+ib_read_file (const char *path, char **data, size_t *len, ib_error_t *err)
+{
+  cleanup_close int fd = open (path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return ib_error_sys (err, errno, "open %s", path);
+  ib_buf_t b = { 0 };
+  char tmp[65536];
+  for (;;)
+    {
+      ssize_t n = read (fd, tmp, sizeof tmp);
+      if (n < 0 && errno == EINTR)
+        continue;
+      if (n < 0)
+        {
+          int e = errno;
+          ib_buf_free (&b);
+          return ib_error_sys (err, e, "read %s", path);
+        }
+      if (n == 0)
+        break;
+      ib_buf_append (&b, tmp, (size_t) n);
+    }
+  if (len)
+    *len = b.len;
+  *data = ib_buf_steal (&b);
+  return 0;
+}
+
+int
+ib_fsync_dir (const char *dir, ib_error_t *err)
+{
+  cleanup_close int fd = open (dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0)
+    return ib_error_sys (err, errno, "open directory %s", dir);
+  if (fsync (fd) < 0 && errno != EINVAL)
+    return ib_error_sys (err, errno, "fsync %s", dir);
+  return 0;
+}
+
+int
+ib_write_file_atomic (const char *path, const void *data, size_t len, mode_t mode, ib_error_t *err)
+{
+  cleanup_free char *dir = xstrdup (path);
+  char *slash = strrchr (dir, '/');
+  if (slash == NULL)
+    {
+      free (dir);
+      dir = xstrdup (".");
+    }
+  else if (slash == dir)
+    slash[1] = '\0';
+  else
+    *slash = '\0';
+  cleanup_free char *tmp = xasprintf ("%s.tmp-XXXXXX", path);
+  int fd = mkostemp (tmp, O_CLOEXEC);
+  if (fd < 0)
+    return ib_error_sys (err, errno, "create %s", tmp);
+  const char *p = data;
+  size_t left = len;
+  while (left > 0)
+    {
+      ssize_t n = write (fd, p, left);
+      if (n < 0 && errno == EINTR)
+        continue;
+      if (n < 0)
+        {
+          int e = errno;
+          close (fd);
+          unlink (tmp);
+          return ib_error_sys (err, e, "write %s", path);
+        }
+      p += n;
+      left -= (size_t) n;
+    }
+  if (fchmod (fd, mode) < 0 || fsync (fd) < 0)
+    {
+      int e = errno;
+      close (fd);
+      unlink (tmp);
+      return ib_error_sys (err, e, "write %s", path);
+    }
+  if (close (fd) < 0 || rename (tmp, path) < 0)
+    {
+      int e = errno;
+      unlink (tmp);
+      return ib_error_sys (err, e, "write %s", path);
+    }
+  return ib_fsync_dir (dir, err);
+}
+
+static int
+rm_rf_at (int parent, const char *name, const char *shown, ib_error_t *err)
+{
+  if (unlinkat (parent, name, 0) == 0 || errno == ENOENT)
+    return 0;
+  if (errno != EISDIR && errno != EPERM)
+    return ib_error_sys (err, errno, "remove %s", shown);
+  int fd = openat (parent, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0 && errno == EACCES)
+    {
+      fchmodat (parent, name, 0700, 0);
+      fd = openat (parent, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    }
+  if (fd < 0)
+    return ib_error_sys (err, errno, "open %s", shown);
+  fchmod (fd, 0700);
+  DIR *d = fdopendir (fd);
+  if (d == NULL)
+    {
+      close (fd);
+      return ib_error_sys (err, errno, "open %s", shown);
+    }
+  struct dirent *de;
+  int ret = 0;
+  while ((de = readdir (d)) != NULL)
+    {
+      if (strcmp (de->d_name, ".") == 0 || strcmp (de->d_name, "..") == 0)
+        continue;
+      cleanup_free char *sub = xasprintf ("%s/%s", shown, de->d_name);
+      if (rm_rf_at (dirfd (d), de->d_name, sub, err) < 0)
+        {
+          ret = -1;
+          break;
+        }
+    }
+  closedir (d);
+  if (ret < 0)
+    return ret;
+  if (unlinkat (parent, name, AT_REMOVEDIR) < 0 && errno != ENOENT)
+    return ib_error_sys (err, errno, "remove %s", shown);
+  return 0;
+}
+
+int
+ib_rm_rf (const char *path, ib_error_t *err)
+{
+  return rm_rf_at (AT_FDCWD, path, path, err);
+}
+
+static void
+log_va (const char *prefix, const char *fmt, va_list ap)
+{
+  ib_buf_t b = { 0 };
+  ib_buf_puts (&b, prefix);
+  char *s = NULL;
+  if (vasprintf (&s, fmt, ap) < 0)
+    abort ();
+  ib_buf_puts (&b, s);
+  free (s);
+  ib_buf_puts (&b, "\n");
+  fwrite (b.data, 1, b.len, stderr); /* one write: lines from threads don't interleave */
+  ib_buf_free (&b);
+}
+
+void
+ib_info (const char *fmt, ...)
+{
+  if (ib_verbosity < 1)
+    return;
+  va_list ap;
+  va_start (ap, fmt);
+  log_va ("", fmt, ap);
+  va_end (ap);
+}
+
+void
+ib_warn (const char *fmt, ...)
+{
+  va_list ap;
+  va_start (ap, fmt);
+  log_va ("imgbuild: warning: ", fmt, ap);
+  va_end (ap);
+}
+
+void
+ib_debug (const char *fmt, ...)
+{
+  if (ib_verbosity < 2)
+    return;
+  va_list ap;
+  va_start (ap, fmt);
+  log_va ("imgbuild: debug: ", fmt, ap);
+  va_end (ap);
+}
+
+int64_t
+ib_source_date_epoch (void)
+{
+  const char *s = getenv ("SOURCE_DATE_EPOCH");
+  if (s == NULL || *s == '\0')
+    return -1;
+  char *end = NULL;
+  errno = 0;
+  long long v = strtoll (s, &end, 10);
+  if (errno || *end != '\0' || v < 0)
+    return -1;
+  return (int64_t) v;
+}
