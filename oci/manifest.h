@@ -1,0 +1,80 @@
+/* oci/manifest.h — manifests, indexes and image configs (jansson).
+ * image-spec manifest.md, image-index.md, config.md; Docker's schema2 media
+ * types are accepted as their OCI equivalents. */
+#ifndef IB_OCI_MANIFEST_H
+#define IB_OCI_MANIFEST_H
+
+#include "common/error.h"
+#include "oci/digest.h"
+#include <jansson.h>
+#include <stdint.h>
+
+#define IB_MT_OCI_MANIFEST "application/vnd.oci.image.manifest.v1+json"
+#define IB_MT_OCI_INDEX "application/vnd.oci.image.index.v1+json"
+#define IB_MT_OCI_CONFIG "application/vnd.oci.image.config.v1+json"
+#define IB_MT_OCI_LAYER "application/vnd.oci.image.layer.v1.tar"
+#define IB_MT_OCI_LAYER_GZIP "application/vnd.oci.image.layer.v1.tar+gzip"
+#define IB_MT_OCI_LAYER_ZSTD "application/vnd.oci.image.layer.v1.tar+zstd"
+#define IB_MT_DOCKER_MANIFEST "application/vnd.docker.distribution.manifest.v2+json"
+#define IB_MT_DOCKER_LIST "application/vnd.docker.distribution.manifest.list.v2+json"
+#define IB_MT_DOCKER_CONFIG "application/vnd.docker.container.image.v1+json"
+#define IB_MT_DOCKER_LAYER_GZIP "application/vnd.docker.image.rootfs.diff.tar.gzip"
+#define IB_MT_DOCKER_SCHEMA1 "application/vnd.docker.distribution.manifest.v1+json"
+#define IB_MT_DOCKER_SCHEMA1_SIGNED "application/vnd.docker.distribution.manifest.v1+prettyjws"
+
+/* The Accept header value for manifest GETs: all four types above. */
+extern const char IB_MANIFEST_ACCEPT[];
+
+typedef struct ib_descriptor
+{
+  char *media_type;
+  char digest[IB_DIGEST_LEN];
+  int64_t size;       /* bytes */
+  char *os, *arch, *variant; /* platform, only in index entries; may be NULL */
+} ib_descriptor_t;
+
+typedef struct ib_manifest
+{
+  char *media_type;          /* of the manifest itself */
+  ib_descriptor_t config;
+  ib_descriptor_t *layers;   /* n_layers entries, base layer first */
+  size_t n_layers;
+} ib_manifest_t;
+
+typedef enum { IB_DOC_MANIFEST, IB_DOC_INDEX } ib_doc_kind_t;
+
+/* Classify a manifest document from its mediaType field, falling back on the
+ * HTTP Content-Type (may be NULL) and on shape (manifests/layers keys).
+ * Schema1 is refused with a message saying so.  Returns 0 and sets *kind. */
+int ib_doc_kind (const char *data, size_t len, const char *content_type, ib_doc_kind_t *kind,
+                 ib_error_t *err);
+
+/* Parse an image manifest (OCI or Docker schema2).  Caller frees with ib_manifest_free. */
+int ib_manifest_parse (const char *data, size_t len, ib_manifest_t **out, ib_error_t *err);
+void ib_manifest_free (ib_manifest_t *m);
+
+/* From an index / manifest list pick the entry for os/arch[/variant]
+ * (variant NULL = any).  Error lists the platforms the index offers. */
+int ib_index_select (const char *data, size_t len, const char *os, const char *arch,
+                     const char *variant, ib_descriptor_t *out, ib_error_t *err);
+void ib_descriptor_clear (ib_descriptor_t *d);
+
+/* Serialize a manifest (always OCI media types) with the given config and
+ * layer descriptors; annotations may be NULL.  Returns compact JSON with
+ * sorted keys (stable bytes -> stable digest); caller frees. */
+char *ib_manifest_serialize (const ib_descriptor_t *config, const ib_descriptor_t *layers,
+                             size_t n_layers, json_t *annotations);
+
+/* Image config (config.md): parsed to a jansson object the caller owns. */
+int ib_config_parse (const char *data, size_t len, json_t **out, ib_error_t *err);
+/* rootfs.diff_ids as a NULL-terminated vector of digests; error if malformed. */
+int ib_config_diff_ids (json_t *config, char ***diff_ids, ib_error_t *err);
+
+/* The current host platform in OCI terms ("linux", "amd64", variant NULL). */
+void ib_host_platform (const char **os, const char **arch, const char **variant);
+
+/* Chain id of layer i (image-spec config.md "Layer ChainID"):
+ * chain(0)=diff_id(0), chain(n)=sha256(chain(n-1) + " " + diff_id(n)). */
+void ib_chain_id (char *const *diff_ids, size_t upto, char out[IB_DIGEST_LEN]);
+
+#endif

@@ -1,0 +1,64 @@
+/* oci/registry.h — registry client on libcurl (OCI distribution-spec,
+ * Docker registry token auth).
+ *
+ * Auth: on 401 the WWW-Authenticate challenge is parsed; Bearer realm /
+ * service / scope -> GET realm?service=..&scope=.. (anonymous) and the token
+ * is reused for later requests to that registry; Basic is not sent without
+ * credentials.  localhost / 127.0.0.1 / [::1] use plain HTTP, others HTTPS
+ * with the system CAs.  Errors name the reference and say what happened in
+ * words: "manifest unknown", "unauthorized", "connection refused to HOST".
+ */
+#ifndef IB_OCI_REGISTRY_H
+#define IB_OCI_REGISTRY_H
+
+#include "common/error.h"
+#include "oci/ref.h"
+#include "oci/store.h"
+#include <stdbool.h>
+
+typedef struct ib_registry ib_registry_t;
+
+/* A client for the registry that `ref` names (registry host only is used). */
+int ib_registry_new (const ib_ref_t *ref, ib_registry_t **out, ib_error_t *err);
+void ib_registry_free (ib_registry_t *r);
+
+/* GET /v2/<repo>/manifests/<reference> with Accept: IB_MANIFEST_ACCEPT.
+ * *data is NUL-terminated, caller frees; *content_type may be NULL, caller frees.
+ * `digest` (may be NULL) gets the sha256 of the bytes received; when
+ * `reference` is a digest the bytes are verified against it. */
+int ib_registry_get_manifest (ib_registry_t *r, const char *repo, const char *reference,
+                              char **data, size_t *len, char **content_type,
+                              char digest[IB_DIGEST_LEN], ib_error_t *err);
+
+/* GET /v2/<repo>/blobs/<digest> streamed into a store temp file, sha256
+ * computed on the fly, committed with ib_store_commit_blob (mismatch ->
+ * deleted, error).  No-op when the store already has it. */
+int ib_registry_fetch_blob (ib_registry_t *r, const char *repo, const char *digest,
+                            ib_store_t *store, ib_error_t *err);
+
+/* HEAD /v2/<repo>/blobs/<digest>. */
+int ib_registry_blob_exists (ib_registry_t *r, const char *repo, const char *digest,
+                             bool *exists, ib_error_t *err);
+
+/* Upload a stored blob: POST /v2/<repo>/blobs/uploads/ then PUT <location>?digest=
+ * (monolithic), skipped when HEAD says it exists. */
+int ib_registry_push_blob (ib_registry_t *r, const char *repo, const char *digest,
+                           ib_store_t *store, ib_error_t *err);
+
+/* PUT /v2/<repo>/manifests/<reference> with Content-Type media_type. */
+int ib_registry_put_manifest (ib_registry_t *r, const char *repo, const char *reference,
+                              const char *data, size_t len, const char *media_type,
+                              ib_error_t *err);
+
+/* Pull `ref_string` for os/arch[/variant] (NULLs: host platform) into the
+ * store: manifest (index -> selected manifest), config, layers; then tag it
+ * under the normalized reference.  out (may be NULL) gets the manifest
+ * descriptor.  Progress lines go through ib_info. */
+int ib_pull (ib_store_t *store, const char *ref_string, const char *os, const char *arch,
+             const char *variant, ib_descriptor_t *out, ib_error_t *err);
+
+/* Push stored image `src_name` (name or digest) to `dst_ref`: blobs then the
+ * manifest, tagged with dst_ref's tag (or by digest). */
+int ib_push (ib_store_t *store, const char *src_name, const char *dst_ref, ib_error_t *err);
+
+#endif

@@ -1,0 +1,77 @@
+/* oci/store.h — the content store: an OCI image layout (image-spec
+ * image-layout.md: oci-layout, index.json, blobs/sha256/<hex>) that skopeo,
+ * umoci and podman read as oci:DIR:NAME, plus imgbuild's own directories
+ * beside it: snapshots/ (unpacked rootfs per chain id), cache/, tmp/ and
+ * a lock file.
+ *
+ * Writes are temp file + fsync + rename: a blob is never visible under its
+ * digest before its bytes were verified.  Tags live in index.json as
+ * descriptors annotated org.opencontainers.image.ref.name = full normalized
+ * reference ("docker.io/library/debian:bookworm").
+ */
+#ifndef IB_OCI_STORE_H
+#define IB_OCI_STORE_H
+
+#include "common/error.h"
+#include "oci/digest.h"
+#include "oci/manifest.h"
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+typedef struct ib_store
+{
+  char *root;     /* absolute path of the layout */
+  int lock_fd;    /* open lock file; flock()ed while a writer holds it */
+} ib_store_t;
+
+/* The default root: $IMGBUILD_STORE, else $XDG_DATA_HOME/imgbuild, else
+ * ~/.local/share/imgbuild.  Caller frees. */
+char *ib_store_default_root (void);
+
+/* Open (creating when missing) the layout at `root`.  Caller closes. */
+int ib_store_open (const char *root, ib_store_t **out, ib_error_t *err);
+void ib_store_close (ib_store_t *s);
+
+/* flock the store: shared for readers, exclusive for index.json updates.
+ * Blocks until granted. */
+int ib_store_lock (ib_store_t *s, bool exclusive, ib_error_t *err);
+void ib_store_unlock (ib_store_t *s);
+
+/* Path of blobs/sha256/<hex>; caller frees.  Exists only when stored. */
+char *ib_store_blob_path (ib_store_t *s, const char *digest);
+bool ib_store_has_blob (ib_store_t *s, const char *digest);
+
+/* Create an empty temp file in <root>/tmp for the caller to fill; *path is
+ * owned by the caller, fd is returned (O_RDWR|O_CLOEXEC). */
+int ib_store_tmp_file (ib_store_t *s, const char *prefix, char **path, ib_error_t *err);
+/* A new empty temp directory under <root>/tmp; caller frees the path. */
+int ib_store_tmp_dir (ib_store_t *s, const char *prefix, char **path, ib_error_t *err);
+
+/* Move a finished temp file into blobs/.  Its sha256 is computed here; when
+ * `expected` is not NULL and differs, the file is deleted and an error
+ * "digest mismatch" returned.  out_digest/out_size may be NULL. */
+int ib_store_commit_blob (ib_store_t *s, const char *tmp_path, const char *expected,
+                          char out_digest[IB_DIGEST_LEN], uint64_t *out_size, ib_error_t *err);
+/* Store bytes as a blob. */
+int ib_store_put_blob (ib_store_t *s, const void *data, size_t len,
+                       char out_digest[IB_DIGEST_LEN], ib_error_t *err);
+/* Read a blob into memory (manifests, configs); verifies its digest. */
+int ib_store_read_blob (ib_store_t *s, const char *digest, char **data, size_t *len,
+                        ib_error_t *err);
+
+/* Point tag `name` (a full normalized reference) at a manifest descriptor,
+ * replacing any previous descriptor with that name. */
+int ib_store_tag (ib_store_t *s, const char *name, const char *media_type, const char *digest,
+                  int64_t size, ib_error_t *err);
+/* Look a name up: accepts the full name, or anything ib_ref_parse normalizes
+ * to it, or a manifest digest.  Error "image NAME not found in store DIR". */
+int ib_store_resolve (ib_store_t *s, const char *name, ib_descriptor_t *out, ib_error_t *err);
+/* index.json's "manifests" array (new reference, caller decrefs). */
+int ib_store_list (ib_store_t *s, json_t **manifests, ib_error_t *err);
+
+/* Load manifest + config of a stored image by name or digest. */
+int ib_store_load_image (ib_store_t *s, const char *name, ib_descriptor_t *desc,
+                         ib_manifest_t **manifest, json_t **config, ib_error_t *err);
+
+#endif
