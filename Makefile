@@ -1,5 +1,5 @@
 # imgbuild — GNU make build. `make` builds bin/imgbuild; see README.md.
-PKGS     := libcurl jansson libarchive libcrypto libzstd libseccomp
+PKGS     := libcurl jansson libarchive libcrypto libzstd libseccomp zlib
 CC       ?= cc
 CFLAGS   ?= -O2 -g
 CFLAGS   += -std=gnu11 -Wall -Wextra -Werror -D_GNU_SOURCE -I. $(shell pkg-config --cflags $(PKGS))

@@ -3,13 +3,23 @@
  *   OUTPUT type=local,dest=DIR[,src=/path]   copy files out of the stage
  *   OUTPUT type=image,name=REF               tag the stage's image in the store
  *   OUTPUT type=oci,dest=DIR[,name=REF]      write an OCI image layout
+ *   OUTPUT type=docker,dest=FILE[,name=REF]  write a docker-archive tarball
+ *   OUTPUT type=tar,dest=FILE                write the stage's rootfs as a tarball
  *   OUTPUT type=registry,name=REF            push
+ * (docs/recipe.md is the user-facing reference.)
  *
  * The parser works on logical lines: comments and blank lines skipped, lines
  * joined on a trailing escape char ('\' or the one set by `# escape=`),
- * comment lines inside continuations dropped, keywords case-insensitive.
- * It does not expand variables: that happens at build time with
- * ib_expand() once ARG/ENV values are known.
+ * comment lines and blank lines inside continuations dropped, a trailing '\r'
+ * (CRLF files) dropped, keywords case-insensitive.  Parser directives
+ * (`# escape=`, `# syntax=`, `# check=`) are read only before any other line.
+ *
+ * It does not expand variables: that happens at build time, once ARG/ENV
+ * values are known, with ib_expand_word() (Docker's semantics: expansion,
+ * quote removal and escapes in one pass) on the raw, unexpanded words the
+ * parser keeps: ib_kv_t.raw, ib_instr_t.text of FROM/WORKDIR/USER/STOPSIGNAL,
+ * each of ib_instr_t.args of COPY/ADD/EXPOSE/VOLUME (shell form), flag values.
+ * RUN/CMD/ENTRYPOINT are never expanded by the builder (the shell does it).
  */
 #ifndef IB_BUILDER_RECIPE_H
 #define IB_BUILDER_RECIPE_H
@@ -27,8 +37,12 @@ typedef enum
 
 typedef struct ib_kv
 {
-  char *key;
-  char *value;       /* NULL for "ARG NAME" without a default */
+  char *key;         /* quotes removed, never expanded */
+  char *value;       /* quotes removed and escapes processed, NOT expanded ("$A" stays
+                        "$A", and so does "\$A"); NULL for "ARG NAME" without a
+                        default.  Fine where no '$' occurs; otherwise expand `raw`. */
+  char *raw;         /* the value exactly as written (quotes, escapes kept): what the
+                        builder passes to ib_expand_word(); NULL when value is NULL */
 } ib_kv_t;
 
 typedef struct ib_instr
@@ -36,13 +50,21 @@ typedef struct ib_instr
   ib_instr_kind_t kind;
   const char *keyword;  /* canonical upper-case name, static */
   int line;             /* 1-based line of the keyword */
-  char *text;           /* everything after the keyword and flags, continuations joined */
-  char **flags;         /* "--from=build", "--chown=0:0" ... NULL-terminated, unexpanded */
-  bool json_form;       /* RUN/CMD/ENTRYPOINT/COPY/SHELL in ["exec", "form"] */
-  char **args;          /* json_form: the decoded array; COPY/ADD: sources..dest split on
-                           whitespace; EXPOSE/VOLUME: words; others: NULL */
-  ib_kv_t *kvs;         /* ENV/LABEL/ARG pairs (both "K V" and "K=V" forms, quotes
-                           removed), OUTPUT's key=value options */
+  char *text;           /* everything after the keyword and flags, continuations joined
+                           (escape + newline removed, pieces concatenated), trimmed;
+                           FROM: the image word only (unexpanded, e.g. "${BASE}") */
+  char **flags;         /* "--from=build", "--chown=0:0" ... NULL-terminated, never NULL,
+                           unexpanded, quotes removed, always "--name=value" (a bare
+                           boolean "--link" is stored as "--link=true") */
+  bool json_form;       /* RUN/CMD/ENTRYPOINT/SHELL/COPY/ADD/VOLUME in ["exec", "form"] */
+  char **args;          /* json_form: the decoded array (may be empty for CMD []);
+                           COPY/ADD (shell form): sources..dest; EXPOSE/VOLUME (shell
+                           form): words.  Shell-form words are split on unquoted
+                           whitespace and kept raw (quotes/escapes intact, unexpanded).
+                           Others: NULL */
+  ib_kv_t *kvs;         /* ENV/LABEL/ARG pairs (both "K V" and "K=V" forms),
+                           OUTPUT's key=value options (keys lower-cased, "type" always
+                           present and valid) */
   size_t n_kvs;
 } ib_instr_t;
 
@@ -57,15 +79,21 @@ typedef struct ib_stage
 typedef struct ib_recipe
 {
   char *path;           /* for messages */
+  char escape;          /* '\\' or '`' (from `# escape=`): pass it to ib_expand*() */
   ib_instr_t *global_args; /* ARGs before the first FROM */
   size_t n_global_args;
   ib_stage_t *stages;
   size_t n_stages;
 } ib_recipe_t;
 
-/* Parse recipe text.  `path` is used in messages: errors read
- * "PATH:LINE: <what was expected>, got '<text>'".  Caller frees. */
+/* Parse recipe text (NUL-terminated).  `path` is used in messages: errors
+ * (status EINVAL) read "PATH:LINE: <what was expected>, got '<text>'", one
+ * line; unknown keywords read "PATH:LINE: unknown instruction 'FOO'",
+ * HEALTHCHECK/ONBUILD "PATH:LINE: HEALTHCHECK is not supported yet", heredocs
+ * "PATH:LINE: heredocs are not supported yet, got '<<EOF'".  On success *out
+ * is set and owned by the caller (ib_recipe_free); on failure *out is NULL. */
 int ib_recipe_parse (const char *path, const char *text, ib_recipe_t **out, ib_error_t *err);
+/* Free a recipe and everything it owns; NULL is fine. */
 void ib_recipe_free (ib_recipe_t *r);
 
 /* Find a stage by name (case-insensitive) or decimal index; NULL if none. */
@@ -77,15 +105,60 @@ typedef const char *(*ib_lookup_fn) (void *ctx, const char *name);
 /* Expand $VAR, ${VAR}, ${VAR:-word}, ${VAR:+word}, ${VAR-word}, ${VAR+word}
  * and `escape`-escaped '$' in `word` (Dockerfile "Environment replacement").
  * Quotes are kept.  *out is owned by the caller.  Error on an unterminated
- * ${. */
+ * ${.
+ *
+ * Exact rules (shared with ib_expand_word):
+ *  - a name is [A-Za-z_][A-Za-z0-9_]* or a run of digits; `$` followed by
+ *    anything else (or nothing) stays a literal '$';
+ *  - unset variables expand to ""; `lookup` may be NULL (everything unset);
+ *  - ${V:-w} w if V unset or empty; ${V-w} w if V unset; ${V:+w} w if V set and
+ *    non-empty; ${V+w} w if V set; ${V:?w} / ${V?w} error "V: w" if V
+ *    empty/unset; ${V#p} ${V##p} ${V%p} ${V%%p} remove the shortest/longest
+ *    prefix/suffix matching glob p.  w and p are expanded themselves (nested
+ *    ${A:-${B}} works), with the same quote rules;
+ *  - `escape` (0 means '\') followed by '$' gives a literal '$'; followed by
+ *    any other char, both are copied unchanged (and that char loses any special
+ *    meaning: \' does not open a quote); a lone trailing escape is kept;
+ *  - inside '...' nothing is expanded; inside "..." $ is expanded and '
+ *    is an ordinary char; the quote chars themselves are copied to the output;
+ *  - errors (status EINVAL, message "expand '<word>': ..."): unterminated ${,
+ *    bad substitution (${}, ${:x}), unsupported modifier, unterminated quote,
+ *    ${V?w} on an unset V.
+ * Use ib_expand_word() instead where Docker would also remove quotes. */
 int ib_expand (const char *word, char escape, ib_lookup_fn lookup, void *ctx, char **out,
                ib_error_t *err);
 
+/* Docker's single-word processing (BuildKit's ProcessWord), used for ENV/ARG/
+ * LABEL values (ib_kv_t.raw), FROM image, WORKDIR, USER, STOPSIGNAL, COPY/ADD
+ * sources and destination, EXPOSE, VOLUME and flag values: the expansion rules
+ * of ib_expand(), plus quote removal and escapes in the same pass:
+ *  - outside quotes, escape + c gives c (a lone trailing escape is dropped);
+ *  - inside "...", escape + one of '"', '$', escape gives that char, escape +
+ *    anything else is kept as both chars;
+ *  - inside '...' everything is literal.
+ * Whitespace is kept (the whole string is one word).  E.g. with A=x:
+ *  `"$A y"` -> `x y`, `'$A'` -> `$A`, `\$A` -> `$A`, `a\ b` -> `a b`.
+ * *out is owned by the caller.  Errors as ib_expand(). */
+int ib_expand_word (const char *word, char escape, ib_lookup_fn lookup, void *ctx, char **out,
+                    ib_error_t *err);
+
 /* Split a shell-ish word list the way Dockerfile does for COPY/ADD/EXPOSE
- * operands: whitespace separated, quotes removed.  Caller frees. */
+ * operands: whitespace separated, quotes removed.  Caller frees.
+ * Rules: words are separated by unquoted whitespace; '...' is literal; in
+ * "..." a backslash escapes '"', '\\' and '$' (before other chars it is kept);
+ * outside quotes a backslash escapes any char (a trailing one is dropped);
+ * "" gives an empty word; an unterminated quote runs to the end of `s`.
+ * No expansion.  Never returns NULL (s == NULL gives an empty vector). */
 char **ib_split_words (const char *s);
 
-/* Value of flag "--name=VALUE" in a flags vector, or NULL. */
+/* Value of flag "--name=VALUE" in a flags vector, or NULL.  `name` may be
+ * given with or without the leading "--" ("from" or "--from").  The first
+ * occurrence wins; a bare boolean flag reads "true".  The pointer is into
+ * in->flags (not a copy). */
 const char *ib_instr_flag (const ib_instr_t *in, const char *name);
+
+/* All values of a repeatable flag (--mount, --device, --exclude), in order;
+ * NULL-terminated, never NULL, owned by the caller (ib_strv_free). */
+char **ib_instr_flag_values (const ib_instr_t *in, const char *name);
 
 #endif

@@ -73,8 +73,10 @@ int ib_config_diff_ids (json_t *config, char ***diff_ids, ib_error_t *err);
 /* The current host platform in OCI terms ("linux", "amd64", variant NULL). */
 void ib_host_platform (const char **os, const char **arch, const char **variant);
 
-/* Chain id of layer i (image-spec config.md "Layer ChainID"):
- * chain(0)=diff_id(0), chain(n)=sha256(chain(n-1) + " " + diff_id(n)). */
+/* Chain id of layer `upto` (0-based, so diff_ids[0..upto] are used and
+ * must exist) per image-spec config.md "Layer ChainID":
+ * chain(0)=diff_id(0), chain(n)=sha256(chain(n-1) + " " + diff_id(n)),
+ * written as "sha256:<hex>" into out. */
 void ib_chain_id (char *const *diff_ids, size_t upto, char out[IB_DIGEST_LEN]);
 
 #endif

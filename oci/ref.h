@@ -29,5 +29,8 @@ char *ib_ref_string (const ib_ref_t *r);
 const char *ib_ref_api_host (const ib_ref_t *r);
 /* localhost, 127.0.0.1 and [::1] registries (any port) use plain HTTP, as Docker does. */
 bool ib_ref_plain_http (const ib_ref_t *r);
+/* true when `registry` ("host" or "host:port", IPv6 as "[::1]:port") is
+ * localhost, a 127.0.0.0/8 address or [::1]; what ib_ref_plain_http tests. */
+bool ib_ref_host_is_loopback (const char *registry);
 
 #endif

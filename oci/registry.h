@@ -18,7 +18,36 @@
 
 typedef struct ib_registry ib_registry_t;
 
-/* A client for the registry that `ref` names (registry host only is used). */
+/* A WWW-Authenticate challenge (RFC 7235 section 4.1; Docker token auth
+ * spec): `Bearer realm="https://auth.docker.io/token",service="x",scope="a:b:pull,push"`.
+ * Parameter values may be quoted strings (with backslash escapes, commas
+ * inside) or bare tokens; parameter names are case-insensitive. */
+typedef struct ib_auth_challenge
+{
+  char *scheme;  /* "Bearer", "Basic", as sent */
+  char *realm;   /* NULL when absent */
+  char *service; /* NULL when absent */
+  char *scope;   /* NULL when absent */
+} ib_auth_challenge_t;
+
+/* Parse the first challenge of a WWW-Authenticate header value into *out
+ * (fields owned by out; free with ib_auth_challenge_clear).  Error when the
+ * value has no scheme or a malformed parameter list. */
+int ib_auth_challenge_parse (const char *header, ib_auth_challenge_t *out, ib_error_t *err);
+void ib_auth_challenge_clear (ib_auth_challenge_t *c);
+
+/* Treat `registry` ("host" or "host:port", as in a reference) like a
+ * loopback registry: plain HTTP (Docker's --insecure-registry).  Process-wide;
+ * call before ib_registry_new. */
+void ib_registry_add_insecure (const char *registry);
+
+/* A client for the registry that `ref` names (registry host only is used).
+ * No network traffic here: the first request pings GET /v2/.  Credentials
+ * (for token requests and Basic auth) come from the first auth file that has
+ * an entry for the registry: $REGISTRY_AUTH_FILE,
+ * $XDG_RUNTIME_DIR/containers/auth.json, ~/.docker/config.json ("auths" ->
+ * "auth": base64 "user:password"; docker.io also as
+ * "https://index.docker.io/v1/").  Without one, requests are anonymous. */
 int ib_registry_new (const ib_ref_t *ref, ib_registry_t **out, ib_error_t *err);
 void ib_registry_free (ib_registry_t *r);
 

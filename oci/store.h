@@ -23,6 +23,8 @@ typedef struct ib_store
 {
   char *root;     /* absolute path of the layout */
   int lock_fd;    /* open lock file; flock()ed while a writer holds it */
+  int lock_depth; /* nesting of ib_store_lock calls in this process */
+  bool lock_exclusive; /* the flock held is LOCK_EX */
 } ib_store_t;
 
 /* The default root: $IMGBUILD_STORE, else $XDG_DATA_HOME/imgbuild, else
@@ -34,7 +36,10 @@ int ib_store_open (const char *root, ib_store_t **out, ib_error_t *err);
 void ib_store_close (ib_store_t *s);
 
 /* flock the store: shared for readers, exclusive for index.json updates.
- * Blocks until granted. */
+ * Blocks until granted.  Calls nest (one ib_store_unlock per ib_store_lock);
+ * an exclusive request inside a shared one upgrades the lock (flock(2):
+ * not atomically) and it stays exclusive until the outermost unlock.
+ * ib_store_tag takes the exclusive lock itself. */
 int ib_store_lock (ib_store_t *s, bool exclusive, ib_error_t *err);
 void ib_store_unlock (ib_store_t *s);
 
@@ -53,6 +58,11 @@ int ib_store_tmp_dir (ib_store_t *s, const char *prefix, char **path, ib_error_t
  * "digest mismatch" returned.  out_digest/out_size may be NULL. */
 int ib_store_commit_blob (ib_store_t *s, const char *tmp_path, const char *expected,
                           char out_digest[IB_DIGEST_LEN], uint64_t *out_size, ib_error_t *err);
+/* Like ib_store_commit_blob for a caller that hashed the bytes while
+ * writing them (the registry client, the layer writer): `digest` is trusted
+ * and not recomputed.  The file is fsynced and renamed into blobs/. */
+int ib_store_commit_blob_hashed (ib_store_t *s, const char *tmp_path, const char *digest,
+                                 ib_error_t *err);
 /* Store bytes as a blob. */
 int ib_store_put_blob (ib_store_t *s, const void *data, size_t len,
                        char out_digest[IB_DIGEST_LEN], ib_error_t *err);

@@ -45,8 +45,25 @@ int ib_unpack_layer (const char *layer_path, const char *target, char diff_id[IB
 int ib_rootfs_prepare (ib_store_t *store, char *const *layer_digests, char *const *diff_ids,
                        const char *dest, ib_error_t *err);
 
+/* Limit on the uncompressed bytes of one layer (a guard against decompression
+ * bombs): ib_unpack_layer fails with EFBIG, naming the limit, once the tar
+ * stream grows past it.  `max` in bytes; 0 restores the default, which is
+ * $IMGBUILD_MAX_LAYER_BYTES when set to a positive number, else 64 GiB.
+ * Process-wide, not thread-safe against a concurrent unpack. */
+void ib_unpack_set_max_bytes (uint64_t max);
+/* The limit in effect now, in bytes. */
+uint64_t ib_unpack_max_bytes (void);
+
+/* Testing aid: `use` false makes path resolution skip openat2 and use the
+ * user-space fallback (the one taken when the kernel lacks openat2). */
+void ib_unpack_set_openat2 (bool use);
+
 /* Copy a tree (cp -a semantics: modes, owners where permitted, mtimes,
- * symlinks as links, hardlinks kept within the tree).  `dst` must not exist. */
+ * symlinks as links, hardlinks kept within the tree, user.* and
+ * security.capability xattrs where permitted; file data reflinked where the
+ * filesystem can, else copy_file_range, else read/write).  `dst` must not
+ * exist; on failure it is removed again.  Device nodes that cannot be created
+ * (rootless) are skipped with a warning. */
 int ib_copy_tree (const char *src, const char *dst, ib_error_t *err);
 
 #endif

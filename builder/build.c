@@ -1,0 +1,1210 @@
+#include "builder/build.h"
+#include "builder/fsops.h"
+#include "builder/recipe.h"
+#include "common/util.h"
+#include "oci/digest.h"
+#include "oci/manifest.h"
+#include "oci/ref.h"
+#include "oci/registry.h"
+#include "rootfs/layer.h"
+#include "rootfs/sandbox.h"
+#include "rootfs/unpack.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+char *const ib_layer_exclude[] = { "proc", "sys", "dev", NULL };
+
+#define DEFAULT_PATH "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+#define TAIL_LINES 20
+
+/* A list of NAME=VALUE variables (ARGs in scope, build args). */
+typedef struct vars
+{
+  char **names;
+  char **values; /* NULL value = declared without one */
+  size_t n;
+} vars_t;
+
+static const char *
+vars_get (const vars_t *v, const char *name, bool *found)
+{
+  for (size_t i = 0; i < v->n; i++)
+    if (strcmp (v->names[i], name) == 0)
+      {
+        if (found)
+          *found = true;
+        return v->values[i];
+      }
+  if (found)
+    *found = false;
+  return NULL;
+}
+
+static void
+vars_set (vars_t *v, const char *name, const char *value)
+{
+  for (size_t i = 0; i < v->n; i++)
+    if (strcmp (v->names[i], name) == 0)
+      {
+        free (v->values[i]);
+        v->values[i] = xstrdup (value);
+        return;
+      }
+  v->names = xrealloc (v->names, (v->n + 1) * sizeof (char *));
+  v->values = xrealloc (v->values, (v->n + 1) * sizeof (char *));
+  v->names[v->n] = xstrdup (name);
+  v->values[v->n] = xstrdup (value);
+  v->n++;
+}
+
+static void
+vars_free (vars_t *v)
+{
+  for (size_t i = 0; i < v->n; i++)
+    {
+      free (v->names[i]);
+      free (v->values[i]);
+    }
+  free (v->names);
+  free (v->values);
+  memset (v, 0, sizeof *v);
+}
+
+typedef struct stage_state
+{
+  const ib_stage_t *def;
+  bool needed, built;
+  char *rootfs;              /* host path of the working rootfs */
+  json_t *config;            /* image config being built */
+  ib_descriptor_t *layers;   /* manifest layers */
+  size_t n_layers;
+  vars_t args;               /* ARGs declared in this stage */
+  char **shell;              /* SHELL, default /bin/sh -c */
+  char manifest_digest[IB_DIGEST_LEN];
+  int64_t manifest_size;
+} stage_state_t;
+
+typedef struct build
+{
+  ib_store_t *store;
+  const ib_build_opts_t *opts;
+  ib_recipe_t *recipe;
+  char *context;
+  vars_t build_args;         /* --build-arg */
+  vars_t global_args;        /* ARGs before the first FROM, resolved */
+  bool *build_arg_used;
+  stage_state_t *stages;
+  size_t n_stages;
+  int64_t sde;
+} build_t;
+
+/* Variable lookup inside a stage: ENV of the image first (Dockerfile: ENV
+ * overrides ARG), then the stage's ARGs. */
+typedef struct lookup_ctx
+{
+  stage_state_t *st;
+  const vars_t *args;
+} lookup_ctx_t;
+
+static const char *
+config_env_get (json_t *config, const char *name)
+{
+  json_t *env = json_object_get (json_object_get (config, "config"), "Env");
+  size_t i, n = strlen (name);
+  json_t *e;
+  json_array_foreach (env, i, e)
+  {
+    const char *s = json_string_value (e);
+    if (s && strncmp (s, name, n) == 0 && s[n] == '=')
+      return s + n + 1;
+  }
+  return NULL;
+}
+
+static const char *
+lookup (void *p, const char *name)
+{
+  lookup_ctx_t *c = p;
+  if (c->st)
+    {
+      const char *v = config_env_get (c->st->config, name);
+      if (v)
+        return v;
+    }
+  return c->args ? vars_get (c->args, name, NULL) : NULL;
+}
+
+static char
+escape_char (build_t *b)
+{
+  return b->recipe->escape ? b->recipe->escape : '\\';
+}
+
+static int
+expand (build_t *b, stage_state_t *st, const char *word, char **out, ib_error_t *err)
+{
+  lookup_ctx_t c = { st, st ? &st->args : &b->global_args };
+  return ib_expand (word, escape_char (b), lookup, &c, out, err);
+}
+
+static int
+instr_error (build_t *b, const ib_instr_t *in, ib_error_t *err)
+{
+  return ib_error_prefix (err, "%s:%d: %s", b->recipe->path, in->line, in->keyword);
+}
+
+static json_t *
+config_section (json_t *config)
+{
+  json_t *c = json_object_get (config, "config");
+  if (!json_is_object (c))
+    {
+      c = json_object ();
+      json_object_set_new (config, "config", c);
+    }
+  return c;
+}
+
+static void
+config_env_set (json_t *config, const char *name, const char *value)
+{
+  json_t *c = config_section (config);
+  json_t *env = json_object_get (c, "Env");
+  if (!json_is_array (env))
+    {
+      env = json_array ();
+      json_object_set_new (c, "Env", env);
+    }
+  cleanup_free char *kv = xasprintf ("%s=%s", name, value);
+  size_t i, n = strlen (name);
+  json_t *e;
+  json_array_foreach (env, i, e)
+  {
+    const char *s = json_string_value (e);
+    if (s && strncmp (s, name, n) == 0 && s[n] == '=')
+      {
+        json_array_set_new (env, i, json_string (kv));
+        return;
+      }
+  }
+  json_array_append_new (env, json_string (kv));
+}
+
+static char *
+created_now (build_t *b)
+{
+  time_t t = b->sde >= 0 ? (time_t) b->sde : time (NULL);
+  struct tm tm;
+  gmtime_r (&t, &tm);
+  char buf[64];
+  strftime (buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return xstrdup (buf);
+}
+
+static void
+add_history (build_t *b, stage_state_t *st, const char *created_by, bool empty_layer)
+{
+  json_t *h = json_object_get (st->config, "history");
+  if (!json_is_array (h))
+    {
+      h = json_array ();
+      json_object_set_new (st->config, "history", h);
+    }
+  cleanup_free char *created = created_now (b);
+  json_t *e = json_pack ("{s:s, s:s, s:s}", "created", created, "created_by", created_by,
+                         "comment", "imgbuild");
+  if (empty_layer)
+    json_object_set_new (e, "empty_layer", json_true ());
+  json_array_append_new (h, e);
+}
+
+/* ------------------------------------------------------------------ */
+/* FROM                                                               */
+
+static int
+stage_index (build_t *b, const char *name)
+{
+  for (size_t i = 0; i < b->n_stages; i++)
+    {
+      const ib_stage_t *s = b->stages[i].def;
+      if (s->name && strcasecmp (s->name, name) == 0)
+        return (int) i;
+    }
+  return -1;
+}
+
+static int
+from_image (build_t *b, stage_state_t *st, const char *image, ib_error_t *err)
+{
+  ib_descriptor_t desc = { 0 };
+  ib_manifest_t *m = NULL;
+  json_t *config = NULL;
+  if (ib_store_load_image (b->store, image, &desc, &m, &config, err) < 0)
+    {
+      ib_error_free (err);
+      if (ib_pull (b->store, image, NULL, NULL, NULL, NULL, err) < 0
+          || ib_store_load_image (b->store, image, &desc, &m, &config, err) < 0)
+        return -1;
+    }
+  int ret = -1;
+  cleanup_strv char **diff_ids = NULL;
+  cleanup_strv char **digests = NULL;
+  if (ib_config_diff_ids (config, &diff_ids, err) < 0)
+    goto out;
+  if (ib_strv_len (diff_ids) != m->n_layers)
+    {
+      ib_error_set (err, EINVAL, "image %s: config lists %zu diff_ids but the manifest %zu layers",
+                    image, ib_strv_len (diff_ids), m->n_layers);
+      goto out;
+    }
+  for (size_t i = 0; i < m->n_layers; i++)
+    ib_strv_push (&digests, m->layers[i].digest);
+  if (ib_rootfs_prepare (b->store, digests, diff_ids, st->rootfs, err) < 0)
+    goto out;
+  st->config = config;
+  config = NULL;
+  st->layers = xmalloc ((m->n_layers + 1) * sizeof (ib_descriptor_t));
+  for (size_t i = 0; i < m->n_layers; i++)
+    {
+      ib_descriptor_t *d = &st->layers[i];
+      const char *mt = m->layers[i].media_type;
+      /* Same bytes, OCI name: our manifests are OCI manifests. */
+      if (mt && strcmp (mt, IB_MT_DOCKER_LAYER_GZIP) == 0)
+        mt = IB_MT_OCI_LAYER_GZIP;
+      d->media_type = xstrdup (mt ? mt : IB_MT_OCI_LAYER_GZIP);
+      memcpy (d->digest, m->layers[i].digest, IB_DIGEST_LEN);
+      d->size = m->layers[i].size;
+    }
+  st->n_layers = m->n_layers;
+  ret = 0;
+out:
+  ib_descriptor_clear (&desc);
+  ib_manifest_free (m);
+  json_decref (config);
+  return ret;
+}
+
+static int
+from_stage (stage_state_t *st, stage_state_t *src, ib_error_t *err)
+{
+  if (rmdir (st->rootfs) < 0 && errno != ENOENT)
+    return ib_error_sys (err, errno, "prepare %s", st->rootfs);
+  if (ib_copy_tree (src->rootfs, st->rootfs, err) < 0)
+    return -1;
+  st->config = json_deep_copy (src->config);
+  st->layers = xmalloc ((src->n_layers + 1) * sizeof (ib_descriptor_t));
+  for (size_t i = 0; i < src->n_layers; i++)
+    {
+      st->layers[i] = src->layers[i];
+      st->layers[i].media_type = xstrdup (src->layers[i].media_type);
+      st->layers[i].os = st->layers[i].arch = st->layers[i].variant = NULL;
+    }
+  st->n_layers = src->n_layers;
+  return 0;
+}
+
+static int
+do_from (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err)
+{
+  cleanup_free char *image = NULL;
+  if (expand (b, NULL, in->text, &image, err) < 0)
+    return -1;
+  if (ib_instr_flag (in, "platform"))
+    ib_warn ("%s:%d: FROM --platform is not supported yet; using the host's platform",
+             b->recipe->path, in->line);
+  if (ib_store_tmp_dir (b->store, "stage", &st->rootfs, err) < 0)
+    return -1;
+  int idx = stage_index (b, image);
+  ib_info ("[%s] FROM %s", st->def->name ? st->def->name : "stage", image);
+  if (idx >= 0 && (size_t) idx < (size_t) (st - b->stages))
+    return from_stage (st, &b->stages[idx], err);
+  if (strcmp (image, "scratch") == 0)
+    {
+      st->config = json_pack ("{s:s, s:s, s:{}, s:{s:s, s:[]}}", "architecture", "amd64", "os",
+                              "linux", "config", "rootfs", "type", "layers", "diff_ids");
+      st->layers = xmalloc (sizeof (ib_descriptor_t));
+      return 0;
+    }
+  return from_image (b, st, image, err);
+}
+
+/* ------------------------------------------------------------------ */
+/* Steps that change the rootfs                                       */
+
+static int
+commit_layer (build_t *b, stage_state_t *st, const ib_fs_scan_t *before, const char *created_by,
+              ib_error_t *err)
+{
+  cleanup_free char *tmp = NULL;
+  int fd = ib_store_tmp_file (b->store, "layer", &tmp, err);
+  if (fd < 0)
+    return -1;
+  close (fd);
+  ib_layer_result_t res;
+  if (ib_layer_write_diff (st->rootfs, before, ib_layer_exclude, tmp, b->sde, &res, err) < 0)
+    {
+      unlink (tmp);
+      return -1;
+    }
+  if (res.entries == 0)
+    {
+      unlink (tmp);
+      add_history (b, st, created_by, true);
+      return 0;
+    }
+  if (ib_store_commit_blob (b->store, tmp, res.digest, NULL, NULL, err) < 0)
+    return -1;
+  st->layers = xrealloc (st->layers, (st->n_layers + 1) * sizeof (ib_descriptor_t));
+  ib_descriptor_t *d = &st->layers[st->n_layers++];
+  memset (d, 0, sizeof *d);
+  d->media_type = xstrdup (IB_MT_OCI_LAYER_GZIP);
+  memcpy (d->digest, res.digest, IB_DIGEST_LEN);
+  d->size = (int64_t) res.size;
+  json_t *rootfs = json_object_get (st->config, "rootfs");
+  if (!json_is_object (rootfs))
+    {
+      rootfs = json_pack ("{s:s, s:[]}", "type", "layers", "diff_ids");
+      json_object_set_new (st->config, "rootfs", rootfs);
+    }
+  json_array_append_new (json_object_get (rootfs, "diff_ids"), json_string (res.diff_id));
+  add_history (b, st, created_by, false);
+  ib_info ("  layer %.19s  %llu entries, %.1f kB", res.digest, (unsigned long long) res.entries,
+           (double) res.size / 1000.0);
+  return 0;
+}
+
+/* The environment of a RUN: the image's Env plus the stage's ARGs (which
+ * are not persisted in the image).  PATH defaults as Docker's. */
+static char **
+run_env (stage_state_t *st)
+{
+  char **env = NULL;
+  json_t *jenv = json_object_get (config_section (st->config), "Env");
+  size_t i;
+  json_t *e;
+  bool has_path = false;
+  json_array_foreach (jenv, i, e)
+  {
+    if (json_is_string (e))
+      {
+        ib_strv_push (&env, json_string_value (e));
+        has_path |= ib_str_has_prefix (json_string_value (e), "PATH=");
+      }
+  }
+  for (size_t k = 0; k < st->args.n; k++)
+    if (st->args.values[k] && config_env_get (st->config, st->args.names[k]) == NULL)
+      {
+        cleanup_free char *kv = xasprintf ("%s=%s", st->args.names[k], st->args.values[k]);
+        ib_strv_push (&env, kv);
+      }
+  if (!has_path)
+    ib_strv_push (&env, DEFAULT_PATH);
+  if (env == NULL)
+    env = xmalloc (sizeof (char *));
+  return env;
+}
+
+static const char *
+config_string (json_t *config, const char *key)
+{
+  return json_string_value (json_object_get (config_section (config), key));
+}
+
+static int
+resolve_user (stage_state_t *st, uid_t *uid, gid_t *gid, ib_error_t *err)
+{
+  const char *user = config_string (st->config, "User");
+  *uid = 0;
+  *gid = 0;
+  if (user == NULL || *user == '\0')
+    return 0;
+  return ib_lookup_user (st->rootfs, user, uid, gid, err);
+}
+
+static int
+do_run (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err)
+{
+  const char *net = ib_instr_flag (in, "network");
+  for (char **f = in->flags; f && *f; f++)
+    if (!ib_str_has_prefix (*f, "--network="))
+      return ib_error_set (err, ENOTSUP, "%s is not supported yet", *f);
+  if (net && strcmp (net, "host") != 0 && strcmp (net, "none") != 0 && strcmp (net, "default") != 0)
+    return ib_error_set (err, EINVAL, "--network=%s: expected host, none or default", net);
+
+  cleanup_strv char **argv = NULL;
+  cleanup_free char *shown = NULL;
+  if (in->json_form)
+    {
+      argv = ib_strv_dup (in->args);
+      ib_buf_t s = { 0 };
+      for (char **a = argv; *a; a++)
+        ib_buf_printf (&s, "%s%s", a == argv ? "" : " ", *a);
+      shown = ib_buf_steal (&s);
+    }
+  else
+    {
+      /* Shell form: the shell expands variables itself at run time. */
+      argv = ib_strv_dup (st->shell);
+      ib_strv_push (&argv, in->text);
+      shown = xstrdup (in->text);
+    }
+  ib_info ("[%s] RUN %s", st->def->name ? st->def->name : "stage", shown);
+
+  cleanup_strv char **env = run_env (st);
+  uid_t uid;
+  gid_t gid;
+  if (resolve_user (st, &uid, &gid, err) < 0)
+    return -1;
+  ib_fs_scan_t *before = NULL;
+  if (ib_fs_scan (st->rootfs, ib_layer_exclude, &before, err) < 0)
+    return -1;
+  const char *wd = config_string (st->config, "WorkingDir");
+  cleanup_free char *tail = NULL;
+  ib_sandbox_opts_t so = {
+    .rootfs = st->rootfs,
+    .argv = argv,
+    .env = env,
+    .cwd = wd && *wd ? wd : "/",
+    .uid = uid,
+    .gid = gid,
+    .network_none = net && strcmp (net, "none") == 0,
+    .tail_lines = TAIL_LINES,
+    .tail = &tail,
+  };
+  int status = 0;
+  if (ib_sandbox_run (&so, &status, err) < 0)
+    {
+      ib_fs_scan_free (before);
+      return -1;
+    }
+  if (status != 0)
+    {
+      ib_fs_scan_free (before);
+      return ib_error_set (err, ECHILD, "%s: exit status %d%s%s", shown, status,
+                           tail && *tail ? "; last output lines:\n" : "", tail ? tail : "");
+    }
+  cleanup_free char *created_by = in->json_form ? xasprintf ("RUN %s", shown)
+                                                : xasprintf ("RUN /bin/sh -c %s", shown);
+  int r = commit_layer (b, st, before, created_by, err);
+  ib_fs_scan_free (before);
+  return r;
+}
+
+/* A path inside the context dir: no escape through ".." or symlinks. */
+static int
+context_path (build_t *b, const char *src, char **out, ib_error_t *err)
+{
+  return ib_root_resolve (b->context, src, true, out, err);
+}
+
+static int
+do_copy (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err)
+{
+  const char *from = ib_instr_flag (in, "from");
+  const char *chown_spec = ib_instr_flag (in, "chown");
+  const char *chmod_spec = ib_instr_flag (in, "chmod");
+  for (char **f = in->flags; f && *f; f++)
+    if (!ib_str_has_prefix (*f, "--from=") && !ib_str_has_prefix (*f, "--chown=")
+        && !ib_str_has_prefix (*f, "--chmod="))
+      return ib_error_set (err, ENOTSUP, "%s is not supported yet", *f);
+
+  const char *src_root = NULL;
+  if (from)
+    {
+      cleanup_free char *fx = NULL;
+      if (expand (b, st, from, &fx, err) < 0)
+        return -1;
+      int idx = stage_index (b, fx);
+      if (idx < 0 && strspn (fx, "0123456789") == strlen (fx) && *fx)
+        idx = atoi (fx);
+      if (idx < 0 || (size_t) idx >= (size_t) (st - b->stages))
+        return ib_error_set (err, ENOENT,
+                             "--from=%s: no earlier stage of that name (images in --from are "
+                             "not supported yet)",
+                             fx);
+      src_root = b->stages[idx].rootfs;
+    }
+
+  ib_copy_opts_t co = { .chmod = -1, .set_owner = true };
+  if (chown_spec)
+    {
+      cleanup_free char *cx = NULL;
+      if (expand (b, st, chown_spec, &cx, err) < 0
+          || ib_lookup_user (st->rootfs, cx, &co.uid, &co.gid, err) < 0)
+        return -1;
+    }
+  if (chmod_spec)
+    {
+      char *end = NULL;
+      long m = strtol (chmod_spec, &end, 8);
+      if (*end || m < 0 || m > 07777)
+        return ib_error_set (err, EINVAL, "--chmod=%s: expected an octal mode", chmod_spec);
+      co.chmod = (int) m;
+    }
+
+  size_t n = ib_strv_len (in->args);
+  cleanup_strv char **words = NULL;
+  for (size_t i = 0; i < n; i++)
+    {
+      char *w = NULL;
+      if (expand (b, st, in->args[i], &w, err) < 0)
+        return -1;
+      ib_strv_push (&words, w);
+      free (w);
+    }
+  const char *dest = words[n - 1];
+  cleanup_free char *dest_abs = NULL;
+  if (dest[0] == '/')
+    dest_abs = xstrdup (dest);
+  else
+    {
+      const char *wd = config_string (st->config, "WorkingDir");
+      dest_abs = ib_path_join (wd && *wd ? wd : "/", dest);
+    }
+  bool dst_is_dir = ib_str_has_suffix (dest, "/") || n > 2;
+  cleanup_free char *shown = NULL;
+  {
+    ib_buf_t s = { 0 };
+    for (size_t i = 0; i < n; i++)
+      ib_buf_printf (&s, "%s%s", i ? " " : "", words[i]);
+    shown = ib_buf_steal (&s);
+  }
+  ib_info ("[%s] COPY %s%s%s", st->def->name ? st->def->name : "stage", from ? "--from=" : "",
+           from ? from : "", shown);
+
+  ib_fs_scan_t *before = NULL;
+  if (ib_fs_scan (st->rootfs, ib_layer_exclude, &before, err) < 0)
+    return -1;
+  int ret = -1;
+  cleanup_free char *dst_host = NULL;
+  if (ib_root_resolve (st->rootfs, dest_abs, true, &dst_host, err) < 0)
+    goto out;
+  for (size_t i = 0; i + 1 < n; i++)
+    {
+      cleanup_free char *src_host = NULL;
+      int r = src_root ? ib_root_resolve (src_root, words[i], true, &src_host, err)
+                       : context_path (b, words[i], &src_host, err);
+      if (r < 0)
+        goto out;
+      if (access (src_host, F_OK) < 0)
+        {
+          ib_error_set (err, ENOENT, "%s: no such file or directory in %s", words[i],
+                        from ? "that stage" : "the build context");
+          goto out;
+        }
+      if (ib_copy_into (src_host, dst_host, dst_is_dir, &co, err) < 0)
+        goto out;
+    }
+  {
+    cleanup_free char *created_by = xasprintf ("COPY %s", shown);
+    ret = commit_layer (b, st, before, created_by, err);
+  }
+out:
+  ib_fs_scan_free (before);
+  return ret;
+}
+
+static int
+do_workdir (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err)
+{
+  cleanup_free char *dir = NULL;
+  if (expand (b, st, in->text, &dir, err) < 0)
+    return -1;
+  const char *cur = config_string (st->config, "WorkingDir");
+  cleanup_free char *abs = dir[0] == '/' ? xstrdup (dir) : ib_path_join (cur && *cur ? cur : "/", dir);
+  json_object_set_new (config_section (st->config), "WorkingDir", json_string (abs));
+  ib_fs_scan_t *before = NULL;
+  if (ib_fs_scan (st->rootfs, ib_layer_exclude, &before, err) < 0)
+    return -1;
+  cleanup_free char *host = NULL;
+  int r = ib_root_resolve (st->rootfs, abs, true, &host, err);
+  if (r == 0)
+    r = ib_mkdir_p (host, 0755, err);
+  cleanup_free char *created_by = xasprintf ("WORKDIR %s", abs);
+  if (r == 0)
+    r = commit_layer (b, st, before, created_by, err);
+  ib_fs_scan_free (before);
+  return r;
+}
+
+/* ------------------------------------------------------------------ */
+/* Config-only instructions                                           */
+
+static json_t *
+argv_json (build_t *b, stage_state_t *st, const ib_instr_t *in)
+{
+  (void) b;
+  json_t *a = json_array ();
+  if (in->json_form)
+    for (char **s = in->args; s && *s; s++)
+      json_array_append_new (a, json_string (*s));
+  else
+    {
+      for (char **s = st->shell; s && *s; s++)
+        json_array_append_new (a, json_string (*s));
+      json_array_append_new (a, json_string (in->text));
+    }
+  return a;
+}
+
+static int
+do_config (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err)
+{
+  json_t *c = config_section (st->config);
+  cleanup_free char *created_by = xasprintf ("%s %s", in->keyword, in->text ? in->text : "");
+  switch (in->kind)
+    {
+    case IB_I_ENV:
+      for (size_t i = 0; i < in->n_kvs; i++)
+        {
+          cleanup_free char *v = NULL;
+          if (expand (b, st, in->kvs[i].value ? in->kvs[i].value : "", &v, err) < 0)
+            return -1;
+          config_env_set (st->config, in->kvs[i].key, v);
+        }
+      break;
+    case IB_I_LABEL:
+      {
+        json_t *labels = json_object_get (c, "Labels");
+        if (!json_is_object (labels))
+          {
+            labels = json_object ();
+            json_object_set_new (c, "Labels", labels);
+          }
+        for (size_t i = 0; i < in->n_kvs; i++)
+          {
+            cleanup_free char *k = NULL, *v = NULL;
+            if (expand (b, st, in->kvs[i].key, &k, err) < 0
+                || expand (b, st, in->kvs[i].value ? in->kvs[i].value : "", &v, err) < 0)
+              return -1;
+            json_object_set_new (labels, k, json_string (v));
+          }
+        break;
+      }
+    case IB_I_USER:
+      {
+        cleanup_free char *u = NULL;
+        if (expand (b, st, in->text, &u, err) < 0)
+          return -1;
+        json_object_set_new (c, "User", json_string (u));
+        break;
+      }
+    case IB_I_CMD:
+      json_object_set_new (c, "Cmd", argv_json (b, st, in));
+      break;
+    case IB_I_ENTRYPOINT:
+      json_object_set_new (c, "Entrypoint", argv_json (b, st, in));
+      /* Dockerfile: ENTRYPOINT resets a CMD inherited from the base image. */
+      json_object_del (c, "Cmd");
+      break;
+    case IB_I_EXPOSE:
+    case IB_I_VOLUME:
+      {
+        const char *key = in->kind == IB_I_EXPOSE ? "ExposedPorts" : "Volumes";
+        json_t *o = json_object_get (c, key);
+        if (!json_is_object (o))
+          {
+            o = json_object ();
+            json_object_set_new (c, key, o);
+          }
+        for (char **w = in->args; w && *w; w++)
+          {
+            cleanup_free char *x = NULL;
+            if (expand (b, st, *w, &x, err) < 0)
+              return -1;
+            cleanup_free char *k = in->kind == IB_I_EXPOSE && strchr (x, '/') == NULL
+                                       ? xasprintf ("%s/tcp", x)
+                                       : xstrdup (x);
+            json_object_set_new (o, k, json_object ());
+          }
+        break;
+      }
+    case IB_I_STOPSIGNAL:
+      {
+        cleanup_free char *s = NULL;
+        if (expand (b, st, in->text, &s, err) < 0)
+          return -1;
+        json_object_set_new (c, "StopSignal", json_string (s));
+        break;
+      }
+    case IB_I_MAINTAINER:
+      json_object_set_new (st->config, "author", json_string (in->text));
+      break;
+    case IB_I_SHELL:
+      if (!in->json_form || ib_strv_len (in->args) == 0)
+        return ib_error_set (err, EINVAL, "SHELL needs the JSON form, e.g. [\"/bin/bash\", \"-c\"]");
+      ib_strv_free (st->shell);
+      st->shell = ib_strv_dup (in->args);
+      break;
+    default:
+      return ib_error_set (err, ENOTSUP, "not supported yet");
+    }
+  add_history (b, st, created_by, true);
+  return 0;
+}
+
+static int
+do_arg (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err)
+{
+  for (size_t i = 0; i < in->n_kvs; i++)
+    {
+      const char *name = in->kvs[i].key;
+      bool found = false;
+      const char *v = NULL;
+      for (size_t k = 0; k < b->build_args.n; k++)
+        if (strcmp (b->build_args.names[k], name) == 0)
+          {
+            v = b->build_args.values[k];
+            b->build_arg_used[k] = true;
+            found = true;
+          }
+      cleanup_free char *value = NULL;
+      if (!found && in->kvs[i].value)
+        {
+          if (expand (b, st, in->kvs[i].value, &value, err) < 0)
+            return -1;
+          v = value;
+        }
+      else if (!found && st)
+        v = vars_get (&b->global_args, name, NULL); /* re-declared global ARG */
+      vars_set (st ? &st->args : &b->global_args, name, v ? v : "");
+    }
+  return 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* Outputs                                                            */
+
+static const char *
+kv_get (const ib_instr_t *in, const char *key)
+{
+  for (size_t i = 0; i < in->n_kvs; i++)
+    if (strcmp (in->kvs[i].key, key) == 0)
+      return in->kvs[i].value;
+  return NULL;
+}
+
+static int
+store_stage_image (build_t *b, stage_state_t *st, ib_error_t *err)
+{
+  if (st->manifest_digest[0])
+    return 0;
+  cleanup_free char *created = created_now (b);
+  json_object_set_new (st->config, "created", json_string (created));
+  cleanup_free char *cfg = json_dumps (st->config, JSON_COMPACT | JSON_SORT_KEYS);
+  ib_descriptor_t cd = { .media_type = IB_MT_OCI_CONFIG, .size = (int64_t) strlen (cfg) };
+  if (ib_store_put_blob (b->store, cfg, strlen (cfg), cd.digest, err) < 0)
+    return -1;
+  cleanup_free char *man = ib_manifest_serialize (&cd, st->layers, st->n_layers, NULL);
+  if (ib_store_put_blob (b->store, man, strlen (man), st->manifest_digest, err) < 0)
+    return -1;
+  st->manifest_size = (int64_t) strlen (man);
+  return 0;
+}
+
+static int
+tag_image (build_t *b, stage_state_t *st, const char *name, char **full, ib_error_t *err)
+{
+  ib_ref_t ref = { 0 };
+  if (ib_ref_parse (name, &ref, err) < 0)
+    return -1;
+  *full = ib_ref_string (&ref);
+  ib_ref_free (&ref);
+  if (ib_store_lock (b->store, true, err) < 0)
+    return -1;
+  int r = ib_store_tag (b->store, *full, IB_MT_OCI_MANIFEST, st->manifest_digest, st->manifest_size,
+                        err);
+  ib_store_unlock (b->store);
+  return r;
+}
+
+static int
+run_output (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err)
+{
+  /* Expand every option value first. */
+  const char *type = kv_get (in, "type");
+  cleanup_free char *dest = NULL, *name = NULL, *src = NULL;
+  const char *v;
+  if ((v = kv_get (in, "dest")) && expand (b, st, v, &dest, err) < 0)
+    return -1;
+  if ((v = kv_get (in, "name")) && expand (b, st, v, &name, err) < 0)
+    return -1;
+  if ((v = kv_get (in, "src")) && expand (b, st, v, &src, err) < 0)
+    return -1;
+  if (store_stage_image (b, st, err) < 0)
+    return -1;
+
+  if (strcmp (type, "local") == 0)
+    {
+      if (dest == NULL)
+        return ib_error_set (err, EINVAL, "type=local needs dest=DIR");
+      cleanup_free char *from = NULL;
+      if (ib_root_resolve (st->rootfs, src ? src : "/", true, &from, err) < 0)
+        return -1;
+      struct stat sb;
+      if (stat (from, &sb) < 0)
+        return ib_error_sys (err, errno, "src=%s", src ? src : "/");
+      ib_copy_opts_t co = { .chmod = -1 };
+      if (ib_copy_into (from, dest, true, &co, err) < 0)
+        return -1;
+      ib_info ("[%s] OUTPUT local %s -> %s", st->def->name ? st->def->name : "stage",
+               src ? src : "/", dest);
+      return 0;
+    }
+  if (strcmp (type, "image") == 0 || strcmp (type, "registry") == 0)
+    {
+      if (name == NULL)
+        return ib_error_set (err, EINVAL, "type=%s needs name=REF", type);
+      cleanup_free char *full = NULL;
+      if (tag_image (b, st, name, &full, err) < 0)
+        return -1;
+      ib_info ("[%s] OUTPUT image %s (%s)", st->def->name ? st->def->name : "stage", full,
+               st->manifest_digest);
+      if (strcmp (type, "registry") == 0 && ib_push (b->store, full, full, err) < 0)
+        return -1;
+      return 0;
+    }
+  if (strcmp (type, "oci") == 0)
+    {
+      if (dest == NULL)
+        return ib_error_set (err, EINVAL, "type=oci needs dest=DIR");
+      if (ib_export_oci (b->store, st->manifest_digest, name ? name : "latest", dest, err) < 0)
+        return -1;
+      ib_info ("[%s] OUTPUT oci %s", st->def->name ? st->def->name : "stage", dest);
+      return 0;
+    }
+  return ib_error_set (err, ENOTSUP, "type=%s is not supported yet", type);
+}
+
+/* ------------------------------------------------------------------ */
+
+static int
+run_stage (build_t *b, stage_state_t *st, ib_error_t *err)
+{
+  const ib_stage_t *def = st->def;
+  st->shell = NULL;
+  ib_strv_push (&st->shell, "/bin/sh");
+  ib_strv_push (&st->shell, "-c");
+  for (size_t i = 0; i < def->n_instrs; i++)
+    {
+      const ib_instr_t *in = &def->instrs[i];
+      int r = 0;
+      switch (in->kind)
+        {
+        case IB_I_FROM:
+          r = do_from (b, st, in, err);
+          break;
+        case IB_I_ARG:
+          r = do_arg (b, st, in, err);
+          break;
+        case IB_I_RUN:
+          r = do_run (b, st, in, err);
+          break;
+        case IB_I_COPY:
+        case IB_I_ADD:
+          r = do_copy (b, st, in, err);
+          break;
+        case IB_I_WORKDIR:
+          r = do_workdir (b, st, in, err);
+          break;
+        case IB_I_OUTPUT:
+          break; /* after the stage */
+        default:
+          r = do_config (b, st, in, err);
+          break;
+        }
+      if (r < 0)
+        return instr_error (b, in, err);
+    }
+  if (store_stage_image (b, st, err) < 0)
+    return -1;
+  for (size_t i = 0; i < def->n_instrs; i++)
+    {
+      const ib_instr_t *in = &def->instrs[i];
+      if (in->kind == IB_I_OUTPUT && run_output (b, st, in, err) < 0)
+        return instr_error (b, in, err);
+    }
+  st->built = true;
+  return 0;
+}
+
+/* Mark stage i and what it depends on as needed. */
+static int
+mark_needed (build_t *b, size_t i, ib_error_t *err)
+{
+  stage_state_t *st = &b->stages[i];
+  if (st->needed)
+    return 0;
+  st->needed = true;
+  for (size_t k = 0; k < st->def->n_instrs; k++)
+    {
+      const ib_instr_t *in = &st->def->instrs[k];
+      const char *dep = NULL;
+      cleanup_free char *x = NULL;
+      if (in->kind == IB_I_FROM)
+        {
+          if (expand (b, NULL, in->text, &x, err) < 0)
+            return instr_error (b, in, err);
+          dep = x;
+        }
+      else if ((in->kind == IB_I_COPY || in->kind == IB_I_ADD) && ib_instr_flag (in, "from"))
+        dep = ib_instr_flag (in, "from");
+      if (dep == NULL)
+        continue;
+      int idx = stage_index (b, dep);
+      if (idx < 0 && in->kind != IB_I_FROM && *dep && strspn (dep, "0123456789") == strlen (dep))
+        idx = atoi (dep);
+      if (idx >= 0 && (size_t) idx < i && mark_needed (b, (size_t) idx, err) < 0)
+        return -1;
+    }
+  return 0;
+}
+
+static void
+build_free (build_t *b)
+{
+  for (size_t i = 0; i < b->n_stages; i++)
+    {
+      stage_state_t *st = &b->stages[i];
+      if (st->rootfs)
+        {
+          ib_error_t e = NULL;
+          if (ib_rm_rf (st->rootfs, &e) < 0)
+            ib_warn ("%s", e->msg);
+          ib_error_free (&e);
+          free (st->rootfs);
+        }
+      json_decref (st->config);
+      for (size_t k = 0; k < st->n_layers; k++)
+        free (st->layers[k].media_type);
+      free (st->layers);
+      vars_free (&st->args);
+      ib_strv_free (st->shell);
+    }
+  free (b->stages);
+  vars_free (&b->build_args);
+  vars_free (&b->global_args);
+  free (b->build_arg_used);
+  free (b->context);
+  ib_recipe_free (b->recipe);
+}
+
+/* Add CLI --output / -t to the target stage as extra OUTPUT instructions. */
+static int
+cli_outputs (build_t *b, stage_state_t *target, ib_error_t *err)
+{
+  ib_buf_t text = { 0 };
+  ib_buf_puts (&text, "FROM scratch\n");
+  for (char **o = b->opts->outputs; o && *o; o++)
+    ib_buf_printf (&text, "OUTPUT %s\n", *o);
+  for (char **t = b->opts->tags; t && *t; t++)
+    ib_buf_printf (&text, "OUTPUT type=image,name=%s\n", *t);
+  ib_recipe_t *extra = NULL;
+  int r = ib_recipe_parse ("command line", text.data, &extra, err);
+  ib_buf_free (&text);
+  if (r < 0)
+    return -1;
+  /* Append the parsed OUTPUTs to a private copy of the target's instructions. */
+  ib_stage_t *def = (ib_stage_t *) target->def;
+  ib_stage_t *es = &extra->stages[0];
+  size_t add = es->n_instrs - 1;
+  if (add)
+    {
+      def->instrs = xrealloc (def->instrs, (def->n_instrs + add) * sizeof (ib_instr_t));
+      memcpy (def->instrs + def->n_instrs, es->instrs + 1, add * sizeof (ib_instr_t));
+      def->n_instrs += add;
+      es->n_instrs = 1; /* moved out: not freed with extra */
+    }
+  ib_recipe_free (extra);
+  return 0;
+}
+
+int
+ib_build (ib_store_t *store, const ib_build_opts_t *opts, ib_error_t *err)
+{
+  build_t b = { .store = store, .opts = opts, .sde = ib_source_date_epoch () };
+  int ret = -1;
+  cleanup_free char *text = NULL;
+  if (ib_read_file (opts->recipe_path, &text, NULL, err) < 0)
+    return ib_error_prefix (err, "read recipe");
+  if (ib_recipe_parse (opts->recipe_path, text, &b.recipe, err) < 0)
+    return -1;
+  if (opts->context_dir)
+    b.context = realpath (opts->context_dir, NULL);
+  else
+    {
+      cleanup_free char *dir = xstrdup (opts->recipe_path);
+      char *slash = strrchr (dir, '/');
+      if (slash)
+        *slash = '\0';
+      b.context = realpath (slash ? dir : ".", NULL);
+    }
+  if (b.context == NULL)
+    {
+      ib_error_sys (err, errno, "build context %s", opts->context_dir ? opts->context_dir : ".");
+      goto out;
+    }
+  for (char **a = opts->build_args; a && *a; a++)
+    {
+      const char *eq = strchr (*a, '=');
+      if (eq == NULL)
+        {
+          const char *env = getenv (*a); /* docker build --build-arg NAME takes it from env */
+          vars_set (&b.build_args, *a, env ? env : "");
+          continue;
+        }
+      cleanup_free char *k = xstrndup (*a, (size_t) (eq - *a));
+      vars_set (&b.build_args, k, eq + 1);
+    }
+  b.build_arg_used = xmalloc ((b.build_args.n + 1) * sizeof (bool));
+  for (size_t i = 0; i < b.recipe->n_global_args; i++)
+    if (do_arg (&b, NULL, &b.recipe->global_args[i], err) < 0)
+      {
+        instr_error (&b, &b.recipe->global_args[i], err);
+        goto out;
+      }
+  b.n_stages = b.recipe->n_stages;
+  b.stages = xmalloc (b.n_stages * sizeof (stage_state_t));
+  for (size_t i = 0; i < b.n_stages; i++)
+    b.stages[i].def = &b.recipe->stages[i];
+
+  size_t target = b.n_stages - 1;
+  if (opts->target)
+    {
+      const ib_stage_t *t = ib_recipe_stage (b.recipe, opts->target);
+      if (t == NULL)
+        {
+          ib_error_set (err, ENOENT, "%s: no stage named '%s'", b.recipe->path, opts->target);
+          goto out;
+        }
+      target = (size_t) t->index;
+    }
+  if (cli_outputs (&b, &b.stages[target], err) < 0)
+    goto out;
+  if (mark_needed (&b, target, err) < 0)
+    goto out;
+  if (opts->target == NULL)
+    for (size_t i = 0; i < b.n_stages; i++)
+      for (size_t k = 0; k < b.stages[i].def->n_instrs; k++)
+        if (b.stages[i].def->instrs[k].kind == IB_I_OUTPUT && mark_needed (&b, i, err) < 0)
+          goto out;
+  /* Refuse output types we cannot produce before doing any work. */
+  for (size_t i = 0; i < b.n_stages; i++)
+    for (size_t k = 0; b.stages[i].needed && k < b.stages[i].def->n_instrs; k++)
+      {
+        const ib_instr_t *in = &b.stages[i].def->instrs[k];
+        const char *type = in->kind == IB_I_OUTPUT ? kv_get (in, "type") : NULL;
+        if (type && strcmp (type, "local") && strcmp (type, "image") && strcmp (type, "oci")
+            && strcmp (type, "registry"))
+          {
+            ib_error_set (err, ENOTSUP, "%s:%d: OUTPUT type=%s is not supported yet",
+                          b.recipe->path, in->line, type);
+            goto out;
+          }
+      }
+
+  for (size_t i = 0; i < b.n_stages; i++)
+    {
+      if (!b.stages[i].needed)
+        continue;
+      if (run_stage (&b, &b.stages[i], err) < 0)
+        goto out;
+    }
+  for (size_t k = 0; k < b.build_args.n; k++)
+    if (!b.build_arg_used[k])
+      {
+        bool global = false;
+        vars_get (&b.global_args, b.build_args.names[k], &global);
+        if (!global)
+          ib_warn ("build arg %s was not consumed by any ARG", b.build_args.names[k]);
+      }
+  ib_info ("build %s: done, target stage %s image %s", b.recipe->path,
+           b.stages[target].def->name ? b.stages[target].def->name : "(unnamed)",
+           b.stages[target].manifest_digest);
+  ret = 0;
+out:
+  build_free (&b);
+  return ret;
+}
+
+/* ------------------------------------------------------------------ */
+
+static int
+link_or_copy_blob (ib_store_t *store, const char *digest, const char *blobs_dir, ib_error_t *err)
+{
+  cleanup_free char *src = ib_store_blob_path (store, digest);
+  cleanup_free char *dst = ib_path_join (blobs_dir, ib_digest_hex (digest));
+  if (access (dst, F_OK) == 0)
+    return 0;
+  if (link (src, dst) == 0)
+    return 0;
+  ib_copy_opts_t co = { .chmod = -1 };
+  return ib_copy_into (src, dst, false, &co, err);
+}
+
+int
+ib_export_oci (ib_store_t *store, const char *manifest_digest, const char *name, const char *dest,
+               ib_error_t *err)
+{
+  ib_descriptor_t desc = { 0 };
+  ib_manifest_t *m = NULL;
+  json_t *config = NULL;
+  if (ib_store_load_image (store, manifest_digest, &desc, &m, &config, err) < 0)
+    return -1;
+  int ret = -1;
+  cleanup_free char *tmp = xasprintf ("%s.tmp-%d", dest, (int) getpid ());
+  cleanup_free char *blobs = ib_path_join (tmp, "blobs/sha256");
+  cleanup_free char *old = xasprintf ("%s.old-%d", dest, (int) getpid ());
+  ib_rm_rf (tmp, NULL);
+  if (ib_mkdir_p (blobs, 0755, err) < 0)
+    goto out;
+  if (link_or_copy_blob (store, manifest_digest, blobs, err) < 0
+      || link_or_copy_blob (store, m->config.digest, blobs, err) < 0)
+    goto out;
+  for (size_t i = 0; i < m->n_layers; i++)
+    if (link_or_copy_blob (store, m->layers[i].digest, blobs, err) < 0)
+      goto out;
+  {
+    cleanup_free char *p = ib_path_join (tmp, "oci-layout");
+    const char *layout = "{\"imageLayoutVersion\":\"1.0.0\"}";
+    if (ib_write_file_atomic (p, layout, strlen (layout), 0644, err) < 0)
+      goto out;
+    json_t *index = json_pack ("{s:i, s:s, s:[{s:s, s:s, s:I, s:{s:s}}]}", "schemaVersion", 2,
+                               "mediaType", IB_MT_OCI_INDEX, "manifests", "mediaType",
+                               desc.media_type ? desc.media_type : IB_MT_OCI_MANIFEST, "digest",
+                               manifest_digest, "size", (json_int_t) desc.size, "annotations",
+                               "org.opencontainers.image.ref.name", name);
+    cleanup_free char *s = json_dumps (index, JSON_COMPACT | JSON_SORT_KEYS);
+    json_decref (index);
+    cleanup_free char *ip = ib_path_join (tmp, "index.json");
+    if (ib_write_file_atomic (ip, s, strlen (s), 0644, err) < 0)
+      goto out;
+  }
+  /* Replace dest: old moved aside, new renamed in, old removed. */
+  if (rename (dest, old) < 0 && errno != ENOENT)
+    {
+      ib_error_sys (err, errno, "replace %s", dest);
+      goto out;
+    }
+  if (rename (tmp, dest) < 0)
+    {
+      ib_error_sys (err, errno, "write %s", dest);
+      rename (old, dest);
+      goto out;
+    }
+  ib_rm_rf (old, NULL);
+  ret = 0;
+out:
+  if (ret < 0)
+    ib_rm_rf (tmp, NULL);
+  ib_descriptor_clear (&desc);
+  ib_manifest_free (m);
+  json_decref (config);
+  return ret;
+}

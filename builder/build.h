@@ -1,0 +1,44 @@
+/* builder/build.h — the build engine: runs a recipe's stages and emits
+ * their outputs.
+ *
+ * Stages built: the --target stage (default: the last one) plus every stage
+ * with an OUTPUT instruction, and what those depend on (FROM <stage>,
+ * COPY --from=<stage>).  Each stage gets a private rootfs in the store's
+ * tmp/ (removed at the end); each RUN/COPY/WORKDIR that changes the rootfs
+ * becomes a layer (rootfs/layer.h); config-only instructions add history
+ * entries with empty_layer.  At the end of a stage its image (config +
+ * manifest) is stored, then its OUTPUTs run in order.
+ */
+#ifndef IB_BUILDER_BUILD_H
+#define IB_BUILDER_BUILD_H
+
+#include "common/error.h"
+#include "oci/store.h"
+
+typedef struct ib_build_opts
+{
+  const char *recipe_path;
+  const char *context_dir;   /* COPY sources; default: the recipe's directory */
+  char **build_args;         /* "K=V", NULL-terminated; may be NULL */
+  const char *target;        /* stage name or index; NULL = last stage */
+  char **tags;               /* -t REF: tag the target stage's image */
+  char **outputs;            /* --output SPEC for the target stage (OUTPUT syntax) */
+} ib_build_opts_t;
+
+/* Run the build.  Relative OUTPUT dest paths resolve against the current
+ * directory.  Errors name the recipe file and line:
+ * "recipes/demo.recipe:12: RUN pip wheel .: exit status 1" followed by the
+ * step's last output lines. */
+int ib_build (ib_store_t *store, const ib_build_opts_t *opts, ib_error_t *err);
+
+/* Paths under a rootfs that are never part of a layer: mount points the
+ * sandbox covers. */
+extern char *const ib_layer_exclude[];
+
+/* Write the stored image `manifest_digest` as a standalone OCI image layout
+ * at `dest` (created, or replaced atomically), index.json naming it `name`
+ * (org.opencontainers.image.ref.name). */
+int ib_export_oci (ib_store_t *store, const char *manifest_digest, const char *name,
+                   const char *dest, ib_error_t *err);
+
+#endif

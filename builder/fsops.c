@@ -1,0 +1,317 @@
+#include "builder/fsops.h"
+#include "common/util.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+int
+ib_root_resolve (const char *root, const char *path, bool follow_last, char **host_path,
+                 ib_error_t *err)
+{
+  /* `done` is the resolved part (always starts with '/'), `todo` what is
+   * left; a symlink's target is put in front of the remaining components. */
+  cleanup_free char *todo = xstrdup (path);
+  ib_buf_t done = { 0 };
+  int links = 0;
+  ib_buf_puts (&done, "");
+  char *rest = todo;
+  for (;;)
+    {
+      while (*rest == '/')
+        rest++;
+      if (*rest == '\0')
+        break;
+      char *slash = strchr (rest, '/');
+      size_t n = slash ? (size_t) (slash - rest) : strlen (rest);
+      cleanup_free char *comp = xstrndup (rest, n);
+      rest += n;
+      bool last = *rest == '\0' || strspn (rest, "/") == strlen (rest);
+      if (strcmp (comp, ".") == 0)
+        continue;
+      if (strcmp (comp, "..") == 0)
+        {
+          char *p = strrchr (done.data, '/');
+          if (p)
+            {
+              *p = '\0';
+              done.len = (size_t) (p - done.data);
+            }
+          continue;
+        }
+      size_t saved = done.len;
+      ib_buf_printf (&done, "/%s", comp);
+      if (last && !follow_last)
+        continue;
+      cleanup_free char *hp = xasprintf ("%s%s", root, done.data);
+      char target[PATH_MAX];
+      ssize_t tl = readlink (hp, target, sizeof target - 1);
+      if (tl < 0)
+        continue; /* not a symlink, or missing: keep as written */
+      target[tl] = '\0';
+      if (++links > 40)
+        {
+          ib_buf_free (&done);
+          return ib_error_set (err, ELOOP, "resolve %s in %s: too many levels of symbolic links",
+                               path, root);
+        }
+      if (target[0] == '/')
+        {
+          done.len = 0;
+          done.data[0] = '\0';
+        }
+      else
+        {
+          done.len = saved;
+          done.data[saved] = '\0';
+        }
+      char *next = xasprintf ("%s/%s", target, rest);
+      free (todo);
+      todo = next;
+      rest = todo;
+    }
+  *host_path = xasprintf ("%s%s", root, done.len ? done.data : "/");
+  ib_buf_free (&done);
+  return 0;
+}
+
+static int
+copy_file_data (int in, int out, const char *src, ib_error_t *err)
+{
+  for (;;)
+    {
+      ssize_t n = copy_file_range (in, NULL, out, NULL, 1 << 30, 0);
+      if (n == 0)
+        return 0;
+      if (n > 0)
+        continue;
+      if (errno == EINTR)
+        continue;
+      if (errno != EXDEV && errno != EINVAL && errno != ENOSYS && errno != EOPNOTSUPP)
+        return ib_error_sys (err, errno, "copy %s", src);
+      break;
+    }
+  char buf[1 << 16];
+  for (;;)
+    {
+      ssize_t n = read (in, buf, sizeof buf);
+      if (n < 0 && errno == EINTR)
+        continue;
+      if (n < 0)
+        return ib_error_sys (err, errno, "read %s", src);
+      if (n == 0)
+        return 0;
+      for (ssize_t off = 0; off < n;)
+        {
+          ssize_t w = write (out, buf + off, (size_t) (n - off));
+          if (w < 0 && errno == EINTR)
+            continue;
+          if (w < 0)
+            return ib_error_sys (err, errno, "write copy of %s", src);
+          off += w;
+        }
+    }
+}
+
+static void
+apply_meta (const char *dst, const struct stat *st, const ib_copy_opts_t *o)
+{
+  if (o->set_owner)
+    lchown (dst, o->uid, o->gid);
+  if (!S_ISLNK (st->st_mode))
+    chmod (dst, o->chmod >= 0 ? (mode_t) o->chmod : st->st_mode & 07777);
+  struct timespec ts[2] = { st->st_atim, st->st_mtim };
+  utimensat (AT_FDCWD, dst, ts, AT_SYMLINK_NOFOLLOW);
+}
+
+static int copy_entry (const char *src, const char *dst, const ib_copy_opts_t *o, ib_error_t *err);
+
+static int
+copy_dir_contents (const char *src, const char *dst, const ib_copy_opts_t *o, ib_error_t *err)
+{
+  DIR *d = opendir (src);
+  if (d == NULL)
+    return ib_error_sys (err, errno, "open directory %s", src);
+  struct dirent *de;
+  int ret = 0;
+  while ((de = readdir (d)) != NULL)
+    {
+      if (strcmp (de->d_name, ".") == 0 || strcmp (de->d_name, "..") == 0)
+        continue;
+      cleanup_free char *s = ib_path_join (src, de->d_name);
+      cleanup_free char *t = ib_path_join (dst, de->d_name);
+      if ((ret = copy_entry (s, t, o, err)) < 0)
+        break;
+    }
+  closedir (d);
+  return ret;
+}
+
+static int
+copy_entry (const char *src, const char *dst, const ib_copy_opts_t *o, ib_error_t *err)
+{
+  struct stat st, dst_st;
+  if (lstat (src, &st) < 0)
+    return ib_error_sys (err, errno, "copy %s", src);
+  bool dst_exists = lstat (dst, &dst_st) == 0;
+  if (S_ISDIR (st.st_mode))
+    {
+      if (dst_exists && !S_ISDIR (dst_st.st_mode) && unlink (dst) < 0)
+        return ib_error_sys (err, errno, "replace %s", dst);
+      if ((!dst_exists || !S_ISDIR (dst_st.st_mode)) && mkdir (dst, 0700) < 0)
+        return ib_error_sys (err, errno, "create directory %s", dst);
+      if (copy_dir_contents (src, dst, o, err) < 0)
+        return -1;
+      apply_meta (dst, &st, o);
+      return 0;
+    }
+  if (dst_exists)
+    {
+      if (S_ISDIR (dst_st.st_mode))
+        {
+          if (ib_rm_rf (dst, err) < 0)
+            return -1;
+        }
+      else if (unlink (dst) < 0)
+        return ib_error_sys (err, errno, "replace %s", dst);
+    }
+  if (S_ISLNK (st.st_mode))
+    {
+      char target[PATH_MAX];
+      ssize_t n = readlink (src, target, sizeof target - 1);
+      if (n < 0)
+        return ib_error_sys (err, errno, "read link %s", src);
+      target[n] = '\0';
+      if (symlink (target, dst) < 0)
+        return ib_error_sys (err, errno, "create symlink %s", dst);
+      apply_meta (dst, &st, o);
+      return 0;
+    }
+  if (!S_ISREG (st.st_mode))
+    return ib_error_set (err, EINVAL, "copy %s: not a regular file, directory or symlink", src);
+  cleanup_close int in = open (src, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (in < 0)
+    return ib_error_sys (err, errno, "open %s", src);
+  cleanup_close int out = open (dst, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (out < 0)
+    return ib_error_sys (err, errno, "create %s", dst);
+  if (copy_file_data (in, out, src, err) < 0)
+    return -1;
+  apply_meta (dst, &st, o);
+  return 0;
+}
+
+int
+ib_copy_into (const char *src, const char *dst, bool dst_is_dir, const ib_copy_opts_t *o,
+              ib_error_t *err)
+{
+  struct stat st, dst_st;
+  if (lstat (src, &st) < 0)
+    return ib_error_sys (err, errno, "copy %s", src);
+  if (S_ISDIR (st.st_mode))
+    {
+      if (ib_mkdir_p (dst, 0755, err) < 0)
+        return -1;
+      if (copy_dir_contents (src, dst, o, err) < 0)
+        return -1;
+      return 0;
+    }
+  cleanup_free char *target = NULL;
+  if (dst_is_dir || (stat (dst, &dst_st) == 0 && S_ISDIR (dst_st.st_mode)))
+    {
+      if (ib_mkdir_p (dst, 0755, err) < 0)
+        return -1;
+      const char *base = strrchr (src, '/');
+      target = ib_path_join (dst, base ? base + 1 : src);
+    }
+  else
+    {
+      target = xstrdup (dst);
+      char *slash = strrchr (target, '/');
+      if (slash && slash != target)
+        {
+          *slash = '\0';
+          int r = ib_mkdir_p (target, 0755, err);
+          *slash = '/';
+          if (r < 0)
+            return -1;
+        }
+    }
+  return copy_entry (src, target, o, err);
+}
+
+/* Find `name` (or numeric id) in an /etc/passwd- or /etc/group-style file;
+ * returns field 3 (the id) and, for passwd, field 4 (primary gid). */
+static int
+lookup_db (const char *root, const char *file, const char *name, long *id, long *gid)
+{
+  cleanup_free char *path = xasprintf ("%s/etc/%s", root, file);
+  cleanup_file FILE *f = fopen (path, "re");
+  if (f == NULL)
+    return -1;
+  char *line = NULL;
+  size_t cap = 0;
+  int found = -1;
+  while (getline (&line, &cap, f) > 0)
+    {
+      char *save = NULL;
+      char *fname = strtok_r (line, ":", &save);
+      strtok_r (NULL, ":", &save); /* password */
+      char *fid = strtok_r (NULL, ":", &save);
+      char *fgid = strtok_r (NULL, ":\n", &save);
+      if (fname == NULL || fid == NULL)
+        continue;
+      if (strcmp (fname, name) == 0 || strcmp (fid, name) == 0)
+        {
+          *id = strtol (fid, NULL, 10);
+          if (gid)
+            *gid = fgid ? strtol (fgid, NULL, 10) : 0;
+          found = 0;
+          break;
+        }
+    }
+  free (line);
+  return found;
+}
+
+static bool
+is_number (const char *s)
+{
+  return *s && strspn (s, "0123456789") == strlen (s);
+}
+
+int
+ib_lookup_user (const char *root, const char *spec, uid_t *uid, gid_t *gid, ib_error_t *err)
+{
+  cleanup_free char *user = xstrdup (spec);
+  char *group = strchr (user, ':');
+  if (group)
+    *group++ = '\0';
+  long u = 0, g = 0;
+  if (lookup_db (root, "passwd", user, &u, &g) < 0)
+    {
+      if (!is_number (user))
+        return ib_error_set (err, ENOENT, "user '%s' not found in the image's /etc/passwd", user);
+      u = strtol (user, NULL, 10);
+      g = 0;
+    }
+  if (group && *group)
+    {
+      if (lookup_db (root, "group", group, &g, NULL) < 0)
+        {
+          if (!is_number (group))
+            return ib_error_set (err, ENOENT, "group '%s' not found in the image's /etc/group",
+                                 group);
+          g = strtol (group, NULL, 10);
+        }
+    }
+  *uid = (uid_t) u;
+  *gid = (gid_t) g;
+  return 0;
+}

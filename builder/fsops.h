@@ -1,0 +1,41 @@
+/* builder/fsops.h — file operations of build steps: resolving paths inside a
+ * rootfs with chroot semantics, COPY into a rootfs, copying files out for
+ * OUTPUT type=local, and user/group lookup in the rootfs's /etc files. */
+#ifndef IB_BUILDER_FSOPS_H
+#define IB_BUILDER_FSOPS_H
+
+#include "common/error.h"
+#include <stdbool.h>
+#include <sys/types.h>
+
+/* Resolve `path` (absolute or relative to "/") inside `root` as if root were
+ * "/": ".." never climbs above root, symlinks (absolute ones relative to
+ * root) are followed, the last component too when follow_last.  Components
+ * that do not exist are appended as written.  *host_path (caller frees) is
+ * root + the resolved path.  Error on more than 40 symlinks. */
+int ib_root_resolve (const char *root, const char *path, bool follow_last, char **host_path,
+                     ib_error_t *err);
+
+typedef struct ib_copy_opts
+{
+  bool set_owner;        /* chown every copied entry to uid:gid */
+  uid_t uid;
+  gid_t gid;
+  int chmod;             /* -1, or the mode bits for every copied entry (--chmod) */
+} ib_copy_opts_t;
+
+/* Dockerfile COPY semantics for one source: a directory's *contents* are
+ * merged into dst (created with parents), a file is copied to dst, or into
+ * dst when dst is an existing directory or dst_is_dir.  Existing files are
+ * replaced.  Symlinks are copied as links; modes and mtimes kept.  Both paths
+ * are host paths (callers resolve them first). */
+int ib_copy_into (const char *src, const char *dst, bool dst_is_dir, const ib_copy_opts_t *o,
+                  ib_error_t *err);
+
+/* Resolve "user[:group]" (names or numbers) against <root>/etc/passwd and
+ * <root>/etc/group.  Without group: the user's primary group (0 when the
+ * user is numeric and unknown).  Error names the user. */
+int ib_lookup_user (const char *root, const char *spec, uid_t *uid, gid_t *gid,
+                    ib_error_t *err);
+
+#endif

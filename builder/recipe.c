@@ -1,0 +1,1654 @@
+/* builder/recipe.c — recipe (Dockerfile + OUTPUT) parser and word expansion.
+ *
+ * Reading order: small helpers, word lexer (ib_expand / ib_expand_word and
+ * the parser's own quote removal share one engine), word splitting, logical
+ * lines, per-instruction parsers, ib_recipe_parse, accessors.
+ */
+#include "builder/recipe.h"
+#include "common/util.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <fnmatch.h>
+#include <jansson.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#define EXCERPT_MAX 72
+
+/* ------------------------------------------------------------------ */
+/* helpers                                                            */
+/* ------------------------------------------------------------------ */
+
+static bool
+is_space (char c)
+{
+  return c == ' ' || c == '\t' || c == '\v' || c == '\f' || c == '\r' || c == '\n';
+}
+
+static bool
+is_name_start (char c)
+{
+  return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || c == '_';
+}
+
+static bool
+is_name_char (char c)
+{
+  return is_name_start (c) || (c >= '0' && c <= '9');
+}
+
+static bool
+is_digit (char c)
+{
+  return c >= '0' && c <= '9';
+}
+
+/* A copy of s fit to quote in a one-line message: control chars become '?',
+ * long text is cut with "...". */
+static char *
+excerpt_n (const char *s, size_t n)
+{
+  ib_buf_t b = { 0 };
+  size_t i;
+
+  ib_buf_append (&b, "", 0);
+  for (i = 0; i < n && s[i]; i++)
+    {
+      if (i == EXCERPT_MAX)
+        {
+          ib_buf_puts (&b, "...");
+          break;
+        }
+      unsigned char c = (unsigned char) s[i];
+      char ch = (c < 0x20 || c == 0x7f) ? '?' : (char) c;
+      ib_buf_append (&b, &ch, 1);
+    }
+  return ib_buf_steal (&b);
+}
+
+static char *
+excerpt (const char *s)
+{
+  return excerpt_n (s, strlen (s));
+}
+
+static char *
+trim_dup (const char *s, size_t n)
+{
+  while (n > 0 && is_space (*s))
+    s++, n--;
+  while (n > 0 && is_space (s[n - 1]))
+    n--;
+  return xstrndup (s, n);
+}
+
+static void
+kv_clear (ib_kv_t *kv)
+{
+  free (kv->key);
+  free (kv->value);
+  free (kv->raw);
+  memset (kv, 0, sizeof *kv);
+}
+
+static void
+instr_clear (ib_instr_t *in)
+{
+  size_t i;
+
+  free (in->text);
+  ib_strv_free (in->flags);
+  ib_strv_free (in->args);
+  for (i = 0; i < in->n_kvs; i++)
+    kv_clear (&in->kvs[i]);
+  free (in->kvs);
+  memset (in, 0, sizeof *in);
+}
+
+/* Append a pair to an instruction; takes ownership of the strings. */
+static void
+instr_add_kv (ib_instr_t *in, char *key, char *value, char *raw)
+{
+  in->kvs = xrealloc (in->kvs, (in->n_kvs + 1) * sizeof *in->kvs);
+  in->kvs[in->n_kvs].key = key;
+  in->kvs[in->n_kvs].value = value;
+  in->kvs[in->n_kvs].raw = raw;
+  in->n_kvs++;
+}
+
+static char **
+strv_new (void)
+{
+  return xmalloc (sizeof (char *));
+}
+
+/* ------------------------------------------------------------------ */
+/* word lexer                                                         */
+/* ------------------------------------------------------------------ */
+
+enum
+{
+  LEX_EXPAND = 1 << 0,  /* expand $VAR (else '$' is an ordinary char) */
+  LEX_UNQUOTE = 1 << 1, /* remove quotes and process escapes (Docker's ProcessWord) */
+};
+
+struct lex
+{
+  const char *s;
+  size_t i, n;
+  char esc;
+  int mode;
+  ib_lookup_fn lookup;
+  void *ctx;
+  const char *word;     /* the whole input, for messages */
+  ib_error_t *err;
+};
+
+static int
+lex_fail (struct lex *l, const char *fmt, ...) __attribute__ ((format (printf, 2, 3)));
+
+static int
+lex_fail (struct lex *l, const char *fmt, ...)
+{
+  cleanup_free char *msg = NULL;
+  cleanup_free char *ex = excerpt (l->word);
+  va_list ap;
+
+  va_start (ap, fmt);
+  if (vasprintf (&msg, fmt, ap) < 0)
+    abort ();
+  va_end (ap);
+  return ib_error_set (l->err, EINVAL, "expand '%s': %s", ex, msg);
+}
+
+static int lex_until (struct lex *l, int stop, ib_buf_t *out);
+
+static void
+put_char (ib_buf_t *out, char c)
+{
+  ib_buf_append (out, &c, 1);
+}
+
+static const char *
+lex_get (struct lex *l, const char *name)
+{
+  if (l->lookup == NULL)
+    return NULL;
+  return l->lookup (l->ctx, name);
+}
+
+/* Remove the shortest/longest prefix/suffix of `value` that matches glob `pat`. */
+static void
+trim_pattern (const char *value, const char *pat, bool suffix, bool longest, ib_buf_t *out)
+{
+  size_t len = strlen (value);
+  size_t k;
+
+  if (!suffix)
+    {
+      for (size_t step = 0; step <= len; step++)
+        {
+          k = longest ? len - step : step;
+          cleanup_free char *prefix = xstrndup (value, k);
+          if (fnmatch (pat, prefix, 0) == 0)
+            {
+              ib_buf_puts (out, value + k);
+              return;
+            }
+        }
+    }
+  else
+    {
+      for (size_t step = 0; step <= len; step++)
+        {
+          k = longest ? step : len - step;
+          if (fnmatch (pat, value + k, 0) == 0)
+            {
+              ib_buf_append (out, value, k);
+              return;
+            }
+        }
+    }
+  ib_buf_puts (out, value);
+}
+
+/* Read a variable name at l->i: [A-Za-z_][A-Za-z0-9_]* or a run of digits. */
+static char *
+lex_name (struct lex *l)
+{
+  size_t start = l->i;
+
+  if (l->i < l->n && is_digit (l->s[l->i]))
+    {
+      while (l->i < l->n && is_digit (l->s[l->i]))
+        l->i++;
+    }
+  else if (l->i < l->n && is_name_start (l->s[l->i]))
+    {
+      while (l->i < l->n && is_name_char (l->s[l->i]))
+        l->i++;
+    }
+  return xstrndup (l->s + start, l->i - start);
+}
+
+/* At '$' (LEX_EXPAND mode). */
+static int
+lex_dollar (struct lex *l, ib_buf_t *out)
+{
+  cleanup_free char *name = NULL;
+  const char *value;
+
+  l->i++; /* '$' */
+  if (l->i >= l->n || (l->s[l->i] != '{' && !is_name_start (l->s[l->i])
+                       && !is_digit (l->s[l->i])))
+    {
+      put_char (out, '$');
+      return 0;
+    }
+
+  if (l->s[l->i] != '{')
+    {
+      name = lex_name (l);
+      value = lex_get (l, name);
+      if (value)
+        ib_buf_puts (out, value);
+      return 0;
+    }
+
+  l->i++; /* '{' */
+  if (l->i >= l->n)
+    return lex_fail (l, "expected '}', got end of text");
+  name = lex_name (l);
+  if (name[0] == '\0')
+    {
+      char bad[2] = { l->s[l->i], '\0' };
+      return lex_fail (l, "bad substitution: expected a variable name after '${', got '%s'",
+                       bad);
+    }
+  if (l->i >= l->n)
+    return lex_fail (l, "expected '}', got end of text");
+
+  value = lex_get (l, name);
+  char op = l->s[l->i++];
+  if (op == '}')
+    {
+      if (value)
+        ib_buf_puts (out, value);
+      return 0;
+    }
+
+  bool colon = false, twice = false;
+  if (op == ':')
+    {
+      if (l->i >= l->n)
+        return lex_fail (l, "expected '}', got end of text");
+      colon = true;
+      op = l->s[l->i++];
+      if (op != '-' && op != '+' && op != '?')
+        {
+          char bad[2] = { op, '\0' };
+          return lex_fail (l, "unsupported modifier in ${%s:...}, got '%s'", name, bad);
+        }
+    }
+  else if (op == '#' || op == '%')
+    {
+      if (l->i < l->n && l->s[l->i] == op)
+        {
+          twice = true;
+          l->i++;
+        }
+    }
+  else if (op != '-' && op != '+' && op != '?')
+    {
+      char bad[2] = { op, '\0' };
+      return lex_fail (l, "unsupported modifier in ${%s...}, got '%s'", name, bad);
+    }
+
+  /* The word is always evaluated (errors in it count), used or not. */
+  ib_buf_t word = { 0 };
+  ib_buf_append (&word, "", 0);
+  if (lex_until (l, '}', &word) < 0)
+    {
+      ib_buf_free (&word);
+      return -1;
+    }
+  if (l->i >= l->n)
+    {
+      ib_buf_free (&word);
+      return lex_fail (l, "expected '}', got end of text");
+    }
+  l->i++; /* '}' */
+
+  bool set = value != NULL;
+  bool nonempty = value != NULL && value[0] != '\0';
+  bool have = colon ? nonempty : set;
+  int ret = 0;
+
+  switch (op)
+    {
+    case '-':
+      ib_buf_puts (out, have ? value : word.data);
+      break;
+    case '+':
+      if (have)
+        ib_buf_puts (out, word.data);
+      break;
+    case '?':
+      if (have)
+        ib_buf_puts (out, value);
+      else
+        ret = lex_fail (l, "%s: %s", name,
+                        word.data[0] ? word.data
+                                     : (colon ? "is unset or empty" : "is unset"));
+      break;
+    case '#':
+    case '%':
+      trim_pattern (value ? value : "", word.data, op == '%', twice, out);
+      break;
+    default:
+      break;
+    }
+  ib_buf_free (&word);
+  return ret;
+}
+
+static int
+lex_single_quote (struct lex *l, ib_buf_t *out)
+{
+  bool keep = !(l->mode & LEX_UNQUOTE);
+
+  l->i++; /* opening ' */
+  if (keep)
+    put_char (out, '\'');
+  while (l->i < l->n && l->s[l->i] != '\'')
+    put_char (out, l->s[l->i++]);
+  if (l->i >= l->n)
+    return lex_fail (l, "expected a closing single quote, got end of text");
+  l->i++;
+  if (keep)
+    put_char (out, '\'');
+  return 0;
+}
+
+static int
+lex_double_quote (struct lex *l, ib_buf_t *out)
+{
+  bool keep = !(l->mode & LEX_UNQUOTE);
+
+  l->i++; /* opening " */
+  if (keep)
+    put_char (out, '"');
+  for (;;)
+    {
+      if (l->i >= l->n)
+        return lex_fail (l, "expected a closing double quote, got end of text");
+      char c = l->s[l->i];
+      if (c == '"')
+        {
+          l->i++;
+          if (keep)
+            put_char (out, '"');
+          return 0;
+        }
+      if (c == '$' && (l->mode & LEX_EXPAND))
+        {
+          if (lex_dollar (l, out) < 0)
+            return -1;
+          continue;
+        }
+      l->i++;
+      if (c == l->esc && l->i < l->n)
+        {
+          char d = l->s[l->i];
+          if (d == '$')
+            {
+              /* Both modes drop the escape before '$'. */
+              put_char (out, d);
+              l->i++;
+              continue;
+            }
+          if (d == '"' || d == l->esc)
+            {
+              if (keep)
+                put_char (out, c);
+              put_char (out, d);
+              l->i++;
+              continue;
+            }
+        }
+      put_char (out, c);
+    }
+}
+
+/* Process l->s from l->i up to `stop` (not consumed; -1: the end). */
+static int
+lex_until (struct lex *l, int stop, ib_buf_t *out)
+{
+  bool keep = !(l->mode & LEX_UNQUOTE);
+
+  while (l->i < l->n)
+    {
+      char c = l->s[l->i];
+      if (stop >= 0 && c == (char) stop)
+        return 0;
+      if (c == l->esc)
+        {
+          l->i++;
+          if (l->i >= l->n)
+            {
+              if (keep)
+                put_char (out, c);
+              return 0;
+            }
+          char d = l->s[l->i++];
+          if (keep && d != '$')
+            put_char (out, c);
+          put_char (out, d);
+          continue;
+        }
+      if (c == '\'')
+        {
+          if (lex_single_quote (l, out) < 0)
+            return -1;
+          continue;
+        }
+      if (c == '"')
+        {
+          if (lex_double_quote (l, out) < 0)
+            return -1;
+          continue;
+        }
+      if (c == '$' && (l->mode & LEX_EXPAND))
+        {
+          if (lex_dollar (l, out) < 0)
+            return -1;
+          continue;
+        }
+      put_char (out, c);
+      l->i++;
+    }
+  return 0;
+}
+
+static int
+lex_run (const char *word, char escape, int mode, ib_lookup_fn lookup, void *ctx, char **out,
+         ib_error_t *err)
+{
+  struct lex l = {
+    .s = word ? word : "",
+    .esc = escape ? escape : '\\',
+    .mode = mode,
+    .lookup = lookup,
+    .ctx = ctx,
+    .err = err,
+  };
+  ib_buf_t b = { 0 };
+
+  *out = NULL;
+  l.n = strlen (l.s);
+  l.word = l.s;
+  ib_buf_append (&b, "", 0);
+  if (lex_until (&l, -1, &b) < 0)
+    {
+      ib_buf_free (&b);
+      return -1;
+    }
+  *out = ib_buf_steal (&b);
+  return 0;
+}
+
+int
+ib_expand (const char *word, char escape, ib_lookup_fn lookup, void *ctx, char **out,
+           ib_error_t *err)
+{
+  return lex_run (word, escape, LEX_EXPAND, lookup, ctx, out, err);
+}
+
+int
+ib_expand_word (const char *word, char escape, ib_lookup_fn lookup, void *ctx, char **out,
+                ib_error_t *err)
+{
+  return lex_run (word, escape, LEX_EXPAND | LEX_UNQUOTE, lookup, ctx, out, err);
+}
+
+/* Quote removal and escapes without expansion: ib_kv_t.value. */
+static int
+unquote (const char *word, char escape, char **out, ib_error_t *err)
+{
+  return lex_run (word, escape, LEX_UNQUOTE, NULL, NULL, out, err);
+}
+
+/* ------------------------------------------------------------------ */
+/* word splitting                                                     */
+/* ------------------------------------------------------------------ */
+
+char **
+ib_split_words (const char *s)
+{
+  char **words = strv_new ();
+  ib_buf_t w = { 0 };
+  bool in_word = false;
+  char quote = 0;
+
+  if (s == NULL)
+    return words;
+  for (size_t i = 0; s[i]; i++)
+    {
+      char c = s[i];
+      if (quote == '\'')
+        {
+          if (c == '\'')
+            quote = 0;
+          else
+            put_char (&w, c);
+          continue;
+        }
+      if (quote == '"')
+        {
+          if (c == '"')
+            quote = 0;
+          else if (c == '\\' && (s[i + 1] == '"' || s[i + 1] == '\\' || s[i + 1] == '$'))
+            put_char (&w, s[++i]);
+          else
+            put_char (&w, c);
+          continue;
+        }
+      if (is_space (c))
+        {
+          if (in_word)
+            {
+              ib_buf_append (&w, "", 0);
+              ib_strv_push (&words, w.data);
+              ib_buf_free (&w);
+              in_word = false;
+            }
+          continue;
+        }
+      in_word = true;
+      if (c == '\'' || c == '"')
+        quote = c;
+      else if (c == '\\')
+        {
+          if (s[i + 1])
+            put_char (&w, s[++i]);
+        }
+      else
+        put_char (&w, c);
+    }
+  if (in_word)
+    {
+      ib_buf_append (&w, "", 0);
+      ib_strv_push (&words, w.data);
+    }
+  ib_buf_free (&w);
+  return words;
+}
+
+/* Split on unquoted whitespace, keeping quotes and escapes as written
+ * (Dockerfile's own word splitting for ENV/LABEL/ARG/COPY...). */
+static char **
+split_raw_words (const char *s, char esc)
+{
+  char **words = strv_new ();
+  size_t i = 0, start;
+
+  for (;;)
+    {
+      while (s[i] && is_space (s[i]))
+        i++;
+      if (s[i] == '\0')
+        break;
+      start = i;
+      char quote = 0;
+      while (s[i])
+        {
+          char c = s[i];
+          if (quote == 0 && is_space (c))
+            break;
+          if (c == esc && quote != '\'')
+            {
+              i++;
+              if (s[i])
+                i++;
+              continue;
+            }
+          if (quote == 0 && (c == '\'' || c == '"'))
+            quote = c;
+          else if (quote != 0 && c == quote)
+            quote = 0;
+          i++;
+        }
+      cleanup_free char *w = xstrndup (s + start, i - start);
+      ib_strv_push (&words, w);
+    }
+  return words;
+}
+
+/* ------------------------------------------------------------------ */
+/* parser state and errors                                            */
+/* ------------------------------------------------------------------ */
+
+struct parser
+{
+  const char *path;
+  char esc;
+  ib_recipe_t *r;
+  ib_error_t *err;
+};
+
+static int
+perr (struct parser *p, int line, const char *fmt, ...) __attribute__ ((format (printf, 3, 4)));
+
+static int
+perr (struct parser *p, int line, const char *fmt, ...)
+{
+  cleanup_free char *msg = NULL;
+  va_list ap;
+
+  va_start (ap, fmt);
+  if (vasprintf (&msg, fmt, ap) < 0)
+    abort ();
+  va_end (ap);
+  return ib_error_set (p->err, EINVAL, "%s:%d: %s", p->path, line, msg);
+}
+
+/* ------------------------------------------------------------------ */
+/* flags                                                              */
+/* ------------------------------------------------------------------ */
+
+enum flag_type
+{
+  FLAG_BOOL,
+  FLAG_STRING,
+  FLAG_LIST,
+};
+
+struct flag_spec
+{
+  const char *name;
+  enum flag_type type;
+};
+
+static const struct flag_spec from_flags[] = {
+  { "platform", FLAG_STRING },
+  { NULL, 0 },
+};
+
+static const struct flag_spec run_flags[] = {
+  { "mount", FLAG_LIST },
+  { "network", FLAG_STRING },
+  { "device", FLAG_LIST },
+  { "security", FLAG_STRING },
+  { NULL, 0 },
+};
+
+static const struct flag_spec copy_flags[] = {
+  { "from", FLAG_STRING },
+  { "chown", FLAG_STRING },
+  { "chmod", FLAG_STRING },
+  { "link", FLAG_BOOL },
+  { "parents", FLAG_BOOL },
+  { "exclude", FLAG_LIST },
+  { NULL, 0 },
+};
+
+static const struct flag_spec add_flags[] = {
+  { "chown", FLAG_STRING },
+  { "chmod", FLAG_STRING },
+  { "link", FLAG_BOOL },
+  { "exclude", FLAG_LIST },
+  { "checksum", FLAG_STRING },
+  { "keep-git-dir", FLAG_BOOL },
+  { NULL, 0 },
+};
+
+/* Read the words that start with "--" at the head of `rest` into *words
+ * (quotes removed, backslash escapes processed, as BuildKit does for flags);
+ * a bare "--" ends them.  Returns a pointer to what follows. */
+static const char *
+extract_flag_words (const char *rest, char ***words)
+{
+  const char *s = rest;
+
+  for (;;)
+    {
+      while (*s && is_space (*s))
+        s++;
+      if (!(s[0] == '-' && s[1] == '-'))
+        return s;
+
+      ib_buf_t w = { 0 };
+      char quote = 0;
+      ib_buf_append (&w, "", 0);
+      while (*s && (quote || !is_space (*s)))
+        {
+          char c = *s++;
+          if (quote && c == quote)
+            quote = 0;
+          else if (!quote && (c == '\'' || c == '"'))
+            quote = c;
+          else if (c == '\\' && quote != '\'')
+            {
+              if (*s)
+                put_char (&w, *s++);
+            }
+          else
+            put_char (&w, c);
+        }
+      if (strcmp (w.data, "--") == 0)
+        {
+          ib_buf_free (&w);
+          while (*s && is_space (*s))
+            s++;
+          return s;
+        }
+      ib_strv_push (words, w.data);
+      ib_buf_free (&w);
+    }
+}
+
+static char *
+flag_names (const struct flag_spec *spec)
+{
+  ib_buf_t b = { 0 };
+
+  for (size_t i = 0; spec[i].name; i++)
+    ib_buf_printf (&b, "%s--%s", i ? ", " : "", spec[i].name);
+  return ib_buf_steal (&b);
+}
+
+/* Validate and normalize the flag words of one instruction into in->flags. */
+static int
+parse_flags (struct parser *p, ib_instr_t *in, const struct flag_spec *spec, char **words)
+{
+  for (size_t i = 0; words && words[i]; i++)
+    {
+      const char *w = words[i] + 2;
+      const char *eq = strchr (w, '=');
+      size_t nlen = eq ? (size_t) (eq - w) : strlen (w);
+      const struct flag_spec *f = NULL;
+      cleanup_free char *ex = excerpt (words[i]);
+
+      for (size_t j = 0; spec && spec[j].name; j++)
+        if (strlen (spec[j].name) == nlen && strncmp (spec[j].name, w, nlen) == 0)
+          f = &spec[j];
+      if (f == NULL)
+        {
+          if (spec == NULL)
+            return perr (p, in->line, "%s takes no flags, got '%s'", in->keyword, ex);
+          cleanup_free char *names = flag_names (spec);
+          return perr (p, in->line, "%s accepts %s, got '%s'", in->keyword, names, ex);
+        }
+
+      cleanup_free char *norm = NULL;
+      if (f->type == FLAG_BOOL)
+        {
+          const char *v = eq ? eq + 1 : "true";
+          if (strcasecmp (v, "true") != 0 && strcasecmp (v, "false") != 0)
+            return perr (p, in->line, "--%s takes true or false, got '%s'", f->name, ex);
+          norm = xasprintf ("--%s=%s", f->name, strcasecmp (v, "true") == 0 ? "true" : "false");
+        }
+      else
+        {
+          if (eq == NULL || eq[1] == '\0')
+            return perr (p, in->line, "--%s needs a value (--%s=VALUE), got '%s'", f->name,
+                         f->name, ex);
+          norm = xasprintf ("--%s=%s", f->name, eq + 1);
+        }
+
+      if (f->type != FLAG_LIST && ib_instr_flag (in, f->name) != NULL)
+        return perr (p, in->line, "--%s may be given once, got '%s' again", f->name, ex);
+      ib_strv_push (&in->flags, norm);
+    }
+  return 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* JSON form                                                          */
+/* ------------------------------------------------------------------ */
+
+/* If `text` is a JSON array of strings, return it as a vector. */
+static char **
+parse_json_array (const char *text)
+{
+  json_error_t jerr;
+  json_t *j;
+  char **v;
+  size_t i;
+
+  if (text[0] != '[')
+    return NULL;
+  j = json_loads (text, 0, &jerr);
+  if (j == NULL)
+    return NULL;
+  if (!json_is_array (j))
+    {
+      json_decref (j);
+      return NULL;
+    }
+  for (i = 0; i < json_array_size (j); i++)
+    if (!json_is_string (json_array_get (j, i)))
+      {
+        json_decref (j);
+        return NULL;
+      }
+  v = strv_new ();
+  for (i = 0; i < json_array_size (j); i++)
+    ib_strv_push (&v, json_string_value (json_array_get (j, i)));
+  json_decref (j);
+  return v;
+}
+
+/* ------------------------------------------------------------------ */
+/* instructions                                                       */
+/* ------------------------------------------------------------------ */
+
+enum parse_kind
+{
+  PK_FROM,
+  PK_ARG,
+  PK_KEYVAL,  /* ENV, LABEL */
+  PK_COMMAND, /* RUN, CMD, ENTRYPOINT, SHELL */
+  PK_COPY,    /* COPY, ADD */
+  PK_STRING,  /* WORKDIR, USER, STOPSIGNAL, MAINTAINER */
+  PK_WORDS,   /* EXPOSE, VOLUME */
+  PK_OUTPUT,
+  PK_UNSUPPORTED,
+};
+
+struct keyword
+{
+  const char *name;
+  ib_instr_kind_t kind;
+  enum parse_kind pk;
+  const struct flag_spec *flags;
+};
+
+static const struct keyword keywords[] = {
+  { "FROM", IB_I_FROM, PK_FROM, from_flags },
+  { "ARG", IB_I_ARG, PK_ARG, NULL },
+  { "ENV", IB_I_ENV, PK_KEYVAL, NULL },
+  { "RUN", IB_I_RUN, PK_COMMAND, run_flags },
+  { "COPY", IB_I_COPY, PK_COPY, copy_flags },
+  { "ADD", IB_I_ADD, PK_COPY, add_flags },
+  { "WORKDIR", IB_I_WORKDIR, PK_STRING, NULL },
+  { "LABEL", IB_I_LABEL, PK_KEYVAL, NULL },
+  { "USER", IB_I_USER, PK_STRING, NULL },
+  { "ENTRYPOINT", IB_I_ENTRYPOINT, PK_COMMAND, NULL },
+  { "CMD", IB_I_CMD, PK_COMMAND, NULL },
+  { "EXPOSE", IB_I_EXPOSE, PK_WORDS, NULL },
+  { "VOLUME", IB_I_VOLUME, PK_WORDS, NULL },
+  { "STOPSIGNAL", IB_I_STOPSIGNAL, PK_STRING, NULL },
+  { "SHELL", IB_I_SHELL, PK_COMMAND, NULL },
+  { "MAINTAINER", IB_I_MAINTAINER, PK_STRING, NULL },
+  { "OUTPUT", IB_I_OUTPUT, PK_OUTPUT, NULL },
+  { "HEALTHCHECK", 0, PK_UNSUPPORTED, NULL },
+  { "ONBUILD", 0, PK_UNSUPPORTED, NULL },
+};
+
+static const struct keyword *
+find_keyword (const char *word)
+{
+  for (size_t i = 0; i < sizeof keywords / sizeof keywords[0]; i++)
+    if (strcasecmp (keywords[i].name, word) == 0)
+      return &keywords[i];
+  return NULL;
+}
+
+/* "<<EOF", "<<-EOF", "<<'EOF'", "2<<EOF" ... as one unquoted word. */
+static bool
+is_heredoc_word (const char *w)
+{
+  while (is_digit (*w))
+    w++;
+  if (w[0] != '<' || w[1] != '<')
+    return false;
+  w += 2;
+  if (*w == '-')
+    w++;
+  char q = 0;
+  if (*w == '\'' || *w == '"')
+    q = *w++;
+  if (!is_name_start (*w))
+    return false;
+  while (is_name_char (*w))
+    w++;
+  if (q && *w == q)
+    w++;
+  return *w == '\0';
+}
+
+static int
+check_heredoc (struct parser *p, ib_instr_t *in)
+{
+  cleanup_strv char **words = split_raw_words (in->text, p->esc);
+
+  for (size_t i = 0; words[i]; i++)
+    if (is_heredoc_word (words[i]))
+      {
+        cleanup_free char *ex = excerpt (words[i]);
+        return perr (p, in->line, "heredocs are not supported yet, got '%s'", ex);
+      }
+  return 0;
+}
+
+static int
+parse_from (struct parser *p, ib_instr_t *in, char **stage_name)
+{
+  cleanup_strv char **w = split_raw_words (in->text, p->esc);
+  size_t n = ib_strv_len (w);
+  cleanup_free char *ex = excerpt (in->text);
+
+  *stage_name = NULL;
+  if (n != 1 && !(n == 3 && strcasecmp (w[1], "AS") == 0))
+    return perr (p, in->line, "expected 'FROM [--platform=P] IMAGE [AS NAME]', got 'FROM %s'",
+                 ex);
+  if (n == 3)
+    {
+      char *name = xstrdup (w[2]);
+      for (char *c = name; *c; c++)
+        *c = (char) tolower ((unsigned char) *c);
+      bool ok = name[0] >= 'a' && name[0] <= 'z';
+      for (char *c = name; ok && *c; c++)
+        ok = (*c >= 'a' && *c <= 'z') || is_digit (*c) || *c == '-' || *c == '_' || *c == '.';
+      if (!ok)
+        {
+          cleanup_free char *exn = excerpt (w[2]);
+          free (name);
+          return perr (p, in->line,
+                       "a stage name starts with a letter and holds only letters, digits, "
+                       "'-', '_' and '.', got '%s'",
+                       exn);
+        }
+      for (size_t i = 0; i < p->r->n_stages; i++)
+        if (p->r->stages[i].name && strcmp (p->r->stages[i].name, name) == 0)
+          {
+            cleanup_free char *exn = excerpt (w[2]);
+            free (name);
+            return perr (p, in->line, "a stage name must be unique, got '%s' twice", exn);
+          }
+      *stage_name = name;
+    }
+  free (in->text);
+  in->text = xstrdup (w[0]);
+  return 0;
+}
+
+static int
+value_pair (struct parser *p, ib_instr_t *in, const char *rawkey, const char *rawval)
+{
+  char *key = NULL, *value = NULL;
+  ib_error_t e = NULL;
+
+  if (unquote (rawkey, p->esc, &key, &e) < 0
+      || (rawval && unquote (rawval, p->esc, &value, &e) < 0))
+    {
+      /* Without expansion the only failure is an unterminated quote. */
+      bool in_value = key != NULL;
+      cleanup_free char *ex = excerpt (in_value ? rawval : rawkey);
+      ib_error_free (&e);
+      free (key);
+      return perr (p, in->line, "expected a closing quote in %s %s, got '%s'", in->keyword,
+                   in_value ? "value" : "name", ex);
+    }
+  if (key[0] == '\0')
+    {
+      cleanup_free char *ex = excerpt (rawkey);
+      free (key);
+      free (value);
+      return perr (p, in->line, "%s needs a non-empty name, got '%s'", in->keyword, ex);
+    }
+  instr_add_kv (in, key, value, xstrdup (rawval));
+  return 0;
+}
+
+static int
+parse_arg (struct parser *p, ib_instr_t *in)
+{
+  cleanup_strv char **w = split_raw_words (in->text, p->esc);
+
+  if (w[0] == NULL)
+    return perr (p, in->line, "expected 'ARG NAME[=DEFAULT]', got 'ARG'");
+  for (size_t i = 0; w[i]; i++)
+    {
+      char *eq = strchr (w[i], '=');
+      if (eq)
+        *eq = '\0';
+      if (w[i][0] == '\0')
+        {
+          cleanup_free char *ex = excerpt (eq ? eq + 1 : "");
+          return perr (p, in->line, "expected 'ARG NAME[=DEFAULT]', got '=%s'", ex);
+        }
+      if (value_pair (p, in, w[i], eq ? eq + 1 : NULL) < 0)
+        return -1;
+    }
+  return 0;
+}
+
+static int
+parse_keyval (struct parser *p, ib_instr_t *in)
+{
+  cleanup_strv char **w = split_raw_words (in->text, p->esc);
+
+  if (w[0] == NULL)
+    return perr (p, in->line, "expected '%s NAME=VALUE ...', got '%s'", in->keyword,
+                 in->keyword);
+
+  if (strchr (w[0], '=') == NULL)
+    {
+      /* Old form: "KEY the rest of the line". */
+      const char *t = in->text;
+      size_t k = 0;
+      while (t[k] && !is_space (t[k]))
+        k++;
+      cleanup_free char *key = xstrndup (t, k);
+      const char *v = t + k;
+      while (*v && is_space (*v))
+        v++;
+      if (*v == '\0')
+        {
+          cleanup_free char *ex = excerpt (in->text);
+          return perr (p, in->line, "expected '%s NAME VALUE' or '%s NAME=VALUE ...', got '%s %s'",
+                       in->keyword, in->keyword, in->keyword, ex);
+        }
+      return value_pair (p, in, key, v);
+    }
+
+  for (size_t i = 0; w[i]; i++)
+    {
+      char *eq = strchr (w[i], '=');
+      if (eq == NULL)
+        {
+          cleanup_free char *ex = excerpt (w[i]);
+          return perr (p, in->line, "expected NAME=VALUE, got '%s'", ex);
+        }
+      *eq = '\0';
+      if (value_pair (p, in, w[i], eq + 1) < 0)
+        return -1;
+    }
+  return 0;
+}
+
+static int
+parse_command (struct parser *p, ib_instr_t *in)
+{
+  if (in->text[0] == '\0')
+    return perr (p, in->line, "%s needs a command, got '%s'", in->keyword, in->keyword);
+  in->args = parse_json_array (in->text);
+  in->json_form = in->args != NULL;
+  if (in->kind == IB_I_SHELL)
+    {
+      cleanup_free char *ex = excerpt (in->text);
+      if (!in->json_form)
+        return perr (p, in->line, "SHELL needs the JSON form [\"executable\", \"parameters\"], "
+                     "got '%s'", ex);
+      if (in->args[0] == NULL)
+        return perr (p, in->line, "SHELL needs at least the executable, got '%s'", ex);
+    }
+  if (in->kind == IB_I_RUN && !in->json_form)
+    return check_heredoc (p, in);
+  return 0;
+}
+
+static int
+parse_copy (struct parser *p, ib_instr_t *in)
+{
+  in->args = parse_json_array (in->text);
+  in->json_form = in->args != NULL;
+  if (!in->json_form)
+    {
+      if (check_heredoc (p, in) < 0)
+        return -1;
+      in->args = split_raw_words (in->text, p->esc);
+    }
+  if (ib_strv_len (in->args) < 2)
+    {
+      cleanup_free char *ex = excerpt (in->text);
+      return perr (p, in->line, "%s needs at least one source and a destination, got '%s%s%s'",
+                   in->keyword, in->keyword, ex[0] ? " " : "", ex);
+    }
+  return 0;
+}
+
+static int
+parse_string (struct parser *p, ib_instr_t *in)
+{
+  static const char *const what[] = {
+    [IB_I_WORKDIR] = "a path",
+    [IB_I_USER] = "a user[:group]",
+    [IB_I_STOPSIGNAL] = "a signal",
+    [IB_I_MAINTAINER] = "a name",
+  };
+  if (in->text[0] == '\0')
+    return perr (p, in->line, "%s needs %s, got '%s'", in->keyword, what[in->kind], in->keyword);
+  return 0;
+}
+
+static int
+parse_words (struct parser *p, ib_instr_t *in)
+{
+  if (in->kind == IB_I_VOLUME)
+    {
+      in->args = parse_json_array (in->text);
+      in->json_form = in->args != NULL;
+    }
+  if (!in->json_form)
+    in->args = split_raw_words (in->text, p->esc);
+  if (in->args[0] == NULL)
+    {
+      cleanup_free char *ex = excerpt (in->text);
+      return perr (p, in->line, "%s needs at least one %s, got '%s%s%s'", in->keyword,
+                   in->kind == IB_I_EXPOSE ? "port" : "path", in->keyword, ex[0] ? " " : "",
+                   ex);
+    }
+  return 0;
+}
+
+static const char *const output_types[] = { "local", "image", "oci", "docker", "registry", "tar",
+                                            NULL };
+
+static const ib_kv_t *
+find_kv (const ib_instr_t *in, const char *key)
+{
+  for (size_t i = 0; i < in->n_kvs; i++)
+    if (strcmp (in->kvs[i].key, key) == 0)
+      return &in->kvs[i];
+  return NULL;
+}
+
+/* OUTPUT options: fields separated by ',' (or whitespace) outside double
+ * quotes; "" inside quotes is a literal '"'; each field is key=value. */
+static int
+parse_output (struct parser *p, ib_instr_t *in)
+{
+  const char *s = in->text;
+  size_t i = 0;
+
+  for (;;)
+    {
+      while (s[i] && (s[i] == ',' || is_space (s[i])))
+        i++;
+      if (s[i] == '\0')
+        break;
+      size_t start = i;
+      bool quoted = false;
+      ib_buf_t f = { 0 };
+      ib_buf_append (&f, "", 0);
+      while (s[i] && (quoted || (s[i] != ',' && !is_space (s[i]))))
+        {
+          if (s[i] == '"')
+            {
+              if (quoted && s[i + 1] == '"')
+                {
+                  put_char (&f, '"');
+                  i += 2;
+                  continue;
+                }
+              quoted = !quoted;
+              i++;
+              continue;
+            }
+          put_char (&f, s[i++]);
+        }
+      cleanup_free char *rawfield = excerpt_n (s + start, i - start);
+      if (quoted)
+        {
+          ib_buf_free (&f);
+          return perr (p, in->line, "expected a closing double quote in OUTPUT, got '%s'",
+                       rawfield);
+        }
+      char *eq = strchr (f.data, '=');
+      if (eq == NULL || eq == f.data)
+        {
+          ib_buf_free (&f);
+          return perr (p, in->line, "expected OUTPUT option key=value, got '%s'", rawfield);
+        }
+      char *key = xstrndup (f.data, (size_t) (eq - f.data));
+      for (char *c = key; *c; c++)
+        *c = (char) tolower ((unsigned char) *c);
+      if (find_kv (in, key))
+        {
+          ib_buf_free (&f);
+          free (key);
+          return perr (p, in->line, "expected each OUTPUT option once, got '%s' again", rawfield);
+        }
+      instr_add_kv (in, key, xstrdup (eq + 1), xstrdup (eq + 1));
+      ib_buf_free (&f);
+    }
+
+  const ib_kv_t *type = find_kv (in, "type");
+  cleanup_free char *ex = excerpt (in->text);
+  if (type == NULL)
+    return perr (p, in->line,
+                 "expected 'OUTPUT type=local|image|oci|docker|registry|tar,...', got 'OUTPUT %s'",
+                 ex);
+  bool known = false;
+  for (size_t k = 0; output_types[k]; k++)
+    known |= strcmp (type->value, output_types[k]) == 0;
+  if (!known)
+    {
+      cleanup_free char *ext = excerpt (type->value);
+      return perr (p, in->line,
+                   "expected OUTPUT type local, image, oci, docker, registry or tar, got '%s'",
+                   ext);
+    }
+  const char *need = (strcmp (type->value, "image") == 0 || strcmp (type->value, "registry") == 0)
+                         ? "name"
+                         : "dest";
+  const ib_kv_t *v = find_kv (in, need);
+  if (v == NULL || v->value[0] == '\0')
+    return perr (p, in->line, "OUTPUT type=%s needs %s=..., got 'OUTPUT %s'", type->value, need,
+                 ex);
+  return 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* logical lines                                                      */
+/* ------------------------------------------------------------------ */
+
+struct phys_line
+{
+  const char *s;
+  size_t len; /* without "\n" and one trailing "\r" */
+};
+
+static struct phys_line *
+split_lines (const char *text, size_t *n_out)
+{
+  struct phys_line *v = NULL;
+  size_t n = 0;
+  const char *s = text;
+
+  /* UTF-8 byte order mark. */
+  if ((unsigned char) s[0] == 0xef && (unsigned char) s[1] == 0xbb
+      && (unsigned char) s[2] == 0xbf)
+    s += 3;
+  while (*s)
+    {
+      const char *nl = strchr (s, '\n');
+      size_t len = nl ? (size_t) (nl - s) : strlen (s);
+      v = xrealloc (v, (n + 1) * sizeof *v);
+      v[n].s = s;
+      v[n].len = (len > 0 && s[len - 1] == '\r') ? len - 1 : len;
+      n++;
+      s += len;
+      if (*s == '\n')
+        s++;
+    }
+  *n_out = n;
+  return v;
+}
+
+static size_t
+skip_ws (const struct phys_line *l, size_t i)
+{
+  while (i < l->len && is_space (l->s[i]))
+    i++;
+  return i;
+}
+
+static bool
+is_comment_line (const struct phys_line *l)
+{
+  size_t i = skip_ws (l, 0);
+  return i < l->len && l->s[i] == '#';
+}
+
+static bool
+is_blank_line (const struct phys_line *l)
+{
+  return skip_ws (l, 0) == l->len;
+}
+
+/* Try "# name=value" at the head of the recipe.  Returns 1 if it was a
+ * directive we know, 0 if directives are over, -1 on error. */
+static int
+parse_directive (struct parser *p, const struct phys_line *l, int lineno, bool *seen_escape,
+                 bool *seen_syntax, bool *seen_check)
+{
+  size_t i = skip_ws (l, 0);
+  size_t ns, ne, vs, ve;
+
+  if (i >= l->len || l->s[i] != '#')
+    return 0;
+  i = skip_ws (l, i + 1);
+  ns = i;
+  if (i >= l->len || !((l->s[i] >= 'A' && l->s[i] <= 'Z') || (l->s[i] >= 'a' && l->s[i] <= 'z')))
+    return 0;
+  while (i < l->len && ((l->s[i] >= 'A' && l->s[i] <= 'Z') || (l->s[i] >= 'a' && l->s[i] <= 'z')
+                        || is_digit (l->s[i])))
+    i++;
+  ne = i;
+  i = skip_ws (l, i);
+  if (i >= l->len || l->s[i] != '=')
+    return 0;
+  vs = skip_ws (l, i + 1);
+  ve = l->len;
+  while (ve > vs && is_space (l->s[ve - 1]))
+    ve--;
+  if (ve == vs)
+    return 0;
+
+  cleanup_free char *name = xstrndup (l->s + ns, ne - ns);
+  cleanup_free char *value = xstrndup (l->s + vs, ve - vs);
+  bool *seen;
+  if (strcasecmp (name, "escape") == 0)
+    seen = seen_escape;
+  else if (strcasecmp (name, "syntax") == 0)
+    seen = seen_syntax;
+  else if (strcasecmp (name, "check") == 0)
+    seen = seen_check;
+  else
+    return 0;
+  if (*seen)
+    return perr (p, lineno, "expected one '# %s=' parser directive, got another", name);
+  *seen = true;
+  if (seen == seen_escape)
+    {
+      if (strcmp (value, "\\") != 0 && strcmp (value, "`") != 0)
+        {
+          cleanup_free char *ex = excerpt (value);
+          return perr (p, lineno, "expected escape character '\\' or '`', got '%s'", ex);
+        }
+      p->esc = value[0];
+    }
+  return 1;
+}
+
+/* Strip a trailing escape (plus whitespace after it): true if the line continues. */
+static bool
+trim_continuation (const char *s, size_t *len, char esc)
+{
+  size_t n = *len;
+
+  while (n > 0 && (s[n - 1] == ' ' || s[n - 1] == '\t'))
+    n--;
+  if (n > 0 && s[n - 1] == esc)
+    {
+      *len = n - 1;
+      return true;
+    }
+  return false;
+}
+
+/* ------------------------------------------------------------------ */
+/* recipe                                                             */
+/* ------------------------------------------------------------------ */
+
+static ib_instr_t *
+push_instr (ib_instr_t **v, size_t *n)
+{
+  *v = xrealloc (*v, (*n + 1) * sizeof **v);
+  memset (&(*v)[*n], 0, sizeof **v);
+  return &(*v)[(*n)++];
+}
+
+/* One logical line: keyword, flags, then the instruction's own grammar. */
+static int
+parse_instruction (struct parser *p, const char *line, int lineno)
+{
+  ib_recipe_t *r = p->r;
+  size_t k = 0;
+  ib_instr_t in = { 0 };
+  cleanup_strv char **flag_words = NULL;
+  cleanup_free char *stage_name = NULL;
+  int ret;
+
+  while (line[k] && !is_space (line[k]))
+    k++;
+  cleanup_free char *word = xstrndup (line, k);
+  cleanup_free char *exw = excerpt (word);
+  const struct keyword *kw = find_keyword (word);
+  if (kw == NULL)
+    return perr (p, lineno, "unknown instruction '%s'", exw);
+  if (kw->pk == PK_UNSUPPORTED)
+    return perr (p, lineno, "%s is not supported yet", kw->name);
+  if (r->n_stages == 0 && kw->kind != IB_I_FROM && kw->kind != IB_I_ARG)
+    return perr (p, lineno, "expected FROM, got '%s'", exw);
+
+  const char *rest = line + k;
+  while (*rest && is_space (*rest))
+    rest++;
+
+  in.kind = kw->kind;
+  in.keyword = kw->name;
+  in.line = lineno;
+  in.flags = strv_new ();
+  if (kw->flags)
+    rest = extract_flag_words (rest, &flag_words);
+  in.text = trim_dup (rest, strlen (rest));
+
+  ret = parse_flags (p, &in, kw->flags, flag_words);
+  if (ret == 0)
+    switch (kw->pk)
+      {
+      case PK_FROM:
+        ret = parse_from (p, &in, &stage_name);
+        break;
+      case PK_ARG:
+        ret = parse_arg (p, &in);
+        break;
+      case PK_KEYVAL:
+        ret = parse_keyval (p, &in);
+        break;
+      case PK_COMMAND:
+        ret = parse_command (p, &in);
+        break;
+      case PK_COPY:
+        ret = parse_copy (p, &in);
+        break;
+      case PK_STRING:
+        ret = parse_string (p, &in);
+        break;
+      case PK_WORDS:
+        ret = parse_words (p, &in);
+        break;
+      case PK_OUTPUT:
+        ret = parse_output (p, &in);
+        break;
+      case PK_UNSUPPORTED:
+      default:
+        ret = -1;
+        break;
+      }
+  if (ret < 0)
+    {
+      instr_clear (&in);
+      return -1;
+    }
+
+  ib_instr_t *slot;
+  if (kw->kind == IB_I_FROM)
+    {
+      r->stages = xrealloc (r->stages, (r->n_stages + 1) * sizeof *r->stages);
+      ib_stage_t *st = &r->stages[r->n_stages];
+      memset (st, 0, sizeof *st);
+      st->index = (int) r->n_stages;
+      st->name = steal_pointer (&stage_name);
+      r->n_stages++;
+      slot = push_instr (&st->instrs, &st->n_instrs);
+    }
+  else if (r->n_stages == 0)
+    slot = push_instr (&r->global_args, &r->n_global_args);
+  else
+    {
+      ib_stage_t *st = &r->stages[r->n_stages - 1];
+      slot = push_instr (&st->instrs, &st->n_instrs);
+    }
+  *slot = in;
+  return 0;
+}
+
+static int
+parse_all (struct parser *p, const char *text)
+{
+  size_t n = 0, i = 0;
+  struct phys_line *lines = split_lines (text, &n);
+  bool seen_escape = false, seen_syntax = false, seen_check = false;
+  int ret = 0;
+
+  /* Parser directives: only at the very top. */
+  for (; i < n; i++)
+    {
+      ret = parse_directive (p, &lines[i], (int) i + 1, &seen_escape, &seen_syntax, &seen_check);
+      if (ret < 0)
+        goto out;
+      if (ret == 0)
+        break;
+    }
+  ret = 0;
+  p->r->escape = p->esc;
+
+  for (i = 0; i < n; i++)
+    {
+      if (is_comment_line (&lines[i]) || is_blank_line (&lines[i]))
+        continue;
+
+      int lineno = (int) i + 1;
+      ib_buf_t b = { 0 };
+      size_t st = skip_ws (&lines[i], 0);
+      size_t len = lines[i].len - st;
+      bool cont = trim_continuation (lines[i].s + st, &len, p->esc);
+      ib_buf_append (&b, lines[i].s + st, len);
+      while (cont && i + 1 < n)
+        {
+          i++;
+          if (is_comment_line (&lines[i]) || is_blank_line (&lines[i]))
+            continue;
+          len = lines[i].len;
+          cont = trim_continuation (lines[i].s, &len, p->esc);
+          ib_buf_append (&b, lines[i].s, len);
+        }
+      cleanup_free char *logical = trim_dup (b.data, b.len);
+      ib_buf_free (&b);
+      if (logical[0] == '\0')
+        continue;
+      ret = parse_instruction (p, logical, lineno);
+      if (ret < 0)
+        goto out;
+    }
+
+  if (p->r->n_stages == 0)
+    ret = perr (p, n ? (int) n : 1, "expected FROM, got end of file");
+
+out:
+  free (lines);
+  return ret;
+}
+
+int
+ib_recipe_parse (const char *path, const char *text, ib_recipe_t **out, ib_error_t *err)
+{
+  struct parser p = {
+    .path = path ? path : "<recipe>",
+    .esc = '\\',
+    .err = err,
+  };
+
+  *out = NULL;
+  if (text == NULL)
+    return ib_error_set (err, EINVAL, "%s: no recipe text", p.path);
+  p.r = xmalloc (sizeof *p.r);
+  p.r->path = xstrdup (p.path);
+  p.r->escape = '\\';
+  if (parse_all (&p, text) < 0)
+    {
+      ib_recipe_free (p.r);
+      return -1;
+    }
+  *out = p.r;
+  return 0;
+}
+
+void
+ib_recipe_free (ib_recipe_t *r)
+{
+  if (r == NULL)
+    return;
+  for (size_t i = 0; i < r->n_global_args; i++)
+    instr_clear (&r->global_args[i]);
+  free (r->global_args);
+  for (size_t s = 0; s < r->n_stages; s++)
+    {
+      for (size_t i = 0; i < r->stages[s].n_instrs; i++)
+        instr_clear (&r->stages[s].instrs[i]);
+      free (r->stages[s].instrs);
+      free (r->stages[s].name);
+    }
+  free (r->stages);
+  free (r->path);
+  free (r);
+}
+
+const ib_stage_t *
+ib_recipe_stage (const ib_recipe_t *r, const char *name_or_index)
+{
+  if (r == NULL || name_or_index == NULL || name_or_index[0] == '\0')
+    return NULL;
+  bool numeric = true;
+  for (const char *c = name_or_index; *c; c++)
+    numeric &= is_digit (*c);
+  if (numeric)
+    {
+      errno = 0;
+      unsigned long idx = strtoul (name_or_index, NULL, 10);
+      if (errno != 0 || idx >= r->n_stages)
+        return NULL;
+      return &r->stages[idx];
+    }
+  for (size_t i = 0; i < r->n_stages; i++)
+    if (r->stages[i].name && strcasecmp (r->stages[i].name, name_or_index) == 0)
+      return &r->stages[i];
+  return NULL;
+}
+
+static const char *
+flag_match (const char *flag, const char *name)
+{
+  size_t n = strlen (name);
+
+  if (strncmp (flag, "--", 2) != 0 || strncmp (flag + 2, name, n) != 0)
+    return NULL;
+  if (flag[2 + n] == '=')
+    return flag + 2 + n + 1;
+  if (flag[2 + n] == '\0')
+    return "true";
+  return NULL;
+}
+
+const char *
+ib_instr_flag (const ib_instr_t *in, const char *name)
+{
+  if (in == NULL || name == NULL)
+    return NULL;
+  if (strncmp (name, "--", 2) == 0)
+    name += 2;
+  for (size_t i = 0; in->flags && in->flags[i]; i++)
+    {
+      const char *v = flag_match (in->flags[i], name);
+      if (v)
+        return v;
+    }
+  return NULL;
+}
+
+char **
+ib_instr_flag_values (const ib_instr_t *in, const char *name)
+{
+  char **v = strv_new ();
+
+  if (in == NULL || name == NULL)
+    return v;
+  if (strncmp (name, "--", 2) == 0)
+    name += 2;
+  for (size_t i = 0; in->flags && in->flags[i]; i++)
+    {
+      const char *f = flag_match (in->flags[i], name);
+      if (f)
+        ib_strv_push (&v, f);
+    }
+  return v;
+}

@@ -1,0 +1,415 @@
+/* oci/manifest.c — manifests, indexes and image configs (image-spec
+ * manifest.md, image-index.md, config.md; Docker image manifest v2 schema 2
+ * and manifest list as their OCI equivalents). */
+#include "oci/manifest.h"
+#include "common/util.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+const char IB_MANIFEST_ACCEPT[] = IB_MT_OCI_MANIFEST ", " IB_MT_OCI_INDEX ", " IB_MT_DOCKER_MANIFEST
+                                  ", " IB_MT_DOCKER_LIST;
+
+#define SCHEMA1_MSG                                                                             \
+  "Docker image manifest v2 schema 1 is not supported (deprecated and unsigned-content); "     \
+  "push the image again with a current client to get schema 2 or OCI"
+
+static void
+json_decref_p (json_t **j)
+{
+  if (*j)
+    json_decref (*j);
+}
+#define cleanup_json __attribute__ ((cleanup (json_decref_p)))
+
+static json_t *
+parse_json (const char *data, size_t len, const char *what, ib_error_t *err)
+{
+  json_error_t je;
+  json_t *j = json_loadb (data, len, 0, &je);
+  if (j == NULL)
+    {
+      ib_error_set (err, EINVAL, "%s: invalid JSON at line %d column %d: %s", what, je.line,
+                    je.column, je.text);
+      return NULL;
+    }
+  if (!json_is_object (j))
+    {
+      json_decref (j);
+      ib_error_set (err, EINVAL, "%s: not a JSON object", what);
+      return NULL;
+    }
+  return j;
+}
+
+static bool
+is_schema1 (const char *mt)
+{
+  return mt && (strcmp (mt, IB_MT_DOCKER_SCHEMA1) == 0 || strcmp (mt, IB_MT_DOCKER_SCHEMA1_SIGNED) == 0);
+}
+
+static bool
+is_manifest_mt (const char *mt)
+{
+  return strcmp (mt, IB_MT_OCI_MANIFEST) == 0 || strcmp (mt, IB_MT_DOCKER_MANIFEST) == 0;
+}
+
+static bool
+is_index_mt (const char *mt)
+{
+  return strcmp (mt, IB_MT_OCI_INDEX) == 0 || strcmp (mt, IB_MT_DOCKER_LIST) == 0;
+}
+
+/* Content-Type without parameters ("; charset=..."), lowercase not forced. */
+static char *
+bare_content_type (const char *ct)
+{
+  if (ct == NULL)
+    return NULL;
+  while (*ct == ' ')
+    ct++;
+  size_t n = strcspn (ct, "; \t");
+  return xstrndup (ct, n);
+}
+
+int
+ib_doc_kind (const char *data, size_t len, const char *content_type, ib_doc_kind_t *kind,
+             ib_error_t *err)
+{
+  cleanup_json json_t *j = parse_json (data, len, "manifest", err);
+  if (j == NULL)
+    return -1;
+  json_t *sv = json_object_get (j, "schemaVersion");
+  if (json_is_integer (sv) && json_integer_value (sv) == 1)
+    return ib_error_set (err, ENOTSUP, "%s", SCHEMA1_MSG);
+  const char *mt = json_string_value (json_object_get (j, "mediaType"));
+  cleanup_free char *ct = bare_content_type (content_type);
+  if (mt == NULL && ct && strcmp (ct, "application/json") != 0
+      && strcmp (ct, "application/octet-stream") != 0 && strcmp (ct, "text/plain") != 0)
+    mt = ct;
+  if (mt)
+    {
+      if (is_schema1 (mt))
+        return ib_error_set (err, ENOTSUP, "%s", SCHEMA1_MSG);
+      if (is_manifest_mt (mt))
+        {
+          *kind = IB_DOC_MANIFEST;
+          return 0;
+        }
+      if (is_index_mt (mt))
+        {
+          *kind = IB_DOC_INDEX;
+          return 0;
+        }
+      return ib_error_set (err, ENOTSUP, "unsupported manifest media type %s", mt);
+    }
+  if (json_is_array (json_object_get (j, "manifests")))
+    {
+      *kind = IB_DOC_INDEX;
+      return 0;
+    }
+  if (json_is_array (json_object_get (j, "layers")) && json_is_object (json_object_get (j, "config")))
+    {
+      *kind = IB_DOC_MANIFEST;
+      return 0;
+    }
+  if (json_object_get (j, "fsLayers"))
+    return ib_error_set (err, ENOTSUP, "%s", SCHEMA1_MSG);
+  return ib_error_set (err, EINVAL, "document is neither an image manifest nor an index");
+}
+
+void
+ib_descriptor_clear (ib_descriptor_t *d)
+{
+  if (d == NULL)
+    return;
+  free (d->media_type);
+  free (d->os);
+  free (d->arch);
+  free (d->variant);
+  memset (d, 0, sizeof *d);
+}
+
+/* Fill d from a descriptor object (descriptor.md).  `what` names it in errors. */
+static int
+parse_descriptor (json_t *o, ib_descriptor_t *d, const char *what, ib_error_t *err)
+{
+  memset (d, 0, sizeof *d);
+  if (!json_is_object (o))
+    return ib_error_set (err, EINVAL, "%s: not a descriptor object", what);
+  const char *mt = json_string_value (json_object_get (o, "mediaType"));
+  const char *dg = json_string_value (json_object_get (o, "digest"));
+  json_t *size = json_object_get (o, "size");
+  if (mt == NULL)
+    return ib_error_set (err, EINVAL, "%s: missing mediaType", what);
+  if (dg == NULL)
+    return ib_error_set (err, EINVAL, "%s: missing digest", what);
+  if (!ib_digest_valid (dg))
+    return ib_error_set (err, EINVAL, "%s: unsupported or malformed digest \"%s\" (want sha256)",
+                         what, dg);
+  if (!json_is_integer (size) || json_integer_value (size) < 0)
+    return ib_error_set (err, EINVAL, "%s: missing or negative size", what);
+  d->media_type = xstrdup (mt);
+  snprintf (d->digest, sizeof d->digest, "%s", dg);
+  d->size = (int64_t) json_integer_value (size);
+  json_t *p = json_object_get (o, "platform");
+  if (json_is_object (p))
+    {
+      d->os = xstrdup (json_string_value (json_object_get (p, "os")));
+      d->arch = xstrdup (json_string_value (json_object_get (p, "architecture")));
+      const char *v = json_string_value (json_object_get (p, "variant"));
+      d->variant = v && *v ? xstrdup (v) : NULL;
+    }
+  return 0;
+}
+
+void
+ib_manifest_free (ib_manifest_t *m)
+{
+  if (m == NULL)
+    return;
+  free (m->media_type);
+  ib_descriptor_clear (&m->config);
+  for (size_t i = 0; i < m->n_layers; i++)
+    ib_descriptor_clear (&m->layers[i]);
+  free (m->layers);
+  free (m);
+}
+
+int
+ib_manifest_parse (const char *data, size_t len, ib_manifest_t **out, ib_error_t *err)
+{
+  *out = NULL;
+  cleanup_json json_t *j = parse_json (data, len, "manifest", err);
+  if (j == NULL)
+    return -1;
+  json_t *sv = json_object_get (j, "schemaVersion");
+  if (json_is_integer (sv) && json_integer_value (sv) == 1)
+    return ib_error_set (err, ENOTSUP, "%s", SCHEMA1_MSG);
+  if (!json_is_integer (sv) || json_integer_value (sv) != 2)
+    return ib_error_set (err, EINVAL, "manifest: schemaVersion is not 2");
+  const char *mt = json_string_value (json_object_get (j, "mediaType"));
+  if (mt && is_schema1 (mt))
+    return ib_error_set (err, ENOTSUP, "%s", SCHEMA1_MSG);
+  if (mt && is_index_mt (mt))
+    return ib_error_set (err, EINVAL, "manifest: is an index (%s), not an image manifest", mt);
+  if (mt && !is_manifest_mt (mt))
+    return ib_error_set (err, ENOTSUP, "manifest: unsupported media type %s", mt);
+  json_t *layers = json_object_get (j, "layers");
+  if (!json_is_array (layers))
+    return ib_error_set (err, EINVAL, "manifest: missing layers array");
+
+  ib_manifest_t *m = xmalloc (sizeof *m);
+  m->media_type = xstrdup (mt ? mt : IB_MT_OCI_MANIFEST);
+  if (parse_descriptor (json_object_get (j, "config"), &m->config, "manifest: config", err) < 0)
+    {
+      ib_manifest_free (m);
+      return -1;
+    }
+  size_t n = json_array_size (layers);
+  m->layers = xmalloc ((n ? n : 1) * sizeof *m->layers);
+  for (size_t i = 0; i < n; i++)
+    {
+      char what[64];
+      snprintf (what, sizeof what, "manifest: layer %zu", i);
+      if (parse_descriptor (json_array_get (layers, i), &m->layers[i], what, err) < 0)
+        {
+          ib_manifest_free (m);
+          return -1;
+        }
+      m->n_layers = i + 1;
+    }
+  *out = m;
+  return 0;
+}
+
+static bool
+streq0 (const char *a, const char *b)
+{
+  return a && b && strcmp (a, b) == 0;
+}
+
+int
+ib_index_select (const char *data, size_t len, const char *os, const char *arch,
+                 const char *variant, ib_descriptor_t *out, ib_error_t *err)
+{
+  memset (out, 0, sizeof *out);
+  cleanup_json json_t *j = parse_json (data, len, "index", err);
+  if (j == NULL)
+    return -1;
+  json_t *ms = json_object_get (j, "manifests");
+  if (!json_is_array (ms))
+    return ib_error_set (err, EINVAL, "index: missing manifests array");
+
+  /* Exact variant match when one is asked for; else prefer an entry without
+   * a variant, then the first match. */
+  ssize_t best = -1;
+  int best_rank = 0;
+  ib_buf_t offered = { 0 };
+  size_t i;
+  json_t *e;
+  json_array_foreach (ms, i, e)
+  {
+    json_t *p = json_object_get (e, "platform");
+    const char *mt = json_string_value (json_object_get (e, "mediaType"));
+    const char *eos = json_string_value (json_object_get (p, "os"));
+    const char *earch = json_string_value (json_object_get (p, "architecture"));
+    const char *evar = json_string_value (json_object_get (p, "variant"));
+    if (evar && *evar == '\0')
+      evar = NULL;
+    if (mt && !is_manifest_mt (mt))
+      continue; /* nested indexes, artifacts */
+    if (eos == NULL || earch == NULL || strcmp (eos, "unknown") == 0)
+      continue; /* attestation manifests carry unknown/unknown */
+    ib_buf_printf (&offered, "%s%s/%s%s%s", offered.len ? ", " : "", eos, earch, evar ? "/" : "",
+                   evar ? evar : "");
+    if (!streq0 (eos, os) || !streq0 (earch, arch))
+      continue;
+    int rank;
+    if (variant)
+      {
+        if (!streq0 (evar, variant))
+          continue;
+        rank = 2;
+      }
+    else
+      rank = evar == NULL ? 2 : 1;
+    if (rank > best_rank)
+      {
+        best = (ssize_t) i;
+        best_rank = rank;
+      }
+  }
+  if (best < 0)
+    {
+      int r = ib_error_set (err, ENOENT, "no manifest for platform %s/%s%s%s in the index (it offers: %s)",
+                            os, arch, variant ? "/" : "", variant ? variant : "",
+                            offered.len ? offered.data : "nothing");
+      ib_buf_free (&offered);
+      return r;
+    }
+  ib_buf_free (&offered);
+  char what[64];
+  snprintf (what, sizeof what, "index: manifest %zd", best);
+  return parse_descriptor (json_array_get (ms, (size_t) best), out, what, err);
+}
+
+/* OCI equivalent of a Docker media type; others unchanged. */
+static const char *
+oci_media_type (const char *mt, const char *dflt)
+{
+  if (mt == NULL)
+    return dflt;
+  if (strcmp (mt, IB_MT_DOCKER_CONFIG) == 0)
+    return IB_MT_OCI_CONFIG;
+  if (strcmp (mt, IB_MT_DOCKER_LAYER_GZIP) == 0)
+    return IB_MT_OCI_LAYER_GZIP;
+  if (strcmp (mt, "application/vnd.docker.image.rootfs.diff.tar") == 0)
+    return IB_MT_OCI_LAYER;
+  return mt;
+}
+
+static json_t *
+descriptor_json (const ib_descriptor_t *d, const char *dflt_mt)
+{
+  return json_pack ("{s:s, s:s, s:I}", "mediaType", oci_media_type (d->media_type, dflt_mt),
+                    "digest", d->digest, "size", (json_int_t) d->size);
+}
+
+char *
+ib_manifest_serialize (const ib_descriptor_t *config, const ib_descriptor_t *layers,
+                       size_t n_layers, json_t *annotations)
+{
+  json_t *m = json_object ();
+  json_object_set_new (m, "schemaVersion", json_integer (2));
+  json_object_set_new (m, "mediaType", json_string (IB_MT_OCI_MANIFEST));
+  json_object_set_new (m, "config", descriptor_json (config, IB_MT_OCI_CONFIG));
+  json_t *ls = json_array ();
+  for (size_t i = 0; i < n_layers; i++)
+    json_array_append_new (ls, descriptor_json (&layers[i], IB_MT_OCI_LAYER_GZIP));
+  json_object_set_new (m, "layers", ls);
+  if (annotations && json_is_object (annotations) && json_object_size (annotations) > 0)
+    json_object_set (m, "annotations", annotations);
+  char *s = json_dumps (m, JSON_SORT_KEYS | JSON_COMPACT);
+  json_decref (m);
+  if (s == NULL)
+    abort ();
+  return s; /* jansson's default allocator is malloc: the caller free()s */
+}
+
+int
+ib_config_parse (const char *data, size_t len, json_t **out, ib_error_t *err)
+{
+  *out = parse_json (data, len, "image config", err);
+  return *out ? 0 : -1;
+}
+
+int
+ib_config_diff_ids (json_t *config, char ***diff_ids, ib_error_t *err)
+{
+  *diff_ids = NULL;
+  json_t *rootfs = json_object_get (config, "rootfs");
+  if (!json_is_object (rootfs))
+    return ib_error_set (err, EINVAL, "image config: missing rootfs");
+  const char *type = json_string_value (json_object_get (rootfs, "type"));
+  if (type && strcmp (type, "layers") != 0)
+    return ib_error_set (err, EINVAL, "image config: rootfs.type is \"%s\", not \"layers\"", type);
+  json_t *ids = json_object_get (rootfs, "diff_ids");
+  if (!json_is_array (ids))
+    return ib_error_set (err, EINVAL, "image config: missing rootfs.diff_ids");
+  char **v = xmalloc (sizeof (char *));
+  size_t i;
+  json_t *e;
+  json_array_foreach (ids, i, e)
+  {
+    const char *s = json_string_value (e);
+    if (!ib_digest_valid (s))
+      {
+        ib_strv_free (v);
+        return ib_error_set (err, EINVAL, "image config: rootfs.diff_ids[%zu] is not a sha256 digest",
+                             i);
+      }
+    ib_strv_push (&v, s);
+  }
+  *diff_ids = v;
+  return 0;
+}
+
+void
+ib_host_platform (const char **os, const char **arch, const char **variant)
+{
+  /* GOOS / GOARCH names, as image-spec config.md asks. */
+  *os = "linux";
+  *variant = NULL;
+#if defined(__x86_64__)
+  *arch = "amd64";
+#elif defined(__aarch64__)
+  *arch = "arm64";
+#elif defined(__arm__)
+  *arch = "arm";
+  *variant = "v7";
+#elif defined(__i386__)
+  *arch = "386";
+#elif defined(__powerpc64__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+  *arch = "ppc64le";
+#elif defined(__s390x__)
+  *arch = "s390x";
+#elif defined(__riscv) && __riscv_xlen == 64
+  *arch = "riscv64";
+#else
+  *arch = "unknown";
+#endif
+}
+
+void
+ib_chain_id (char *const *diff_ids, size_t upto, char out[IB_DIGEST_LEN])
+{
+  snprintf (out, IB_DIGEST_LEN, "%s", diff_ids[0]);
+  for (size_t i = 1; i <= upto; i++)
+    {
+      char tmp[IB_DIGEST_LEN * 2 + 2];
+      int n = snprintf (tmp, sizeof tmp, "%s %s", out, diff_ids[i]);
+      ib_digest_buf (tmp, (size_t) n, out);
+    }
+}

@@ -1,0 +1,545 @@
+/* oci/store.c — the content store, an OCI image layout (image-spec
+ * image-layout.md) plus imgbuild's snapshots/, cache/, tmp/ and lock. */
+#include "oci/store.h"
+#include "common/util.h"
+#include "oci/ref.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <pwd.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define REF_NAME_ANNOTATION "org.opencontainers.image.ref.name"
+#define OCI_LAYOUT_JSON "{\"imageLayoutVersion\":\"1.0.0\"}"
+#define EMPTY_INDEX_JSON "{\"schemaVersion\":2,\"manifests\":[]}"
+
+static void
+json_decref_p (json_t **j)
+{
+  if (*j)
+    json_decref (*j);
+}
+#define cleanup_json __attribute__ ((cleanup (json_decref_p)))
+
+char *
+ib_store_default_root (void)
+{
+  const char *e = getenv ("IMGBUILD_STORE");
+  if (e && *e)
+    return xstrdup (e);
+  e = getenv ("XDG_DATA_HOME");
+  if (e && *e == '/')
+    return ib_path_join (e, "imgbuild");
+  const char *home = getenv ("HOME");
+  if (home == NULL || *home == '\0')
+    {
+      struct passwd *pw = getpwuid (getuid ());
+      home = pw && pw->pw_dir ? pw->pw_dir : "/";
+    }
+  return xasprintf ("%s/.local/share/imgbuild", strcmp (home, "/") == 0 ? "" : home);
+}
+
+static int
+write_if_missing (ib_store_t *s, const char *name, const char *content, ib_error_t *err)
+{
+  cleanup_free char *p = ib_path_join (s->root, name);
+  if (access (p, F_OK) == 0)
+    return 0;
+  if (errno != ENOENT)
+    return ib_error_sys (err, errno, "access %s", p);
+  return ib_write_file_atomic (p, content, strlen (content), 0644, err);
+}
+
+static int
+check_layout (ib_store_t *s, ib_error_t *err)
+{
+  cleanup_free char *p = ib_path_join (s->root, "oci-layout");
+  cleanup_free char *data = NULL;
+  size_t len;
+  if (ib_read_file (p, &data, &len, err) < 0)
+    return -1;
+  json_t *j = json_loadb (data, len, 0, NULL);
+  const char *v = json_string_value (json_object_get (j, "imageLayoutVersion"));
+  bool ok = v && strncmp (v, "1.", 2) == 0;
+  json_decref (j);
+  if (!ok)
+    return ib_error_set (err, EINVAL, "%s: not an OCI image layout version 1.x", p);
+  return 0;
+}
+
+int
+ib_store_open (const char *root, ib_store_t **out, ib_error_t *err)
+{
+  *out = NULL;
+  if (ib_mkdir_p (root, 0755, err) < 0)
+    return ib_error_prefix (err, "open store %s", root);
+  char *abs = realpath (root, NULL);
+  if (abs == NULL)
+    return ib_error_sys (err, errno, "open store %s", root);
+  ib_store_t *s = xmalloc (sizeof *s);
+  s->root = abs;
+  s->lock_fd = -1;
+
+  static const char *const dirs[] = { "blobs/sha256", "snapshots", "cache", "tmp" };
+  for (size_t i = 0; i < sizeof dirs / sizeof dirs[0]; i++)
+    {
+      cleanup_free char *d = ib_path_join (s->root, dirs[i]);
+      if (ib_mkdir_p (d, 0755, err) < 0)
+        goto fail;
+    }
+  {
+    cleanup_free char *lp = ib_path_join (s->root, "lock");
+    s->lock_fd = open (lp, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (s->lock_fd < 0)
+      {
+        ib_error_sys (err, errno, "open %s", lp);
+        goto fail;
+      }
+  }
+  /* Create the layout files under the lock, so that a concurrent first
+   * ib_store_tag never sees its index.json replaced by an empty one. */
+  if (ib_store_lock (s, true, err) < 0)
+    goto fail;
+  int r = write_if_missing (s, "oci-layout", OCI_LAYOUT_JSON, err);
+  if (r == 0)
+    r = write_if_missing (s, "index.json", EMPTY_INDEX_JSON, err);
+  ib_store_unlock (s);
+  if (r < 0 || check_layout (s, err) < 0)
+    goto fail;
+  *out = s;
+  return 0;
+
+fail:
+  ib_error_prefix (err, "open store %s", root);
+  ib_store_close (s);
+  return -1;
+}
+
+void
+ib_store_close (ib_store_t *s)
+{
+  if (s == NULL)
+    return;
+  if (s->lock_fd >= 0)
+    close (s->lock_fd); /* drops any flock */
+  free (s->root);
+  free (s);
+}
+
+static int
+do_flock (ib_store_t *s, int op, ib_error_t *err)
+{
+  while (flock (s->lock_fd, op) < 0)
+    {
+      if (errno == EINTR)
+        continue;
+      return ib_error_sys (err, errno, "lock store %s", s->root);
+    }
+  return 0;
+}
+
+int
+ib_store_lock (ib_store_t *s, bool exclusive, ib_error_t *err)
+{
+  if (s->lock_depth == 0 || (exclusive && !s->lock_exclusive))
+    {
+      if (do_flock (s, exclusive ? LOCK_EX : LOCK_SH, err) < 0)
+        return -1;
+      if (s->lock_depth == 0 || exclusive)
+        s->lock_exclusive = exclusive;
+    }
+  s->lock_depth++;
+  return 0;
+}
+
+void
+ib_store_unlock (ib_store_t *s)
+{
+  if (s->lock_depth <= 0)
+    return;
+  if (--s->lock_depth == 0)
+    {
+      flock (s->lock_fd, LOCK_UN);
+      s->lock_exclusive = false;
+    }
+}
+
+char *
+ib_store_blob_path (ib_store_t *s, const char *digest)
+{
+  return xasprintf ("%s/blobs/sha256/%s", s->root, ib_digest_hex (digest));
+}
+
+bool
+ib_store_has_blob (ib_store_t *s, const char *digest)
+{
+  if (!ib_digest_valid (digest))
+    return false;
+  cleanup_free char *p = ib_store_blob_path (s, digest);
+  struct stat st;
+  return stat (p, &st) == 0 && S_ISREG (st.st_mode);
+}
+
+int
+ib_store_tmp_file (ib_store_t *s, const char *prefix, char **path, ib_error_t *err)
+{
+  char *p = xasprintf ("%s/tmp/%s-XXXXXX", s->root, prefix ? prefix : "tmp");
+  int fd = mkostemp (p, O_CLOEXEC);
+  if (fd < 0)
+    {
+      int e = errno;
+      free (p);
+      return ib_error_sys (err, e, "create temp file in %s/tmp", s->root);
+    }
+  *path = p;
+  return fd;
+}
+
+int
+ib_store_tmp_dir (ib_store_t *s, const char *prefix, char **path, ib_error_t *err)
+{
+  char *p = xasprintf ("%s/tmp/%s-XXXXXX", s->root, prefix ? prefix : "tmp");
+  if (mkdtemp (p) == NULL)
+    {
+      int e = errno;
+      free (p);
+      return ib_error_sys (err, e, "create temp directory in %s/tmp", s->root);
+    }
+  *path = p;
+  return 0;
+}
+
+int
+ib_store_commit_blob_hashed (ib_store_t *s, const char *tmp_path, const char *digest,
+                             ib_error_t *err)
+{
+  if (!ib_digest_valid (digest))
+    return ib_error_set (err, EINVAL, "store blob: bad digest \"%s\"", digest);
+  {
+    cleanup_close int fd = open (tmp_path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+      return ib_error_sys (err, errno, "open %s", tmp_path);
+    if (fchmod (fd, 0644) < 0 || fsync (fd) < 0)
+      return ib_error_sys (err, errno, "fsync %s", tmp_path);
+  }
+  cleanup_free char *dst = ib_store_blob_path (s, digest);
+  if (rename (tmp_path, dst) < 0)
+    return ib_error_sys (err, errno, "store blob %s: rename %s", digest, tmp_path);
+  cleanup_free char *dir = ib_path_join (s->root, "blobs/sha256");
+  return ib_fsync_dir (dir, err);
+}
+
+int
+ib_store_commit_blob (ib_store_t *s, const char *tmp_path, const char *expected,
+                      char out_digest[IB_DIGEST_LEN], uint64_t *out_size, ib_error_t *err)
+{
+  char got[IB_DIGEST_LEN];
+  uint64_t size = 0;
+  if (ib_digest_file (tmp_path, got, &size, err) < 0)
+    return -1;
+  if (expected && strcmp (expected, got) != 0)
+    {
+      unlink (tmp_path);
+      return ib_error_set (err, EINVAL, "blob %s: digest mismatch (the bytes hash to %s)", expected,
+                           got);
+    }
+  if (ib_store_commit_blob_hashed (s, tmp_path, got, err) < 0)
+    return -1;
+  if (out_digest)
+    memcpy (out_digest, got, IB_DIGEST_LEN);
+  if (out_size)
+    *out_size = size;
+  return 0;
+}
+
+int
+ib_store_put_blob (ib_store_t *s, const void *data, size_t len, char out_digest[IB_DIGEST_LEN],
+                   ib_error_t *err)
+{
+  char d[IB_DIGEST_LEN];
+  ib_digest_buf (data, len, d);
+  if (out_digest)
+    memcpy (out_digest, d, IB_DIGEST_LEN);
+  if (ib_store_has_blob (s, d))
+    return 0;
+  cleanup_free char *tmp = NULL;
+  cleanup_close int fd = ib_store_tmp_file (s, "blob", &tmp, err);
+  if (fd < 0)
+    return -1;
+  const char *p = data;
+  size_t left = len;
+  while (left > 0)
+    {
+      ssize_t n = write (fd, p, left);
+      if (n < 0 && errno == EINTR)
+        continue;
+      if (n < 0)
+        {
+          int e = errno;
+          unlink (tmp);
+          return ib_error_sys (err, e, "write %s", tmp);
+        }
+      p += n;
+      left -= (size_t) n;
+    }
+  if (ib_store_commit_blob_hashed (s, tmp, d, err) < 0)
+    {
+      unlink (tmp);
+      return -1;
+    }
+  return 0;
+}
+
+int
+ib_store_read_blob (ib_store_t *s, const char *digest, char **data, size_t *len, ib_error_t *err)
+{
+  *data = NULL;
+  if (!ib_digest_valid (digest))
+    return ib_error_set (err, EINVAL, "blob \"%s\": not a sha256 digest", digest);
+  cleanup_free char *p = ib_store_blob_path (s, digest);
+  cleanup_free char *buf = NULL;
+  size_t n = 0;
+  if (access (p, F_OK) < 0 && errno == ENOENT)
+    return ib_error_set (err, ENOENT, "blob %s not found in store %s", digest, s->root);
+  if (ib_read_file (p, &buf, &n, err) < 0)
+    return -1;
+  char got[IB_DIGEST_LEN];
+  ib_digest_buf (buf, n, got);
+  if (strcmp (got, digest) != 0)
+    return ib_error_set (err, EIO, "blob %s in store %s is corrupt (its bytes hash to %s)", digest,
+                         s->root, got);
+  *data = steal_pointer (&buf);
+  if (len)
+    *len = n;
+  return 0;
+}
+
+/* index.json, parsed; always an object with a "manifests" array. */
+static json_t *
+load_index (ib_store_t *s, ib_error_t *err)
+{
+  cleanup_free char *p = ib_path_join (s->root, "index.json");
+  json_error_t je;
+  json_t *j = json_load_file (p, 0, &je);
+  if (j == NULL)
+    {
+      ib_error_set (err, EINVAL, "%s: %s (line %d)", p, je.text, je.line);
+      return NULL;
+    }
+  if (!json_is_object (j) || !json_is_array (json_object_get (j, "manifests")))
+    {
+      json_decref (j);
+      ib_error_set (err, EINVAL, "%s: not an image index (no manifests array)", p);
+      return NULL;
+    }
+  return j;
+}
+
+static int
+save_index (ib_store_t *s, json_t *index, ib_error_t *err)
+{
+  cleanup_free char *p = ib_path_join (s->root, "index.json");
+  cleanup_free char *data = json_dumps (index, JSON_INDENT (2) | JSON_PRESERVE_ORDER);
+  if (data == NULL)
+    abort ();
+  return ib_write_file_atomic (p, data, strlen (data), 0644, err);
+}
+
+static const char *
+entry_name (json_t *e)
+{
+  return json_string_value (json_object_get (json_object_get (e, "annotations"), REF_NAME_ANNOTATION));
+}
+
+int
+ib_store_tag (ib_store_t *s, const char *name, const char *media_type, const char *digest,
+              int64_t size, ib_error_t *err)
+{
+  if (!ib_digest_valid (digest))
+    return ib_error_set (err, EINVAL, "tag %s: bad digest \"%s\"", name, digest);
+  if (name == NULL || *name == '\0')
+    return ib_error_set (err, EINVAL, "tag: empty name");
+  if (ib_store_lock (s, true, err) < 0)
+    return -1;
+  int ret = -1;
+  json_t *index = load_index (s, err);
+  if (index)
+    {
+      json_t *ms = json_object_get (index, "manifests");
+      for (size_t i = json_array_size (ms); i-- > 0;)
+        {
+          const char *n = entry_name (json_array_get (ms, i));
+          if (n && strcmp (n, name) == 0)
+            json_array_remove (ms, i);
+        }
+      json_t *d = json_pack ("{s:s, s:s, s:I, s:{s:s}}", "mediaType",
+                             media_type ? media_type : IB_MT_OCI_MANIFEST, "digest", digest, "size",
+                             (json_int_t) size, "annotations", REF_NAME_ANNOTATION, name);
+      json_array_append_new (ms, d);
+      ret = save_index (s, index, err);
+      json_decref (index);
+    }
+  ib_store_unlock (s);
+  if (ret < 0)
+    ib_error_prefix (err, "tag %s in store %s", name, s->root);
+  return ret;
+}
+
+int
+ib_store_list (ib_store_t *s, json_t **manifests, ib_error_t *err)
+{
+  *manifests = NULL;
+  cleanup_json json_t *index = load_index (s, err);
+  if (index == NULL)
+    return -1;
+  *manifests = json_incref (json_object_get (index, "manifests"));
+  return 0;
+}
+
+static int
+fill_descriptor (json_t *e, ib_descriptor_t *out)
+{
+  memset (out, 0, sizeof *out);
+  const char *mt = json_string_value (json_object_get (e, "mediaType"));
+  const char *dg = json_string_value (json_object_get (e, "digest"));
+  if (dg == NULL || !ib_digest_valid (dg))
+    return -1;
+  out->media_type = xstrdup (mt ? mt : IB_MT_OCI_MANIFEST);
+  snprintf (out->digest, sizeof out->digest, "%s", dg);
+  out->size = (int64_t) json_integer_value (json_object_get (e, "size"));
+  return 0;
+}
+
+int
+ib_store_resolve (ib_store_t *s, const char *name, ib_descriptor_t *out, ib_error_t *err)
+{
+  memset (out, 0, sizeof *out);
+  cleanup_json json_t *index = load_index (s, err);
+  if (index == NULL)
+    return -1;
+  json_t *ms = json_object_get (index, "manifests");
+  size_t i;
+  json_t *e;
+
+  if (ib_digest_valid (name))
+    {
+      json_array_foreach (ms, i, e)
+      {
+        const char *dg = json_string_value (json_object_get (e, "digest"));
+        if (dg && strcmp (dg, name) == 0 && fill_descriptor (e, out) == 0)
+          return 0;
+      }
+      /* An untagged manifest that is in blobs/ all the same. */
+      cleanup_free char *data = NULL;
+      size_t len;
+      if (ib_store_has_blob (s, name) && ib_store_read_blob (s, name, &data, &len, NULL) == 0)
+        {
+          json_t *j = json_loadb (data, len, 0, NULL);
+          const char *mt = json_string_value (json_object_get (j, "mediaType"));
+          bool idx = json_is_array (json_object_get (j, "manifests"));
+          bool man = json_is_array (json_object_get (j, "layers"));
+          if (idx || man)
+            {
+              out->media_type = xstrdup (mt ? mt : idx ? IB_MT_OCI_INDEX : IB_MT_OCI_MANIFEST);
+              snprintf (out->digest, sizeof out->digest, "%s", name);
+              out->size = (int64_t) len;
+            }
+          json_decref (j);
+          if (out->media_type)
+            return 0;
+        }
+      return ib_error_set (err, ENOENT, "image %s not found in store %s", name, s->root);
+    }
+
+  /* exact name first (also names that other tools wrote, such as "t") */
+  json_array_foreach (ms, i, e)
+  {
+    const char *n = entry_name (e);
+    if (n && strcmp (n, name) == 0 && fill_descriptor (e, out) == 0)
+      return 0;
+  }
+  ib_ref_t ref;
+  ib_error_t perr = NULL;
+  if (ib_ref_parse (name, &ref, &perr) == 0)
+    {
+      cleanup_free char *full = ib_ref_string (&ref);
+      ib_ref_free (&ref);
+      json_array_foreach (ms, i, e)
+      {
+        const char *n = entry_name (e);
+        if (n && strcmp (n, full) == 0 && fill_descriptor (e, out) == 0)
+          return 0;
+      }
+    }
+  ib_error_free (&perr);
+  return ib_error_set (err, ENOENT, "image %s not found in store %s", name, s->root);
+}
+
+int
+ib_store_load_image (ib_store_t *s, const char *name, ib_descriptor_t *desc,
+                     ib_manifest_t **manifest, json_t **config, ib_error_t *err)
+{
+  if (manifest)
+    *manifest = NULL;
+  if (config)
+    *config = NULL;
+  ib_descriptor_t d;
+  if (ib_store_resolve (s, name, &d, err) < 0)
+    return -1;
+  cleanup_free char *data = NULL;
+  size_t len = 0;
+  ib_manifest_t *m = NULL;
+  json_t *cfg = NULL;
+  ib_doc_kind_t kind;
+  if (ib_store_read_blob (s, d.digest, &data, &len, err) < 0
+      || ib_doc_kind (data, len, d.media_type, &kind, err) < 0)
+    goto fail;
+  if (kind == IB_DOC_INDEX)
+    {
+      /* a multi-platform image that another tool stored: take the host's */
+      const char *os, *arch, *variant;
+      ib_host_platform (&os, &arch, &variant);
+      ib_descriptor_t sel;
+      if (ib_index_select (data, len, os, arch, variant, &sel, err) < 0)
+        goto fail;
+      ib_descriptor_clear (&d);
+      d = sel;
+      free (data);
+      data = NULL;
+      if (ib_store_read_blob (s, d.digest, &data, &len, err) < 0)
+        goto fail;
+    }
+  if (ib_manifest_parse (data, len, &m, err) < 0)
+    goto fail;
+  if (config)
+    {
+      cleanup_free char *cdata = NULL;
+      size_t clen = 0;
+      if (ib_store_read_blob (s, m->config.digest, &cdata, &clen, err) < 0
+          || ib_config_parse (cdata, clen, &cfg, err) < 0)
+        goto fail;
+    }
+  if (desc)
+    *desc = d;
+  else
+    ib_descriptor_clear (&d);
+  if (manifest)
+    *manifest = m;
+  else
+    ib_manifest_free (m);
+  if (config)
+    *config = cfg;
+  return 0;
+
+fail:
+  ib_descriptor_clear (&d);
+  ib_manifest_free (m);
+  if (cfg)
+    json_decref (cfg);
+  return ib_error_prefix (err, "load image %s", name);
+}

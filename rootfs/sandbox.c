@@ -1,0 +1,1000 @@
+/* rootfs/sandbox.c — run one build step in mount + pid (+ net) namespaces.
+ *
+ * Processes (the user namespace was entered before, see userns.c):
+ *
+ *   imgbuild ── S (setup parent) ── P1 (pid 1 of the new pid namespace)
+ *                                     └── C (the command)
+ *
+ * S unshares the namespaces and forks P1, which is then pid 1: P1 builds the
+ * mount tree (in the order below), pivot_root()s into the rootfs and forks C.
+ * C sets its ids, installs seccomp and execs the command.  P1 reaps every
+ * orphan of the namespace and exits with C's status as soon as C exits; the
+ * kernel then kills whatever is left in the namespace.  S waits for P1 and
+ * passes its status on.  Every child has PR_SET_PDEATHSIG(SIGKILL), so
+ * nothing survives a killed imgbuild.
+ *
+ * Failures of the setup and of exec are written, as "ERRNO:message", to a
+ * close-on-exec pipe that imgbuild reads until EOF: the pipe closes without
+ * a message when the command has been exec'd.
+ */
+#include "rootfs/sandbox.h"
+#include "common/util.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <limits.h>
+#include <net/if.h>
+#include <poll.h>
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mount.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define DEFAULT_PATH "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+#define HOSTNAME "imgbuild"
+/* Our files inside the /dev tmpfs: never part of the rootfs, gone with the
+ * mount namespace. */
+#define PRIVATE_DIR "/dev/.imgbuild"
+#define APT_CONF PRIVATE_DIR "/apt.conf"
+/* The tail keeps at most this many bytes, whatever the line count. */
+#define TAIL_MAX_BYTES (256 * 1024)
+
+static const int forwarded_signals[] = { SIGINT, SIGTERM, SIGHUP, SIGQUIT };
+#define N_FORWARDED (sizeof forwarded_signals / sizeof forwarded_signals[0])
+
+/* Everything the children need, computed before the first fork so that the
+ * children allocate as little as possible. */
+struct run_ctx
+{
+  const ib_sandbox_opts_t *opts;
+  ib_userns_mode_t mode;
+  char *rootfs;       /* realpath of opts->rootfs */
+  char **envp;        /* opts->env, plus APT_CONFIG in SINGLE mode */
+  char **candidates;  /* paths to try for argv[0], inside the rootfs */
+  const char *cwd;
+  int err_w;          /* close-on-exec pipe for setup / exec failures */
+  int tail_w;         /* -1, or stdout+stderr of the command */
+};
+
+/* --- failure reporting from the children -------------------------------- */
+
+/* Write "ERRNO:message[: strerror]" to the error pipe and _exit. */
+static void __attribute__ ((noreturn, format (printf, 4, 5)))
+child_fail (int fd, int code, int errnum, const char *fmt, ...)
+{
+  char msg[2048];
+  va_list ap;
+  va_start (ap, fmt);
+  vsnprintf (msg, sizeof msg, fmt, ap);
+  va_end (ap);
+  char out[2300];
+  int n = snprintf (out, sizeof out, "%d:%s%s%s", errnum, msg, errnum ? ": " : "",
+                    errnum ? strerror (errnum) : "");
+  if (n > 0)
+    {
+      size_t len = (size_t) n < sizeof out ? (size_t) n : sizeof out - 1;
+      if (write (fd, out, len) < 0)
+        _exit (code);
+    }
+  _exit (code);
+}
+
+static void __attribute__ ((noreturn))
+child_fail_err (int fd, int code, ib_error_t *err)
+{
+  child_fail (fd, code, 0, "%s", (*err)->msg);
+}
+
+/* --- signals ------------------------------------------------------------- */
+
+/* Children: one forwarding target (S forwards to P1, P1 to C). */
+static volatile pid_t child_forward_to;
+
+static void
+child_forward_handler (int sig)
+{
+  int saved = errno;
+  pid_t p = child_forward_to;
+  if (p > 0)
+    kill (p, sig);
+  errno = saved;
+}
+
+static void
+child_install_forwarding (pid_t target)
+{
+  child_forward_to = target;
+  struct sigaction sa = { 0 };
+  sa.sa_handler = child_forward_handler;
+  sigemptyset (&sa.sa_mask);
+  sa.sa_flags = 0; /* no SA_RESTART: waitpid returns EINTR, we loop */
+  for (size_t i = 0; i < N_FORWARDED; i++)
+    sigaction (forwarded_signals[i], &sa, NULL);
+}
+
+/* Default dispositions for every signal (caught ones would be reset by
+ * exec anyway, but ignored ones, e.g. SIGPIPE, would be inherited). */
+static void
+reset_signals (void)
+{
+  struct sigaction sa = { 0 };
+  sa.sa_handler = SIG_DFL;
+  sigemptyset (&sa.sa_mask);
+  for (int s = 1; s < NSIG; s++)
+    if (s != SIGKILL && s != SIGSTOP)
+      sigaction (s, &sa, NULL);
+}
+
+static void
+unblock_all_signals (void)
+{
+  sigset_t none;
+  sigemptyset (&none);
+  sigprocmask (SIG_SETMASK, &none, NULL);
+}
+
+/* imgbuild itself: while sandboxes run, SIGINT/SIGTERM/SIGHUP/SIGQUIT are
+ * forwarded to each of them instead of killing imgbuild before it reaped
+ * them.  Several threads may run sandboxes at once: the handler is installed
+ * by the first and restored by the last, and each registers its S in a slot. */
+#define FORWARD_SLOTS 64
+static volatile pid_t forward_slots[FORWARD_SLOTS];
+static pthread_mutex_t forward_lock = PTHREAD_MUTEX_INITIALIZER;
+static int forward_users;
+static struct sigaction forward_saved[N_FORWARDED];
+
+static void
+parent_forward_handler (int sig)
+{
+  int saved = errno;
+  for (int i = 0; i < FORWARD_SLOTS; i++)
+    {
+      pid_t p = forward_slots[i];
+      if (p > 0)
+        kill (p, sig);
+    }
+  errno = saved;
+}
+
+static void
+parent_forwarding_begin (void)
+{
+  pthread_mutex_lock (&forward_lock);
+  if (forward_users++ == 0)
+    {
+      struct sigaction sa = { 0 };
+      sa.sa_handler = parent_forward_handler;
+      sigemptyset (&sa.sa_mask);
+      sa.sa_flags = 0;
+      for (size_t i = 0; i < N_FORWARDED; i++)
+        sigaction (forwarded_signals[i], &sa, &forward_saved[i]);
+    }
+  pthread_mutex_unlock (&forward_lock);
+}
+
+static void
+parent_forwarding_end (void)
+{
+  pthread_mutex_lock (&forward_lock);
+  if (--forward_users == 0)
+    for (size_t i = 0; i < N_FORWARDED; i++)
+      sigaction (forwarded_signals[i], &forward_saved[i], NULL);
+  pthread_mutex_unlock (&forward_lock);
+}
+
+static int
+forward_slot_add (pid_t pid)
+{
+  for (int i = 0; i < FORWARD_SLOTS; i++)
+    {
+      pid_t expected = 0;
+      if (__atomic_compare_exchange_n (&forward_slots[i], &expected, pid, false, __ATOMIC_SEQ_CST,
+                                       __ATOMIC_SEQ_CST))
+        return i;
+    }
+  return -1; /* more than FORWARD_SLOTS at once: that one is not forwarded to */
+}
+
+static void
+forward_slot_remove (int slot)
+{
+  if (slot >= 0)
+    __atomic_store_n (&forward_slots[slot], 0, __ATOMIC_SEQ_CST);
+}
+
+/* --- mount tree (in P1) --------------------------------------------------- */
+
+static bool
+is_dir (const char *path)
+{
+  struct stat st;
+  return stat (path, &st) == 0 && S_ISDIR (st.st_mode);
+}
+
+static int
+do_mount (const char *src, const char *target, const char *fstype, unsigned long flags,
+          const char *data, ib_error_t *err)
+{
+  if (mount (src, target, fstype, flags, data) < 0)
+    return ib_error_sys (err, errno, "mount %s on %s%s%s", src ? src : "(none)", target,
+                         data ? " with " : "", data ? data : "");
+  return 0;
+}
+
+/* Mount flags that must be kept on a bind remount in a user namespace:
+ * the kernel refuses to clear flags the parent namespace locked. */
+static unsigned long
+locked_flags_of (const char *path)
+{
+  struct statvfs sv;
+  unsigned long f = 0;
+  if (statvfs (path, &sv) < 0)
+    return 0;
+  if (sv.f_flag & ST_NOSUID)
+    f |= MS_NOSUID;
+  if (sv.f_flag & ST_NODEV)
+    f |= MS_NODEV;
+  if (sv.f_flag & ST_NOEXEC)
+    f |= MS_NOEXEC;
+  if (sv.f_flag & ST_NOATIME)
+    f |= MS_NOATIME;
+  if (sv.f_flag & ST_NODIRATIME)
+    f |= MS_NODIRATIME;
+  if (sv.f_flag & ST_RELATIME)
+    f |= MS_RELATIME;
+  return f;
+}
+
+/* Make a bind mount read-only, recursively where the kernel has
+ * mount_setattr (5.12), else its top mount only. */
+static int
+remount_ro (const char *path, bool recursive, ib_error_t *err)
+{
+#ifdef SYS_mount_setattr
+  if (recursive)
+    {
+      struct
+      {
+        uint64_t attr_set, attr_clr, propagation, userns_fd;
+      } attr = { 0x00000001 /* MOUNT_ATTR_RDONLY */, 0, 0, 0 };
+      if (syscall (SYS_mount_setattr, AT_FDCWD, path, 0x8000 /* AT_RECURSIVE */, &attr,
+                   sizeof attr)
+          == 0)
+        return 0;
+    }
+#else
+  (void) recursive;
+#endif
+  unsigned long flags = MS_BIND | MS_REMOUNT | MS_RDONLY | locked_flags_of (path);
+  return do_mount (NULL, path, NULL, flags, NULL, err);
+}
+
+/* Create an empty file (a bind mount target) in the /dev tmpfs. */
+static int
+touch (const char *path, ib_error_t *err)
+{
+  int fd = open (path, O_WRONLY | O_CREAT | O_CLOEXEC | O_NOCTTY, 0666);
+  if (fd < 0)
+    return ib_error_sys (err, errno, "create %s", path);
+  close (fd);
+  return 0;
+}
+
+static int
+write_small_file (const char *path, const char *data, mode_t mode, ib_error_t *err)
+{
+  int fd = open (path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, mode);
+  if (fd < 0)
+    return ib_error_sys (err, errno, "create %s", path);
+  size_t len = strlen (data);
+  ssize_t n = write (fd, data, len);
+  int e = errno;
+  close (fd);
+  if (n < 0 || (size_t) n != len)
+    return ib_error_sys (err, n < 0 ? e : EIO, "write %s", path);
+  return 0;
+}
+
+/* /dev: a tmpfs with the harmless host devices bind-mounted in, the usual
+ * symlinks, a private devpts instance and /dev/shm. */
+static int
+setup_dev (const char *dev, ib_error_t *err)
+{
+  if (do_mount ("tmpfs", dev, "tmpfs", MS_NOSUID | MS_STRICTATIME, "mode=0755", err) < 0)
+    return -1;
+
+  static const char *const devices[] = { "null", "zero", "full", "random", "urandom", "tty" };
+  for (size_t i = 0; i < sizeof devices / sizeof devices[0]; i++)
+    {
+      cleanup_free char *host = ib_path_join ("/dev", devices[i]);
+      cleanup_free char *target = ib_path_join (dev, devices[i]);
+      struct stat st;
+      if (stat (host, &st) < 0)
+        {
+          ib_debug ("sandbox: host has no %s, skipped", host);
+          continue;
+        }
+      if (touch (target, err) < 0)
+        return -1;
+      if (do_mount (host, target, NULL, MS_BIND, NULL, err) < 0)
+        return -1;
+    }
+
+  static const char *const links[][2] = {
+    { "fd", "/proc/self/fd" },        { "stdin", "/proc/self/fd/0" },
+    { "stdout", "/proc/self/fd/1" },  { "stderr", "/proc/self/fd/2" },
+    { "ptmx", "pts/ptmx" },           { "core", "/proc/kcore" },
+  };
+  for (size_t i = 0; i < sizeof links / sizeof links[0]; i++)
+    {
+      cleanup_free char *target = ib_path_join (dev, links[i][0]);
+      if (symlink (links[i][1], target) < 0)
+        return ib_error_sys (err, errno, "symlink %s", target);
+    }
+
+  /* devpts: a new instance so that ptys of the step are its own.  No gid=5
+   * option: group 5 (tty) may not be mapped in the user namespace.  Old
+   * kernels without these options answer EINVAL. */
+  cleanup_free char *pts = ib_path_join (dev, "pts");
+  if (mkdir (pts, 0755) < 0)
+    return ib_error_sys (err, errno, "create %s", pts);
+  if (mount ("devpts", pts, "devpts", MS_NOSUID | MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620")
+          < 0
+      && (errno != EINVAL
+          || mount ("devpts", pts, "devpts", MS_NOSUID | MS_NOEXEC, "newinstance") < 0))
+    ib_debug ("sandbox: mount devpts on %s: %s (no ptys in the sandbox)", pts, strerror (errno));
+
+  cleanup_free char *shm = ib_path_join (dev, "shm");
+  if (mkdir (shm, 01777) < 0)
+    return ib_error_sys (err, errno, "create %s", shm);
+  if (do_mount ("tmpfs", shm, "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777", err) < 0)
+    return -1;
+
+  cleanup_free char *priv = ib_path_join (dev, PRIVATE_DIR + strlen ("/dev/"));
+  if (mkdir (priv, 0755) < 0)
+    return ib_error_sys (err, errno, "create %s", priv);
+  return 0;
+}
+
+/* /etc/resolv.conf and /etc/hosts from the host.  Only onto regular files
+ * of the rootfs: creating them would leave new files in the step's layer,
+ * and a symlink would lead the mount outside the rootfs.  When /dev is ours
+ * the host file is copied into the /dev tmpfs first and the copy is bound:
+ * a step that writes to /etc/hosts changes its copy, never the host's file
+ * (otherwise the bind is made read-only). */
+static int
+setup_etc_file (const char *rootfs, const char *name, bool have_dev, ib_error_t *err)
+{
+  cleanup_free char *host = ib_path_join ("/etc", name);
+  cleanup_free char *rel = ib_path_join ("etc", name);
+  cleanup_free char *target = ib_path_join (rootfs, rel);
+  struct stat st;
+  if (lstat (target, &st) < 0 || !S_ISREG (st.st_mode))
+    {
+      ib_debug ("sandbox: /%s is absent or not a regular file in the rootfs: not providing the "
+                "host's",
+                rel);
+      return 0;
+    }
+  if (stat (host, &st) < 0)
+    {
+      ib_debug ("sandbox: host has no %s", host);
+      return 0;
+    }
+  if (!have_dev)
+    {
+      if (do_mount (host, target, NULL, MS_BIND, NULL, err) < 0)
+        return -1;
+      return remount_ro (target, false, err);
+    }
+
+  cleanup_free char *data = NULL;
+  if (ib_read_file (host, &data, NULL, err) < 0)
+    return -1;
+  if (strcmp (name, "hosts") == 0)
+    {
+      /* The sandbox's hostname resolves, as in Docker. */
+      char *with = xasprintf ("%s%s127.0.0.1\t%s\n", data,
+                              *data && data[strlen (data) - 1] != '\n' ? "\n" : "", HOSTNAME);
+      free (data);
+      data = with;
+    }
+  cleanup_free char *dev_rel = ib_path_join (PRIVATE_DIR, name);
+  cleanup_free char *copy = ib_path_join (rootfs, dev_rel);
+  if (write_small_file (copy, data, 0644, err) < 0)
+    return -1;
+  return do_mount (copy, target, NULL, MS_BIND, NULL, err);
+}
+
+/* Bring up lo in a fresh network namespace, as Docker's --network=none. */
+static void
+loopback_up (void)
+{
+  int s = socket (AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (s < 0)
+    {
+      ib_debug ("sandbox: socket: %s (lo stays down)", strerror (errno));
+      return;
+    }
+  struct ifreq ifr = { 0 };
+  strncpy (ifr.ifr_name, "lo", sizeof ifr.ifr_name - 1);
+  if (ioctl (s, SIOCGIFFLAGS, &ifr) == 0)
+    {
+      ifr.ifr_flags |= IFF_UP | IFF_RUNNING;
+      if (ioctl (s, SIOCSIFFLAGS, &ifr) < 0)
+        ib_debug ("sandbox: bring up lo: %s", strerror (errno));
+    }
+  close (s);
+}
+
+/* Build the mount tree and pivot_root into it.  Order as bubblewrap's:
+ * private propagation, the rootfs bind, then the API filesystems, the
+ * host files, our private files, pivot. */
+static int
+setup_rootfs (const struct run_ctx *ctx, ib_error_t *err)
+{
+  const char *rootfs = ctx->rootfs;
+
+  /* Nothing we mount may propagate back to the host's mount namespace. */
+  if (do_mount (NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL, err) < 0)
+    return -1;
+  /* pivot_root needs the new root to be a mount point. */
+  if (do_mount (rootfs, rootfs, NULL, MS_BIND | MS_REC, NULL, err) < 0)
+    return -1;
+
+  /* /proc, /dev and /sys are mounted only where the rootfs has the
+   * directory (every image has them): creating them would add them to the
+   * step's layer. */
+  cleanup_free char *proc = ib_path_join (rootfs, "proc");
+  if (is_dir (proc))
+    {
+      if (do_mount ("proc", proc, "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL, err) < 0)
+        return -1;
+    }
+  else
+    ib_debug ("sandbox: rootfs has no /proc directory, not mounting proc");
+
+  cleanup_free char *dev = ib_path_join (rootfs, "dev");
+  bool have_dev = is_dir (dev);
+  if (have_dev)
+    {
+      if (setup_dev (dev, err) < 0)
+        return -1;
+    }
+  else
+    ib_debug ("sandbox: rootfs has no /dev directory, not mounting /dev");
+
+  cleanup_free char *sys = ib_path_join (rootfs, "sys");
+  if (is_dir (sys))
+    {
+      if (do_mount ("/sys", sys, NULL, MS_BIND | MS_REC, NULL, err) < 0)
+        return -1;
+      ib_error_t ro_err = NULL;
+      if (remount_ro (sys, true, &ro_err) < 0)
+        {
+          ib_debug ("sandbox: /sys stays writable: %s", ro_err->msg);
+          ib_error_free (&ro_err);
+        }
+    }
+  else
+    ib_debug ("sandbox: rootfs has no /sys directory, not mounting sysfs");
+
+  if (setup_etc_file (rootfs, "resolv.conf", have_dev, err) < 0
+      || setup_etc_file (rootfs, "hosts", have_dev, err) < 0)
+    return -1;
+
+  /* SINGLE mode: setuid() is only emulated by seccomp (it returns 0 and
+   * changes nothing), so apt's privilege drop to the _apt user "succeeds"
+   * and apt then finds it still runs as root and aborts.  Telling apt not to
+   * sandbox its methods avoids the drop (charliecloud does the same).  The
+   * file lives in the /dev tmpfs so that nothing is added to the rootfs;
+   * the command's environment points APT_CONFIG at it. */
+  if (ctx->mode == IB_USERNS_SINGLE && have_dev)
+    {
+      cleanup_free char *conf = ib_path_join (rootfs, APT_CONF);
+      if (write_small_file (conf, "APT::Sandbox::User \"root\";\n", 0644, err) < 0)
+        return -1;
+    }
+
+  if (chdir (rootfs) < 0)
+    return ib_error_sys (err, errno, "chdir %s", rootfs);
+  /* pivot_root(".", "."): the old root ends up stacked on the new one and
+   * is detached right away, leaving no path to the host's tree. */
+  if (syscall (SYS_pivot_root, ".", ".") < 0)
+    return ib_error_sys (err, errno, "pivot_root %s", rootfs);
+  if (umount2 (".", MNT_DETACH) < 0)
+    return ib_error_sys (err, errno, "detach the old root");
+  if (chdir ("/") < 0)
+    return ib_error_sys (err, errno, "chdir /");
+  return 0;
+}
+
+/* --- the command (C) ------------------------------------------------------ */
+
+/* Mark every descriptor above stderr close-on-exec (the error pipe must
+ * stay open until exec succeeds). */
+static void
+cloexec_from (int lowest)
+{
+#ifdef SYS_close_range
+  if (syscall (SYS_close_range, (unsigned int) lowest, ~0U, 4 /* CLOSE_RANGE_CLOEXEC */) == 0)
+    return;
+#endif
+  long max = sysconf (_SC_OPEN_MAX);
+  if (max < 0 || max > 1 << 20)
+    max = 1 << 20;
+  for (int fd = lowest; fd < max; fd++)
+    {
+      int fl = fcntl (fd, F_GETFD);
+      if (fl >= 0 && !(fl & FD_CLOEXEC))
+        fcntl (fd, F_SETFD, fl | FD_CLOEXEC);
+    }
+}
+
+static void __attribute__ ((noreturn))
+command_main (const struct run_ctx *ctx)
+{
+  const ib_sandbox_opts_t *o = ctx->opts;
+  int efd = ctx->err_w;
+  ib_error_t err = NULL;
+
+  prctl (PR_SET_PDEATHSIG, SIGKILL);
+  if (getppid () != 1)
+    _exit (125);
+  reset_signals ();
+  unblock_all_signals ();
+  umask (022);
+
+  /* stdio: no stdin (a build step is not interactive: apt and debconf must
+   * not wait for answers); stdout+stderr into the tail pipe when asked. */
+  int devnull = open ("/dev/null", O_RDONLY | O_CLOEXEC);
+  if (devnull >= 0)
+    {
+      if (devnull != 0)
+        {
+          dup2 (devnull, 0);
+          close (devnull);
+        }
+    }
+  else
+    close (0);
+  if (ctx->tail_w >= 0)
+    {
+      if (dup2 (ctx->tail_w, 1) < 0 || dup2 (ctx->tail_w, 2) < 0)
+        child_fail (efd, 125, errno, "dup2");
+      if (ctx->tail_w > 2)
+        close (ctx->tail_w);
+    }
+  cloexec_from (3);
+
+  /* The working directory is created as root, like WORKDIR in Docker. */
+  if (ib_mkdir_p (ctx->cwd, 0755, &err) < 0)
+    child_fail_err (efd, 125, &err);
+
+  if (ctx->mode != IB_USERNS_SINGLE)
+    {
+      if (setgroups (0, NULL) < 0)
+        child_fail (efd, 125, errno, "setgroups");
+      if (setresgid (o->gid, o->gid, o->gid) < 0)
+        child_fail (efd, 125, errno, "set gid %lu (is it mapped in the user namespace?)",
+                    (unsigned long) o->gid);
+      if (setresuid (o->uid, o->uid, o->uid) < 0)
+        child_fail (efd, 125, errno, "set uid %lu (is it mapped in the user namespace?)",
+                    (unsigned long) o->uid);
+    }
+  if (chdir (ctx->cwd) < 0)
+    child_fail (efd, 125, errno, "chdir %s", ctx->cwd);
+
+  if (ib_seccomp_install (ctx->mode == IB_USERNS_SINGLE, &err) < 0)
+    child_fail_err (efd, 125, &err);
+
+  /* PATH lookup by hand: execvpe would search our PATH, not the step's, and
+   * does so before the pivot in spirit; here the candidates were computed
+   * from the step's environment and are resolved inside the rootfs. */
+  int first_err = ENOENT;
+  for (char **c = ctx->candidates; *c; c++)
+    {
+      execve (*c, o->argv, ctx->envp);
+      int e = errno;
+      if (e == ENOENT || e == ENOTDIR)
+        continue;
+      if (e == EACCES)
+        {
+          first_err = EACCES;
+          continue;
+        }
+      child_fail (efd, 127, e, "exec %s", *c);
+    }
+  if (first_err == ENOENT)
+    child_fail (efd, 127, 0, "command not found: %s", o->argv[0]);
+  child_fail (efd, 126, first_err, "exec %s", o->argv[0]);
+}
+
+/* --- pid 1 (P1) and the setup parent (S) ---------------------------------- */
+
+static int
+status_to_code (int status)
+{
+  if (WIFEXITED (status))
+    return WEXITSTATUS (status);
+  if (WIFSIGNALED (status))
+    return 128 + WTERMSIG (status);
+  return 125;
+}
+
+static void __attribute__ ((noreturn))
+pid1_main (const struct run_ctx *ctx)
+{
+  ib_error_t err = NULL;
+  int efd = ctx->err_w;
+
+  prctl (PR_SET_PDEATHSIG, SIGKILL);
+  reset_signals (); /* signals stay blocked until the handlers are in */
+
+  if (ctx->opts->network_none)
+    loopback_up ();
+  if (sethostname (HOSTNAME, strlen (HOSTNAME)) < 0)
+    ib_debug ("sandbox: sethostname: %s", strerror (errno));
+  if (setup_rootfs (ctx, &err) < 0)
+    child_fail (efd, 125, 0, "sandbox: %s", err->msg);
+
+  pid_t cmd = fork ();
+  if (cmd < 0)
+    child_fail (efd, 125, errno, "sandbox: fork");
+  if (cmd == 0)
+    command_main (ctx);
+
+  close (efd);
+  if (ctx->tail_w >= 0)
+    close (ctx->tail_w);
+  /* pid 1 of a namespace ignores every signal it has no handler for: catch
+   * the usual termination signals and pass them on to the command. */
+  child_install_forwarding (cmd);
+  unblock_all_signals ();
+
+  for (;;)
+    {
+      int status;
+      pid_t p = waitpid (-1, &status, 0);
+      if (p < 0)
+        {
+          if (errno == EINTR)
+            continue;
+          _exit (125); /* ECHILD: cannot happen before cmd was reaped */
+        }
+      if (p == cmd)
+        _exit (status_to_code (status)); /* the kernel kills the rest */
+    }
+}
+
+static void __attribute__ ((noreturn))
+setup_parent_main (const struct run_ctx *ctx, pid_t imgbuild_pid)
+{
+  int efd = ctx->err_w;
+
+  prctl (PR_SET_PDEATHSIG, SIGKILL);
+  if (getppid () != imgbuild_pid)
+    _exit (125);
+  reset_signals (); /* still blocked */
+
+  int flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWUTS | CLONE_NEWIPC;
+  if (ctx->opts->network_none)
+    flags |= CLONE_NEWNET;
+  if (unshare (flags) < 0)
+    child_fail (efd, 125, errno, "sandbox: unshare");
+
+  pid_t p1 = fork ();
+  if (p1 < 0)
+    child_fail (efd, 125, errno, "sandbox: fork pid 1");
+  if (p1 == 0)
+    pid1_main (ctx);
+
+  close (efd);
+  if (ctx->tail_w >= 0)
+    close (ctx->tail_w);
+  child_install_forwarding (p1);
+  unblock_all_signals ();
+
+  int status;
+  while (waitpid (p1, &status, 0) < 0)
+    if (errno != EINTR)
+      _exit (125);
+  _exit (status_to_code (status));
+}
+
+/* --- imgbuild side -------------------------------------------------------- */
+
+static char **
+exec_candidates (const char *argv0, char *const *env)
+{
+  char **v = NULL;
+  if (strchr (argv0, '/'))
+    {
+      ib_strv_push (&v, argv0);
+      return v;
+    }
+  const char *path = DEFAULT_PATH;
+  for (char *const *e = env; e && *e; e++)
+    if (ib_str_has_prefix (*e, "PATH="))
+      path = *e + 5;
+  /* An empty PATH element means the working directory, as for execvp. */
+  const char *s = path;
+  for (;;)
+    {
+      const char *colon = strchrnul (s, ':');
+      cleanup_free char *dir = colon == s ? xstrdup (".") : xstrndup (s, (size_t) (colon - s));
+      cleanup_free char *p = ib_path_join (dir, argv0);
+      ib_strv_push (&v, p);
+      if (*colon == '\0')
+        break;
+      s = colon + 1;
+    }
+  if (v == NULL)
+    v = xmalloc (sizeof (char *));
+  return v;
+}
+
+static char **
+build_env (char *const *env, ib_userns_mode_t mode)
+{
+  char **v = ib_strv_dup (env);
+  if (v == NULL)
+    v = xmalloc (sizeof (char *));
+  if (mode == IB_USERNS_SINGLE)
+    {
+      for (char **e = v; *e; e++)
+        if (ib_str_has_prefix (*e, "APT_CONFIG="))
+          return v;
+      ib_strv_push (&v, "APT_CONFIG=" APT_CONF);
+    }
+  return v;
+}
+
+/* Keep the last `lines` lines (and at most TAIL_MAX_BYTES) of b. */
+static void
+tail_trim (ib_buf_t *b, int lines)
+{
+  if (b->len == 0)
+    return;
+  size_t i = b->len;
+  if (b->data[i - 1] == '\n')
+    i--;
+  int seen = 0;
+  size_t cut = 0;
+  while (i > 0)
+    {
+      i--;
+      if (b->data[i] == '\n' && ++seen == lines)
+        {
+          cut = i + 1;
+          break;
+        }
+    }
+  if (b->len - cut > TAIL_MAX_BYTES)
+    cut = b->len - TAIL_MAX_BYTES;
+  if (cut > 0)
+    {
+      memmove (b->data, b->data + cut, b->len - cut);
+      b->len -= cut;
+      b->data[b->len] = '\0';
+    }
+}
+
+static void
+write_all (int fd, const char *p, size_t n)
+{
+  while (n > 0)
+    {
+      ssize_t w = write (fd, p, n);
+      if (w < 0 && errno == EINTR)
+        continue;
+      if (w <= 0)
+        return;
+      p += w;
+      n -= (size_t) w;
+    }
+}
+
+/* Read the error pipe and the tail pipe until both are closed. */
+static void
+collect_output (int err_r, int tail_r, int tail_lines, ib_buf_t *errmsg, ib_buf_t *tail)
+{
+  char buf[65536];
+  while (err_r >= 0 || tail_r >= 0)
+    {
+      struct pollfd fds[2];
+      nfds_t n = 0;
+      if (err_r >= 0)
+        fds[n++] = (struct pollfd){ .fd = err_r, .events = POLLIN };
+      if (tail_r >= 0)
+        fds[n++] = (struct pollfd){ .fd = tail_r, .events = POLLIN };
+      if (poll (fds, n, -1) < 0)
+        {
+          if (errno == EINTR)
+            continue;
+          break;
+        }
+      for (nfds_t i = 0; i < n; i++)
+        {
+          if (!(fds[i].revents & (POLLIN | POLLHUP | POLLERR)))
+            continue;
+          ssize_t k = read (fds[i].fd, buf, sizeof buf);
+          if (k < 0 && (errno == EINTR || errno == EAGAIN))
+            continue;
+          bool is_err = fds[i].fd == err_r;
+          if (k <= 0)
+            {
+              close (fds[i].fd);
+              if (is_err)
+                err_r = -1;
+              else
+                tail_r = -1;
+              continue;
+            }
+          if (is_err)
+            ib_buf_append (errmsg, buf, (size_t) k);
+          else
+            {
+              write_all (2, buf, (size_t) k);
+              ib_buf_append (tail, buf, (size_t) k);
+              tail_trim (tail, tail_lines);
+            }
+        }
+    }
+}
+
+static int
+check_opts (const ib_sandbox_opts_t *o, ib_error_t *err)
+{
+  if (o == NULL || o->rootfs == NULL)
+    return ib_error_set (err, EINVAL, "sandbox: no rootfs");
+  if (o->argv == NULL || o->argv[0] == NULL || o->argv[0][0] == '\0')
+    return ib_error_set (err, EINVAL, "sandbox: empty command");
+  if (o->cwd != NULL && o->cwd[0] != '/')
+    return ib_error_set (err, EINVAL, "sandbox: working directory %s is not absolute", o->cwd);
+  return 0;
+}
+
+int
+ib_sandbox_run (const ib_sandbox_opts_t *opts, int *exit_status, ib_error_t *err)
+{
+  if (check_opts (opts, err) < 0)
+    return -1;
+  if (opts->tail_lines > 0 && opts->tail != NULL)
+    *opts->tail = NULL;
+
+  ib_userns_mode_t mode = ib_userns_mode ();
+  if (mode == IB_USERNS_AUTO)
+    return ib_error_set (err, EPERM, "sandbox: not in a user namespace (ib_userns_enter first)");
+
+  cleanup_free char *rootfs = realpath (opts->rootfs, NULL);
+  if (rootfs == NULL)
+    return ib_error_sys (err, errno, "sandbox: rootfs %s", opts->rootfs);
+  if (!is_dir (rootfs))
+    return ib_error_set (err, ENOTDIR, "sandbox: rootfs %s is not a directory", rootfs);
+
+  if (mode == IB_USERNS_SINGLE && (opts->uid != 0 || opts->gid != 0))
+    {
+      static int warned;
+      if (!__atomic_exchange_n (&warned, 1, __ATOMIC_SEQ_CST))
+        ib_warn ("user %lu:%lu is emulated: without /etc/subuid ranges only root is mapped, "
+                 "steps run as 0:0",
+                 (unsigned long) opts->uid, (unsigned long) opts->gid);
+    }
+
+  cleanup_strv char **envp = build_env (opts->env, mode);
+  cleanup_strv char **candidates = exec_candidates (opts->argv[0], envp);
+
+  int errp[2];
+  if (pipe2 (errp, O_CLOEXEC) < 0)
+    return ib_error_sys (err, errno, "sandbox: pipe");
+  cleanup_close int err_r = errp[0];
+  cleanup_close int err_w = errp[1];
+  cleanup_close int tail_r = -1;
+  cleanup_close int tail_w = -1;
+  bool want_tail = opts->tail_lines > 0;
+  if (want_tail)
+    {
+      int tp[2];
+      /* The write end must survive exec in the command: no O_CLOEXEC; the
+       * read end is ours only. */
+      if (pipe (tp) < 0)
+        return ib_error_sys (err, errno, "sandbox: pipe");
+      tail_r = tp[0];
+      tail_w = tp[1];
+      fcntl (tail_r, F_SETFD, FD_CLOEXEC);
+    }
+
+  struct run_ctx ctx = {
+    .opts = opts,
+    .mode = mode,
+    .rootfs = rootfs,
+    .envp = envp,
+    .candidates = candidates,
+    .cwd = opts->cwd ? opts->cwd : "/",
+    .err_w = err_w,
+    .tail_w = tail_w,
+  };
+
+  /* Block the forwarded signals across fork: a child must not run our
+   * handler before it has installed its own. */
+  sigset_t block, saved_mask;
+  sigemptyset (&block);
+  for (size_t i = 0; i < N_FORWARDED; i++)
+    sigaddset (&block, forwarded_signals[i]);
+  parent_forwarding_begin ();
+  pthread_sigmask (SIG_BLOCK, &block, &saved_mask);
+
+  fflush (NULL); /* don't duplicate buffered output in the children */
+  pid_t me = getpid ();
+  pid_t child = fork ();
+  if (child < 0)
+    {
+      int e = errno;
+      pthread_sigmask (SIG_SETMASK, &saved_mask, NULL);
+      parent_forwarding_end ();
+      return ib_error_sys (err, e, "sandbox: fork");
+    }
+  if (child == 0)
+    {
+      close (err_r);
+      if (tail_r >= 0)
+        close (tail_r);
+      setup_parent_main (&ctx, me);
+    }
+  int slot = forward_slot_add (child);
+  pthread_sigmask (SIG_SETMASK, &saved_mask, NULL);
+
+  close (steal_fd (&err_w));
+  if (tail_w >= 0)
+    close (steal_fd (&tail_w));
+
+  ib_buf_t errmsg = { 0 };
+  ib_buf_t tail = { 0 };
+  collect_output (steal_fd (&err_r), steal_fd (&tail_r), opts->tail_lines, &errmsg, &tail);
+
+  int status = 0;
+  int wait_errno = 0;
+  while (waitpid (child, &status, 0) < 0)
+    if (errno != EINTR)
+      {
+        wait_errno = errno;
+        break;
+      }
+  forward_slot_remove (slot);
+  parent_forwarding_end ();
+
+  if (want_tail && opts->tail != NULL)
+    *opts->tail = ib_buf_steal (&tail);
+  ib_buf_free (&tail);
+
+  if (errmsg.len > 0)
+    {
+      char *colon = strchr (errmsg.data, ':');
+      int e = colon ? atoi (errmsg.data) : 0;
+      ib_error_set (err, e, "%s", colon ? colon + 1 : errmsg.data);
+      ib_buf_free (&errmsg);
+      if (exit_status)
+        *exit_status = wait_errno ? -1 : status_to_code (status);
+      return -1;
+    }
+  ib_buf_free (&errmsg);
+  if (wait_errno)
+    return ib_error_sys (err, wait_errno, "sandbox: waitpid");
+  if (exit_status)
+    *exit_status = status_to_code (status);
+  return 0;
+}

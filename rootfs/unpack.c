@@ -1,0 +1,1745 @@
+/* rootfs/unpack.c — apply image layers beneath a directory (image-spec
+ * layer.md), copy trees, keep unpacked snapshots per chain id.
+ *
+ * The layer blob is decompressed here (zlib / libzstd streaming APIs) so
+ * that the sha256 of the uncompressed tar stream (the diff_id) is computed
+ * in the same single pass that feeds libarchive, which only ever sees a
+ * plain tar.
+ *
+ * Every path of an entry is resolved beneath the target with
+ * openat2(RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS): symlinks planted by
+ * earlier entries or layers are followed as the container would see them,
+ * i.e. never out of the target.  Where openat2 is missing the same
+ * resolution is done in user space, one component at a time with
+ * O_NOFOLLOW.  Entries are then created relative to the O_PATH fd of their
+ * parent directory, never by path.
+ */
+#include "rootfs/unpack.h"
+#include "common/util.h"
+#include "oci/manifest.h"
+
+#include <archive.h>
+#include <archive_entry.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <linux/fs.h>
+#include <linux/openat2.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/sysmacros.h>
+#include <sys/xattr.h>
+#include <unistd.h>
+#include <zlib.h>
+#include <zstd.h>
+
+#ifndef FICLONE
+#define FICLONE _IOW (0x94, 9, int)
+#endif
+
+#define DEFAULT_MAX_LAYER_BYTES (64ULL << 30)
+#define SRC_BUF_SIZE (256 * 1024)
+#define MAX_SYMLINKS 40
+
+static uint64_t max_bytes_override;
+static bool openat2_disabled;      /* by ib_unpack_set_openat2 (false) */
+static bool openat2_missing;       /* the kernel said ENOSYS */
+
+void
+ib_unpack_set_max_bytes (uint64_t max)
+{
+  max_bytes_override = max;
+}
+
+uint64_t
+ib_unpack_max_bytes (void)
+{
+  if (max_bytes_override)
+    return max_bytes_override;
+  const char *s = getenv ("IMGBUILD_MAX_LAYER_BYTES");
+  if (s && *s)
+    {
+      char *end = NULL;
+      errno = 0;
+      unsigned long long v = strtoull (s, &end, 10);
+      if (errno == 0 && end && *end == '\0' && v > 0)
+        return v;
+      ib_warn ("IMGBUILD_MAX_LAYER_BYTES=%s is not a positive number of bytes, ignored", s);
+    }
+  return DEFAULT_MAX_LAYER_BYTES;
+}
+
+void
+ib_unpack_set_openat2 (bool use)
+{
+  openat2_disabled = !use;
+}
+
+/* ---------------------------------------------------------------------- */
+/* A small string-keyed hash map (open addressing, linear probing).        */
+
+typedef struct
+{
+  char *key;
+  void *val;
+} hslot_t;
+
+typedef struct
+{
+  hslot_t *slots;
+  size_t cap, n;
+} hmap_t;
+
+static uint64_t
+hash_str (const char *s)
+{
+  uint64_t h = 1469598103934665603ULL;
+  for (; *s; s++)
+    {
+      h ^= (unsigned char) *s;
+      h *= 1099511628211ULL;
+    }
+  return h;
+}
+
+static hslot_t *
+hmap_find (const hmap_t *m, const char *key)
+{
+  if (m->cap == 0)
+    return NULL;
+  size_t i = hash_str (key) & (m->cap - 1);
+  while (m->slots[i].key)
+    {
+      if (strcmp (m->slots[i].key, key) == 0)
+        return &m->slots[i];
+      i = (i + 1) & (m->cap - 1);
+    }
+  return NULL;
+}
+
+static void
+hmap_insert_slot (hslot_t *slots, size_t cap, char *key, void *val)
+{
+  size_t i = hash_str (key) & (cap - 1);
+  while (slots[i].key)
+    i = (i + 1) & (cap - 1);
+  slots[i].key = key;
+  slots[i].val = val;
+}
+
+static void
+hmap_put (hmap_t *m, const char *key, void *val)
+{
+  hslot_t *s = hmap_find (m, key);
+  if (s)
+    {
+      s->val = val;
+      return;
+    }
+  if ((m->n + 1) * 2 > m->cap)
+    {
+      size_t cap = m->cap ? m->cap * 2 : 64;
+      hslot_t *slots = xmalloc (cap * sizeof *slots);
+      for (size_t i = 0; i < m->cap; i++)
+        if (m->slots[i].key)
+          hmap_insert_slot (slots, cap, m->slots[i].key, m->slots[i].val);
+      free (m->slots);
+      m->slots = slots;
+      m->cap = cap;
+    }
+  hmap_insert_slot (m->slots, m->cap, xstrdup (key), val);
+  m->n++;
+}
+
+static void
+hmap_free (hmap_t *m, bool free_vals)
+{
+  for (size_t i = 0; i < m->cap; i++)
+    if (m->slots[i].key)
+      {
+        free (m->slots[i].key);
+        if (free_vals)
+          free (m->slots[i].val);
+      }
+  free (m->slots);
+  m->slots = NULL;
+  m->cap = m->n = 0;
+}
+
+/* "dev:ino" of a stat. */
+static char *
+ino_key (const struct stat *st)
+{
+  return xasprintf ("%jx:%jx", (uintmax_t) st->st_dev, (uintmax_t) st->st_ino);
+}
+
+/* "dev:ino/name": a name inside the directory `dir`. */
+static char *
+name_key (const struct stat *dir, const char *name)
+{
+  return xasprintf ("%jx:%jx/%s", (uintmax_t) dir->st_dev, (uintmax_t) dir->st_ino, name);
+}
+
+static bool
+same_inode (const struct stat *a, const struct stat *b)
+{
+  return a->st_dev == b->st_dev && a->st_ino == b->st_ino;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Decompressing source: the layer file -> uncompressed tar, hashed.        */
+
+enum src_kind
+{
+  SRC_TAR,
+  SRC_GZIP,
+  SRC_ZSTD
+};
+
+struct src
+{
+  int fd;
+  enum src_kind kind;
+  z_stream z;
+  bool z_live;
+  bool gz_between;       /* a gzip member ended; another may follow */
+  ZSTD_DStream *zs;
+  size_t zret;           /* last ZSTD_decompressStream result: 0 = frame complete */
+  unsigned char *in;
+  size_t in_len, in_pos;
+  bool in_eof;
+  bool end;              /* uncompressed stream finished */
+  unsigned char *out;
+  ib_sha256_t *hash;
+  uint64_t total, limit;
+  int status;            /* pipeline error: reported in preference to libarchive's */
+  char *msg;
+};
+
+static ssize_t
+src_fail (struct src *s, int status, const char *msg)
+{
+  if (s->msg == NULL)
+    {
+      s->status = status;
+      s->msg = xstrdup (msg);
+    }
+  return -1;
+}
+
+static int
+src_fill (struct src *s)
+{
+  if (s->in_pos < s->in_len || s->in_eof)
+    return 0;
+  for (;;)
+    {
+      ssize_t n = read (s->fd, s->in, SRC_BUF_SIZE);
+      if (n < 0 && errno == EINTR)
+        continue;
+      if (n < 0)
+        {
+          int e = errno;
+          cleanup_free char *m = xasprintf ("read: %s", strerror (e));
+          return (int) src_fail (s, e, m);
+        }
+      s->in_len = (size_t) n;
+      s->in_pos = 0;
+      if (n == 0)
+        s->in_eof = true;
+      return 0;
+    }
+}
+
+/* Next chunk of the uncompressed tar into s->out: its length, 0 at the end,
+ * -1 on error (s->msg set). */
+static ssize_t
+src_next (struct src *s)
+{
+  if (s->msg)
+    return -1;
+  while (!s->end)
+    {
+      size_t produced = 0;
+      if (s->kind == SRC_TAR)
+        {
+          ssize_t n;
+          do
+            n = read (s->fd, s->out, SRC_BUF_SIZE);
+          while (n < 0 && errno == EINTR);
+          if (n < 0)
+            {
+              int e = errno;
+              cleanup_free char *m = xasprintf ("read: %s", strerror (e));
+              return src_fail (s, e, m);
+            }
+          if (n == 0)
+            s->end = true;
+          produced = (size_t) n;
+        }
+      else
+        {
+          if (src_fill (s) < 0)
+            return -1;
+          bool no_input = s->in_pos == s->in_len && s->in_eof;
+          if (s->kind == SRC_GZIP)
+            {
+              if (s->gz_between)
+                {
+                  if (no_input)
+                    {
+                      s->end = true;
+                      break;
+                    }
+                  if (s->in[s->in_pos] != 0x1f)
+                    {
+                      ib_debug ("trailing bytes after the gzip stream ignored");
+                      s->end = true;
+                      break;
+                    }
+                  inflateReset (&s->z);
+                  s->gz_between = false;
+                }
+              s->z.next_in = s->in + s->in_pos;
+              s->z.avail_in = (uInt) (s->in_len - s->in_pos);
+              s->z.next_out = s->out;
+              s->z.avail_out = SRC_BUF_SIZE;
+              int r = inflate (&s->z, Z_NO_FLUSH);
+              s->in_pos = s->in_len - s->z.avail_in;
+              produced = SRC_BUF_SIZE - s->z.avail_out;
+              if (r == Z_STREAM_END)
+                s->gz_between = true;
+              else if (r == Z_BUF_ERROR || (r == Z_OK && produced == 0))
+                {
+                  if (no_input)
+                    return src_fail (s, EIO, "gzip stream is truncated");
+                }
+              else if (r != Z_OK)
+                {
+                  cleanup_free char *m
+                      = xasprintf ("gzip stream is corrupt: %s", s->z.msg ? s->z.msg : "inflate error");
+                  return src_fail (s, EIO, m);
+                }
+            }
+          else
+            {
+              if (no_input)
+                {
+                  if (s->zret != 0)
+                    return src_fail (s, EIO, "zstd stream is truncated");
+                  s->end = true;
+                  break;
+                }
+              ZSTD_inBuffer ib = { s->in, s->in_len, s->in_pos };
+              ZSTD_outBuffer ob = { s->out, SRC_BUF_SIZE, 0 };
+              size_t r = ZSTD_decompressStream (s->zs, &ob, &ib);
+              if (ZSTD_isError (r))
+                {
+                  cleanup_free char *m
+                      = xasprintf ("zstd stream is corrupt: %s", ZSTD_getErrorName (r));
+                  return src_fail (s, EIO, m);
+                }
+              s->zret = r;
+              s->in_pos = ib.pos;
+              produced = ob.pos;
+            }
+        }
+      if (produced > 0)
+        {
+          s->total += produced;
+          if (s->total > s->limit)
+            {
+              cleanup_free char *m = xasprintf (
+                  "uncompressed size exceeds the limit of %" PRIu64
+                  " bytes (decompression bomb?); set IMGBUILD_MAX_LAYER_BYTES to allow more",
+                  s->limit);
+              return src_fail (s, EFBIG, m);
+            }
+          ib_sha256_update (s->hash, s->out, produced);
+          return (ssize_t) produced;
+        }
+    }
+  return 0;
+}
+
+static la_ssize_t
+src_read_cb (struct archive *a, void *ud, const void **buf)
+{
+  struct src *s = ud;
+  ssize_t n = src_next (s);
+  if (n < 0)
+    {
+      archive_set_error (a, s->status ? s->status : EIO, "%s", s->msg);
+      return -1;
+    }
+  *buf = s->out;
+  return n;
+}
+
+static int
+src_open (struct src *s, const char *path, ib_error_t *err)
+{
+  memset (s, 0, sizeof *s);
+  s->fd = open (path, O_RDONLY | O_CLOEXEC);
+  if (s->fd < 0)
+    return ib_error_sys (err, errno, "open");
+  unsigned char m[4] = { 0 };
+  ssize_t n = pread (s->fd, m, sizeof m, 0);
+  if (n < 0)
+    return ib_error_sys (err, errno, "read");
+  if (n >= 2 && m[0] == 0x1f && m[1] == 0x8b)
+    s->kind = SRC_GZIP;
+  else if (n == 4 && m[0] == 0x28 && m[1] == 0xb5 && m[2] == 0x2f && m[3] == 0xfd)
+    s->kind = SRC_ZSTD;
+  else
+    s->kind = SRC_TAR;
+  s->out = xmalloc (SRC_BUF_SIZE);
+  if (s->kind != SRC_TAR)
+    s->in = xmalloc (SRC_BUF_SIZE);
+  if (s->kind == SRC_GZIP)
+    {
+      if (inflateInit2 (&s->z, 15 + 16) != Z_OK)
+        return ib_error_set (err, ENOMEM, "inflateInit2 failed");
+      s->z_live = true;
+    }
+  else if (s->kind == SRC_ZSTD)
+    {
+      s->zs = ZSTD_createDStream ();
+      if (s->zs == NULL)
+        return ib_error_set (err, ENOMEM, "ZSTD_createDStream failed");
+      ZSTD_initDStream (s->zs);
+      s->zret = 1;
+    }
+  s->hash = ib_sha256_new ();
+  s->limit = ib_unpack_max_bytes ();
+  return 0;
+}
+
+static void
+src_close (struct src *s)
+{
+  if (s->fd >= 0)
+    close (s->fd);
+  s->fd = -1;
+  if (s->z_live)
+    inflateEnd (&s->z);
+  s->z_live = false;
+  ZSTD_freeDStream (s->zs);
+  s->zs = NULL;
+  free (s->in);
+  free (s->out);
+  s->in = s->out = NULL;
+  ib_sha256_free (s->hash);
+  s->hash = NULL;
+  free (s->msg);
+  s->msg = NULL;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Paths.                                                                 */
+
+/* Normalize an entry name: strip "./" and "/" runs, refuse absolute names and
+ * ".." components.  "" means the top directory itself. */
+static int
+normalize_name (const char *in, char **out, ib_error_t *err)
+{
+  if (in == NULL || *in == '\0')
+    return ib_error_set (err, EINVAL, "entry with an empty name");
+  if (in[0] == '/')
+    return ib_error_set (err, EINVAL, "entry %s: absolute name refused", in);
+  ib_buf_t b = { 0 };
+  const char *p = in;
+  while (*p)
+    {
+      while (*p == '/')
+        p++;
+      const char *c = p;
+      while (*p && *p != '/')
+        p++;
+      size_t len = (size_t) (p - c);
+      if (len == 0 || (len == 1 && c[0] == '.'))
+        continue;
+      if (len == 2 && c[0] == '.' && c[1] == '.')
+        {
+          ib_buf_free (&b);
+          return ib_error_set (err, EINVAL, "entry %s: \"..\" component refused", in);
+        }
+      if (b.len)
+        ib_buf_append (&b, "/", 1);
+      ib_buf_append (&b, c, len);
+    }
+  *out = ib_buf_steal (&b);
+  return 0;
+}
+
+/* Split "a/b/c" into dir "a/b" (allocated) and base "c" (points into path). */
+static char *
+split_path (const char *path, const char **base)
+{
+  const char *slash = strrchr (path, '/');
+  if (slash == NULL)
+    {
+      *base = path;
+      return xstrdup ("");
+    }
+  *base = slash + 1;
+  return xstrndup (path, (size_t) (slash - path));
+}
+
+static long
+sys_openat2 (int dirfd, const char *path, struct open_how *how)
+{
+  return syscall (SYS_openat2, dirfd, path, how, sizeof *how);
+}
+
+/* User-space RESOLVE_IN_ROOT: walk `path` from rootfd with O_NOFOLLOW,
+ * expanding symlinks ourselves (absolute ones and ".." clamped at the root).
+ * Returns an O_PATH fd of the directory, -1 with errno on failure. */
+static int
+resolve_fallback (int rootfd, const char *path)
+{
+  int stack_cap = 16, depth = 0, links = 0, ret = -1, saved = 0;
+  int *stack = xmalloc (sizeof (int) * (size_t) stack_cap);
+  ib_buf_t rest = { 0 };
+  ib_buf_puts (&rest, path);
+  stack[depth++] = openat (rootfd, ".", O_PATH | O_DIRECTORY | O_CLOEXEC);
+  if (stack[0] < 0)
+    {
+      saved = errno;
+      goto out;
+    }
+  size_t pos = 0;
+  for (;;)
+    {
+      while (pos < rest.len && rest.data[pos] == '/')
+        pos++;
+      if (pos >= rest.len)
+        break;
+      size_t start = pos;
+      while (pos < rest.len && rest.data[pos] != '/')
+        pos++;
+      cleanup_free char *comp = xstrndup (rest.data + start, pos - start);
+      if (strcmp (comp, ".") == 0)
+        continue;
+      if (strcmp (comp, "..") == 0)
+        {
+          if (depth > 1)
+            close (stack[--depth]);
+          continue;
+        }
+      int top = stack[depth - 1];
+      struct stat st;
+      if (fstatat (top, comp, &st, AT_SYMLINK_NOFOLLOW) < 0)
+        {
+          saved = errno;
+          goto out;
+        }
+      if (S_ISLNK (st.st_mode))
+        {
+          if (++links > MAX_SYMLINKS)
+            {
+              saved = ELOOP;
+              goto out;
+            }
+          size_t sz = (size_t) st.st_size + 1;
+          if (sz < 256)
+            sz = 256;
+          cleanup_free char *target = xmalloc (sz + 1);
+          ssize_t n = readlinkat (top, comp, target, sz);
+          if (n < 0)
+            {
+              saved = errno;
+              goto out;
+            }
+          if ((size_t) n >= sz)
+            {
+              saved = ENAMETOOLONG;
+              goto out;
+            }
+          target[n] = '\0';
+          /* new rest = target + "/" + what was left after this component */
+          ib_buf_t nr = { 0 };
+          ib_buf_puts (&nr, target);
+          ib_buf_append (&nr, "/", 1);
+          ib_buf_append (&nr, rest.data + pos, rest.len - pos);
+          ib_buf_free (&rest);
+          rest = nr;
+          pos = 0;
+          if (target[0] == '/')
+            while (depth > 1)
+              close (stack[--depth]);
+          continue;
+        }
+      if (!S_ISDIR (st.st_mode))
+        {
+          saved = ENOTDIR;
+          goto out;
+        }
+      int fd = openat (top, comp, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+      if (fd < 0)
+        {
+          saved = errno;
+          goto out;
+        }
+      if (depth == stack_cap)
+        {
+          stack_cap *= 2;
+          stack = xrealloc (stack, sizeof (int) * (size_t) stack_cap);
+        }
+      stack[depth++] = fd;
+    }
+  ret = stack[--depth];
+out:
+  while (depth > 0)
+    {
+      depth--;
+      if (stack[depth] >= 0)
+        close (stack[depth]);
+    }
+  free (stack);
+  ib_buf_free (&rest);
+  if (ret < 0)
+    errno = saved ? saved : EIO;
+  return ret;
+}
+
+/* O_PATH fd of directory `path` resolved beneath rootfd as if rootfd were
+ * "/"; -1 with errno on failure. */
+static int
+open_dir_in_root (int rootfd, const char *path)
+{
+  if (*path == '\0')
+    return openat (rootfd, ".", O_PATH | O_DIRECTORY | O_CLOEXEC);
+  if (!openat2_disabled && !openat2_missing)
+    {
+      struct open_how how = { 0 };
+      how.flags = O_PATH | O_DIRECTORY | O_CLOEXEC;
+      how.resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS;
+      for (int i = 0; i < 32; i++)
+        {
+          long fd = sys_openat2 (rootfd, path, &how);
+          if (fd >= 0)
+            return (int) fd;
+          if (errno == EAGAIN || errno == EINTR)
+            continue;
+          if (errno != ENOSYS)
+            return -1;
+          openat2_missing = true;
+          break;
+        }
+      if (!openat2_missing)
+        return -1;
+    }
+  return resolve_fallback (rootfd, path);
+}
+
+/* ---------------------------------------------------------------------- */
+/* Removal beneath a directory fd, never following symlinks.              */
+
+static int
+remove_at (int dirfd, const char *name, const char *shown, ib_error_t *err)
+{
+  struct stat st;
+  if (fstatat (dirfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+    return errno == ENOENT ? 0 : ib_error_sys (err, errno, "remove %s", shown);
+  if (!S_ISDIR (st.st_mode))
+    {
+      if (unlinkat (dirfd, name, 0) < 0 && errno != ENOENT)
+        return ib_error_sys (err, errno, "remove %s", shown);
+      return 0;
+    }
+  int fd = openat (dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0 && errno == EACCES)
+    {
+      fchmodat (dirfd, name, 0700, 0); /* a directory (checked above), not a link */
+      fd = openat (dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    }
+  if (fd < 0)
+    return ib_error_sys (err, errno, "remove %s", shown);
+  if ((st.st_mode & 0700) != 0700)
+    fchmod (fd, 0700);
+  DIR *d = fdopendir (fd);
+  if (d == NULL)
+    {
+      int e = errno;
+      close (fd);
+      return ib_error_sys (err, e, "remove %s", shown);
+    }
+  cleanup_strv char **names = NULL;
+  struct dirent *de;
+  while ((de = readdir (d)) != NULL)
+    if (strcmp (de->d_name, ".") != 0 && strcmp (de->d_name, "..") != 0)
+      ib_strv_push (&names, de->d_name);
+  int ret = 0;
+  for (size_t i = 0; names && names[i] && ret == 0; i++)
+    {
+      cleanup_free char *sub = xasprintf ("%s/%s", shown, names[i]);
+      ret = remove_at (dirfd (d), names[i], sub, err);
+    }
+  closedir (d);
+  if (ret < 0)
+    return ret;
+  if (unlinkat (dirfd, name, AT_REMOVEDIR) < 0 && errno != ENOENT)
+    return ib_error_sys (err, errno, "remove %s", shown);
+  return 0;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Unpacking.                                                             */
+
+struct dirmeta
+{
+  char *path;            /* lexical path under the target ("" = the target) */
+  dev_t dev;
+  ino_t ino;
+  mode_t mode;
+  bool set_owner;
+  uid_t uid;
+  gid_t gid;
+  bool set_times;
+  struct timespec ts[2];
+};
+
+struct unpack
+{
+  int rootfd;
+  struct stat root_st;
+  hmap_t names;          /* name_key of every name this layer created or applied */
+  hmap_t holders;        /* ino_key of directories that hold entries of this layer */
+  hmap_t dir_idx;        /* ino_key -> index + 1 into dirs */
+  struct dirmeta *dirs;
+  size_t n_dirs, cap_dirs;
+  struct src *src;
+  ib_unpack_stats_t *stats;
+  bool can_chown_warned;
+};
+
+static void
+unpack_free (struct unpack *u)
+{
+  hmap_free (&u->names, false);
+  hmap_free (&u->holders, false);
+  hmap_free (&u->dir_idx, false);
+  for (size_t i = 0; i < u->n_dirs; i++)
+    free (u->dirs[i].path);
+  free (u->dirs);
+  if (u->rootfd >= 0)
+    close (u->rootfd);
+}
+
+static struct dirmeta *
+dirmeta_get (struct unpack *u, const char *path, const struct stat *st, bool *fresh)
+{
+  cleanup_free char *k = ino_key (st);
+  hslot_t *s = hmap_find (&u->dir_idx, k);
+  if (s)
+    {
+      struct dirmeta *d = &u->dirs[(uintptr_t) s->val - 1];
+      *fresh = false;
+      return d;
+    }
+  if (u->n_dirs == u->cap_dirs)
+    {
+      u->cap_dirs = u->cap_dirs ? u->cap_dirs * 2 : 64;
+      u->dirs = xrealloc (u->dirs, u->cap_dirs * sizeof *u->dirs);
+    }
+  struct dirmeta *d = &u->dirs[u->n_dirs++];
+  memset (d, 0, sizeof *d);
+  d->path = xstrdup (path);
+  d->dev = st->st_dev;
+  d->ino = st->st_ino;
+  d->mode = st->st_mode & 07777;
+  hmap_put (&u->dir_idx, k, (void *) (uintptr_t) u->n_dirs);
+  *fresh = true;
+  return d;
+}
+
+static void
+ignore_chown_error (const char *name)
+{
+  if (errno == EPERM || errno == EINVAL)
+    ib_debug ("%s: ownership kept as the caller's: %s", name, strerror (errno));
+  else
+    ib_warn ("%s: cannot set ownership: %s", name, strerror (errno));
+}
+
+/* Directory `path` (O_PATH fd dfd, stat st) lacks owner write/search
+ * permission: grant it for the rest of the unpack and restore the mode at the
+ * end (rootless: CAP_DAC_OVERRIDE does not help with our own files). */
+static int
+make_writable (struct unpack *u, const char *path, int dfd, const struct stat *st, ib_error_t *err)
+{
+  if ((st->st_mode & 0700) == 0700)
+    return 0;
+  if (faccessat (dfd, ".", W_OK | X_OK, AT_EACCESS) == 0)
+    return 0;
+  bool fresh;
+  dirmeta_get (u, path, st, &fresh); /* remembers the original mode if new */
+  int r;
+  int rfd = openat (dfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (rfd >= 0)
+    {
+      r = fchmod (rfd, (st->st_mode & 07777) | 0700);
+      close (rfd);
+    }
+  else
+    {
+      char proc[64];
+      snprintf (proc, sizeof proc, "/proc/self/fd/%d", dfd);
+      r = chmod (proc, (st->st_mode & 07777) | 0700);
+    }
+  if (r < 0)
+    return ib_error_sys (err, errno, "make directory /%s writable", path);
+  return 0;
+}
+
+/* Resolve directory `path` beneath the target; with `create`, missing
+ * components are created (mode 0755) as directories of this layer.  Returns
+ * an O_PATH fd, or -1 with *err set (errno ENOENT when missing). */
+static int
+resolve_dir (struct unpack *u, const char *path, bool create, ib_error_t *err)
+{
+  int fd = open_dir_in_root (u->rootfd, path);
+  if (fd >= 0)
+    return fd;
+  if (errno != ENOENT || !create)
+    return ib_error_sys (err, errno, "resolve directory /%s", path);
+
+  int cur = openat (u->rootfd, ".", O_PATH | O_DIRECTORY | O_CLOEXEC);
+  if (cur < 0)
+    return ib_error_sys (err, errno, "open target");
+  const char *p = path;
+  while (*p)
+    {
+      const char *c = p;
+      while (*p && *p != '/')
+        p++;
+      cleanup_free char *prefix = xstrndup (path, (size_t) (p - path));
+      cleanup_free char *comp = xstrndup (c, (size_t) (p - c));
+      while (*p == '/')
+        p++;
+      int next = open_dir_in_root (u->rootfd, prefix);
+      if (next < 0 && errno == ENOENT)
+        {
+          struct stat pst;
+          const char *parent_end = c > path ? c - 1 : path;
+          cleanup_free char *parent = xstrndup (path, (size_t) (parent_end - path));
+          if (fstat (cur, &pst) < 0 || make_writable (u, parent, cur, &pst, err) < 0)
+            {
+              close (cur);
+              return ib_error_prefix (err, "create directory /%s", prefix);
+            }
+          if (mkdirat (cur, comp, 0755) < 0)
+            {
+              int e = errno;
+              close (cur);
+              if (e == EEXIST)
+                return ib_error_set (err, ENOTDIR,
+                                     "create directory /%s: a dangling symlink or a "
+                                     "non-directory is in the way",
+                                     prefix);
+              return ib_error_sys (err, e, "create directory /%s", prefix);
+            }
+          cleanup_free char *k = name_key (&pst, comp);
+          hmap_put (&u->names, k, NULL);
+          next = openat (cur, comp, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        }
+      if (next < 0)
+        {
+          int e = errno;
+          close (cur);
+          return ib_error_sys (err, e, "resolve directory /%s", prefix);
+        }
+      close (cur);
+      cur = next;
+    }
+  return cur;
+}
+
+/* Mark dfd and every directory above it up to the target as holding entries
+ * of this layer (opaque whiteouts keep them). */
+static void
+mark_holders (struct unpack *u, int dfd, const struct stat *dst)
+{
+  struct stat st = *dst;
+  int fd = -1;
+  for (int guard = 0; guard < 4096; guard++)
+    {
+      cleanup_free char *k = ino_key (&st);
+      if (hmap_find (&u->holders, k))
+        break;
+      hmap_put (&u->holders, k, NULL);
+      if (same_inode (&st, &u->root_st))
+        break;
+      int up = openat (fd >= 0 ? fd : dfd, "..", O_PATH | O_DIRECTORY | O_CLOEXEC);
+      if (fd >= 0)
+        close (fd);
+      fd = up;
+      if (fd < 0 || fstat (fd, &st) < 0)
+        break;
+    }
+  if (fd >= 0)
+    close (fd);
+}
+
+static int purge_dir (struct unpack *u, int dfd, const struct stat *dst, const char *path,
+                      ib_error_t *err);
+
+/* Remove what lower layers put at dfd/name, keep what this layer put there. */
+static int
+remove_lower (struct unpack *u, int dfd, const struct stat *dst, const char *dpath,
+              const char *name, ib_error_t *err)
+{
+  cleanup_free char *shown = *dpath ? xasprintf ("%s/%s", dpath, name) : xstrdup (name);
+  struct stat st;
+  if (fstatat (dfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+    return errno == ENOENT ? 0 : ib_error_sys (err, errno, "whiteout /%s", shown);
+  cleanup_free char *nk = name_key (dst, name);
+  bool mine = hmap_find (&u->names, nk) != NULL;
+  bool holds = false;
+  if (S_ISDIR (st.st_mode))
+    {
+      cleanup_free char *ik = ino_key (&st);
+      holds = hmap_find (&u->holders, ik) != NULL;
+    }
+  if (!mine && !holds)
+    {
+      if (make_writable (u, dpath, dfd, dst, err) < 0)
+        return -1;
+      return remove_at (dfd, name, shown, err);
+    }
+  if (!S_ISDIR (st.st_mode))
+    return 0;
+  cleanup_close int sub = openat (dfd, name, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (sub < 0)
+    return ib_error_sys (err, errno, "open /%s", shown);
+  return purge_dir (u, sub, &st, shown, err);
+}
+
+/* Opaque whiteout: empty directory dfd of what lower layers put there. */
+static int
+purge_dir (struct unpack *u, int dfd, const struct stat *dst, const char *path, ib_error_t *err)
+{
+  int rfd = openat (dfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (rfd < 0 && errno == EACCES)
+    {
+      if (make_writable (u, path, dfd, dst, err) < 0)
+        return -1;
+      rfd = openat (dfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    }
+  if (rfd < 0)
+    return ib_error_sys (err, errno, "open /%s", path);
+  DIR *d = fdopendir (rfd);
+  if (d == NULL)
+    {
+      int e = errno;
+      close (rfd);
+      return ib_error_sys (err, e, "open /%s", path);
+    }
+  cleanup_strv char **names = NULL;
+  struct dirent *de;
+  while ((de = readdir (d)) != NULL)
+    if (strcmp (de->d_name, ".") != 0 && strcmp (de->d_name, "..") != 0)
+      ib_strv_push (&names, de->d_name);
+  closedir (d);
+  for (size_t i = 0; names && names[i]; i++)
+    if (remove_lower (u, dfd, dst, path, names[i], err) < 0)
+      return -1;
+  return 0;
+}
+
+static void
+entry_times (struct archive_entry *e, struct timespec ts[2])
+{
+  ts[1].tv_sec = archive_entry_mtime (e);
+  ts[1].tv_nsec = archive_entry_mtime_nsec (e);
+  if (archive_entry_atime_is_set (e))
+    {
+      ts[0].tv_sec = archive_entry_atime (e);
+      ts[0].tv_nsec = archive_entry_atime_nsec (e);
+    }
+  else
+    ts[0] = ts[1];
+}
+
+static void
+apply_xattrs (struct archive_entry *e, int fd, const char *name)
+{
+  const char *xn;
+  const void *xv;
+  size_t xs;
+  archive_entry_xattr_reset (e);
+  while (archive_entry_xattr_next (e, &xn, &xv, &xs) == ARCHIVE_OK)
+    {
+      if (!ib_str_has_prefix (xn, "user."))
+        {
+          ib_debug ("/%s: xattr %s skipped", name, xn);
+          continue;
+        }
+      if (fsetxattr (fd, xn, xv, xs, 0) < 0)
+        ib_debug ("/%s: xattr %s not set: %s", name, xn, strerror (errno));
+    }
+}
+
+static int
+arch_error (struct unpack *u, struct archive *a, const char *name, ib_error_t *err)
+{
+  if (u->src->msg)
+    return ib_error_set (err, u->src->status, "%s", u->src->msg);
+  int e = archive_errno (a);
+  const char *m = archive_error_string (a);
+  if (name)
+    return ib_error_set (err, e > 0 ? e : EIO, "entry %s: %s", name, m ? m : "archive error");
+  return ib_error_set (err, e > 0 ? e : EIO, "%s", m ? m : "archive error");
+}
+
+static int
+write_file_data (struct unpack *u, struct archive *a, int fd, const char *name, int64_t size,
+                 ib_error_t *err)
+{
+  const void *buf;
+  size_t len;
+  la_int64_t off;
+  int64_t end = 0;
+  for (;;)
+    {
+      int r = archive_read_data_block (a, &buf, &len, &off);
+      if (r == ARCHIVE_EOF)
+        break;
+      if (r < ARCHIVE_WARN)
+        return arch_error (u, a, name, err);
+      const char *p = buf;
+      size_t left = len;
+      while (left > 0)
+        {
+          ssize_t n = pwrite (fd, p, left, off);
+          if (n < 0 && errno == EINTR)
+            continue;
+          if (n < 0)
+            return ib_error_sys (err, errno, "entry %s: write", name);
+          p += n;
+          left -= (size_t) n;
+          off += n;
+        }
+      if (off > end)
+        end = off;
+    }
+  if (size > end && ftruncate (fd, size) < 0) /* trailing hole of a sparse file */
+    return ib_error_sys (err, errno, "entry %s: truncate", name);
+  return 0;
+}
+
+static int
+apply_whiteout (struct unpack *u, const char *name, const char *dir, const char *base,
+                ib_error_t *err)
+{
+  const char *victim = base + 4;
+  bool opaque = strcmp (base, ".wh..wh..opq") == 0;
+  if (!opaque && ib_str_has_prefix (victim, ".wh."))
+    {
+      ib_debug ("entry %s: whiteout metadata ignored", name);
+      return 0;
+    }
+  if (!opaque && (*victim == '\0' || strcmp (victim, ".") == 0 || strcmp (victim, "..") == 0))
+    return ib_error_set (err, EINVAL, "entry %s: invalid whiteout name", name);
+
+  cleanup_close int dfd = resolve_dir (u, dir, opaque, err);
+  if (dfd < 0)
+    {
+      if (!opaque && ((*err)->status == ENOENT || (*err)->status == ENOTDIR))
+        {
+          ib_error_free (err); /* nothing there to delete */
+          return 0;
+        }
+      return ib_error_prefix (err, "entry %s", name);
+    }
+  struct stat dst;
+  if (fstat (dfd, &dst) < 0)
+    return ib_error_sys (err, errno, "entry %s", name);
+  int r = opaque ? purge_dir (u, dfd, &dst, dir, err)
+                 : remove_lower (u, dfd, &dst, dir, victim, err);
+  if (r < 0)
+    return ib_error_prefix (err, "entry %s", name);
+  if (opaque)
+    mark_holders (u, dfd, &dst);
+  return 0;
+}
+
+static int
+apply_hardlink (struct unpack *u, struct archive_entry *e, const char *name, int pfd,
+                const char *base, ib_error_t *err)
+{
+  cleanup_free char *tname = NULL;
+  if (normalize_name (archive_entry_hardlink (e), &tname, err) < 0)
+    return ib_error_prefix (err, "entry %s: hardlink target", name);
+  if (*tname == '\0')
+    return ib_error_set (err, EINVAL, "entry %s: hardlink to the top directory", name);
+  const char *tbase;
+  cleanup_free char *tdir = split_path (tname, &tbase);
+  cleanup_close int tfd = resolve_dir (u, tdir, false, err);
+  if (tfd < 0)
+    return ib_error_prefix (err, "entry %s: hardlink target %s", name, tname);
+  struct stat tst, est;
+  if (fstatat (tfd, tbase, &tst, AT_SYMLINK_NOFOLLOW) < 0)
+    return ib_error_sys (err, errno, "entry %s: hardlink target %s", name, tname);
+  if (S_ISDIR (tst.st_mode))
+    return ib_error_set (err, EPERM, "entry %s: hardlink target %s is a directory", name, tname);
+  if (fstatat (pfd, base, &est, AT_SYMLINK_NOFOLLOW) == 0)
+    {
+      if (same_inode (&est, &tst))
+        return 0;
+      if (remove_at (pfd, base, name, err) < 0)
+        return ib_error_prefix (err, "entry %s", name);
+    }
+  if (linkat (tfd, tbase, pfd, base, 0) < 0)
+    return ib_error_sys (err, errno, "entry %s: link to %s", name, tname);
+  return 0;
+}
+
+static int
+apply_entry (struct unpack *u, struct archive *a, struct archive_entry *e, const char *name,
+             ib_error_t *err)
+{
+  const char *base;
+  cleanup_free char *dir = split_path (name, &base);
+  if (ib_str_has_prefix (base, ".wh."))
+    return apply_whiteout (u, name, dir, base, err);
+
+  cleanup_close int pfd = resolve_dir (u, dir, true, err);
+  if (pfd < 0)
+    return ib_error_prefix (err, "entry %s", name);
+  struct stat pst;
+  if (fstat (pfd, &pst) < 0)
+    return ib_error_sys (err, errno, "entry %s", name);
+  if (make_writable (u, dir, pfd, &pst, err) < 0)
+    return ib_error_prefix (err, "entry %s", name);
+  mark_holders (u, pfd, &pst);
+  cleanup_free char *nk = name_key (&pst, base);
+  hmap_put (&u->names, nk, NULL);
+
+  if (archive_entry_hardlink (e))
+    return apply_hardlink (u, e, name, pfd, base, err);
+
+  mode_t type = archive_entry_filetype (e);
+  mode_t perm = archive_entry_perm (e) & 07777;
+  uid_t uid = (uid_t) archive_entry_uid (e);
+  gid_t gid = (gid_t) archive_entry_gid (e);
+  struct timespec ts[2];
+  entry_times (e, ts);
+  bool has_mtime = archive_entry_mtime_is_set (e);
+  struct stat est;
+  bool exists = fstatat (pfd, base, &est, AT_SYMLINK_NOFOLLOW) == 0;
+
+  if (type == AE_IFDIR)
+    {
+      if (exists && !S_ISDIR (est.st_mode))
+        {
+          if (remove_at (pfd, base, name, err) < 0)
+            return ib_error_prefix (err, "entry %s", name);
+          exists = false;
+        }
+      if (!exists && mkdirat (pfd, base, 0700) < 0)
+        return ib_error_sys (err, errno, "entry %s: mkdir", name);
+      if (fstatat (pfd, base, &est, AT_SYMLINK_NOFOLLOW) < 0)
+        return ib_error_sys (err, errno, "entry %s", name);
+      if (archive_entry_xattr_count (e) > 0)
+        {
+          cleanup_close int fd = openat (pfd, base, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+          if (fd >= 0)
+            apply_xattrs (e, fd, name);
+        }
+      bool fresh;
+      struct dirmeta *d = dirmeta_get (u, name, &est, &fresh);
+      d->mode = perm;
+      d->set_owner = true;
+      d->uid = uid;
+      d->gid = gid;
+      d->set_times = has_mtime;
+      d->ts[0] = ts[0];
+      d->ts[1] = ts[1];
+      return 0;
+    }
+
+  if (exists && remove_at (pfd, base, name, err) < 0)
+    return ib_error_prefix (err, "entry %s", name);
+
+  switch (type)
+    {
+    case AE_IFREG:
+      {
+        cleanup_close int fd
+            = openat (pfd, base, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+        if (fd < 0)
+          return ib_error_sys (err, errno, "entry %s: create", name);
+        if (write_file_data (u, a, fd, name, archive_entry_size (e), err) < 0)
+          return -1;
+        if (fchown (fd, uid, gid) < 0)
+          ignore_chown_error (name);
+        if (fchmod (fd, perm) < 0)
+          return ib_error_sys (err, errno, "entry %s: chmod", name);
+        apply_xattrs (e, fd, name);
+        if (has_mtime && futimens (fd, ts) < 0)
+          return ib_error_sys (err, errno, "entry %s: set times", name);
+        return 0;
+      }
+    case AE_IFLNK:
+      {
+        const char *target = archive_entry_symlink (e);
+        if (target == NULL)
+          return ib_error_set (err, EINVAL, "entry %s: symlink without a target", name);
+        if (symlinkat (target, pfd, base) < 0)
+          return ib_error_sys (err, errno, "entry %s: symlink", name);
+        if (fchownat (pfd, base, uid, gid, AT_SYMLINK_NOFOLLOW) < 0)
+          ignore_chown_error (name);
+        if (has_mtime && utimensat (pfd, base, ts, AT_SYMLINK_NOFOLLOW) < 0)
+          ib_debug ("/%s: symlink times not set: %s", name, strerror (errno));
+        return 0;
+      }
+    case AE_IFCHR:
+    case AE_IFBLK:
+    case AE_IFIFO:
+      {
+        dev_t dev = makedev (archive_entry_rdevmajor (e), archive_entry_rdevminor (e));
+        if (mknodat (pfd, base, type | 0600, type == AE_IFIFO ? 0 : dev) < 0)
+          {
+            if (errno == EPERM || errno == EACCES)
+              {
+                ib_warn ("/%s: device node skipped: %s", name, strerror (errno));
+                u->stats->skipped++;
+                return 0;
+              }
+            return ib_error_sys (err, errno, "entry %s: mknod", name);
+          }
+        if (fchownat (pfd, base, uid, gid, AT_SYMLINK_NOFOLLOW) < 0)
+          ignore_chown_error (name);
+        if (fchmodat (pfd, base, perm, 0) < 0)
+          return ib_error_sys (err, errno, "entry %s: chmod", name);
+        if (has_mtime && utimensat (pfd, base, ts, AT_SYMLINK_NOFOLLOW) < 0)
+          return ib_error_sys (err, errno, "entry %s: set times", name);
+        return 0;
+      }
+    default:
+      ib_warn ("/%s: entry of type 0%o skipped", name, (unsigned) type);
+      u->stats->skipped++;
+      return 0;
+    }
+}
+
+/* Directory metadata last: children first (reverse order of appearance), so
+ * that restrictive modes and mtimes are not disturbed by later entries. */
+static int
+apply_dirmeta (struct unpack *u, ib_error_t *err)
+{
+  for (size_t i = u->n_dirs; i-- > 0;)
+    {
+      struct dirmeta *d = &u->dirs[i];
+      const char *base;
+      cleanup_free char *parent = split_path (d->path, &base);
+      cleanup_close int pfd = -1;
+      int fd;
+      const char *nm;
+      int flags;
+      struct stat st;
+      if (*d->path == '\0')
+        {
+          fd = u->rootfd;
+          nm = "";
+          flags = AT_EMPTY_PATH;
+        }
+      else
+        {
+          pfd = open_dir_in_root (u->rootfd, parent);
+          if (pfd < 0)
+            continue; /* replaced by a later entry */
+          fd = pfd;
+          nm = base;
+          flags = 0;
+        }
+      if (fstatat (fd, nm, &st, flags | AT_SYMLINK_NOFOLLOW) < 0 || !S_ISDIR (st.st_mode)
+          || st.st_dev != d->dev || st.st_ino != d->ino)
+        continue;
+      if (d->set_owner && fchownat (fd, nm, d->uid, d->gid, flags | AT_SYMLINK_NOFOLLOW) < 0)
+        ignore_chown_error (d->path);
+      int r = *nm ? fchmodat (fd, nm, d->mode, 0) : fchmod (fd, d->mode);
+      if (r < 0)
+        return ib_error_sys (err, errno, "entry %s: chmod", d->path);
+      if (d->set_times)
+        {
+          r = *nm ? utimensat (fd, nm, d->ts, AT_SYMLINK_NOFOLLOW) : futimens (fd, d->ts);
+          if (r < 0)
+            return ib_error_sys (err, errno, "entry %s: set times", d->path);
+        }
+    }
+  return 0;
+}
+
+static int
+unpack_stream (struct unpack *u, struct archive *a, ib_error_t *err)
+{
+  for (;;)
+    {
+      struct archive_entry *e;
+      int r = archive_read_next_header (a, &e);
+      if (r == ARCHIVE_EOF)
+        break;
+      if (r < ARCHIVE_WARN)
+        return arch_error (u, a, NULL, err);
+      if (r == ARCHIVE_WARN)
+        ib_debug ("%s", archive_error_string (a));
+      u->stats->entries++;
+      cleanup_free char *name = NULL;
+      if (normalize_name (archive_entry_pathname (e), &name, err) < 0)
+        return -1;
+      if (*name == '\0')
+        continue; /* "./": the target itself, left as the caller made it */
+      if (apply_entry (u, a, e, name, err) < 0)
+        return -1;
+    }
+  /* Hash what follows the end-of-archive blocks too: diff_id covers it all. */
+  for (;;)
+    {
+      ssize_t n = src_next (u->src);
+      if (n < 0)
+        return ib_error_set (err, u->src->status, "%s", u->src->msg);
+      if (n == 0)
+        break;
+    }
+  return apply_dirmeta (u, err);
+}
+
+int
+ib_unpack_layer (const char *layer_path, const char *target, char diff_id[IB_DIGEST_LEN],
+                 ib_unpack_stats_t *stats, ib_error_t *err)
+{
+  ib_unpack_stats_t local;
+  if (stats == NULL)
+    stats = &local;
+  memset (stats, 0, sizeof *stats);
+
+  struct src s;
+  if (src_open (&s, layer_path, err) < 0)
+    {
+      src_close (&s);
+      return ib_error_prefix (err, "unpack layer %s", layer_path);
+    }
+  struct unpack u = { .rootfd = -1, .src = &s, .stats = stats };
+  int ret = -1;
+  struct archive *a = NULL;
+
+  u.rootfd = open (target, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (u.rootfd < 0 || fstat (u.rootfd, &u.root_st) < 0)
+    {
+      ib_error_sys (err, errno, "open target %s", target);
+      goto out;
+    }
+  a = archive_read_new ();
+  if (a == NULL)
+    abort ();
+  archive_read_support_format_tar (a);
+  archive_read_support_format_empty (a);
+  if (archive_read_open (a, &s, NULL, src_read_cb, NULL) != ARCHIVE_OK)
+    {
+      arch_error (&u, a, NULL, err);
+      goto out;
+    }
+  ret = unpack_stream (&u, a, err);
+  stats->bytes = s.total;
+  if (ret == 0 && diff_id)
+    {
+      ib_sha256_final (s.hash, diff_id);
+      s.hash = NULL;
+    }
+out:
+  if (a)
+    archive_read_free (a);
+  unpack_free (&u);
+  src_close (&s);
+  if (ret < 0)
+    return ib_error_prefix (err, "unpack layer %s", layer_path);
+  return 0;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Copying trees.                                                         */
+
+struct copy
+{
+  int dst_root;
+  hmap_t links;          /* ino_key of a source inode -> its first copy (path under dst) */
+};
+
+static void
+copy_xattrs (int sfd, int dfd, const char *shown)
+{
+  char list[65536];
+  ssize_t n = flistxattr (sfd, list, sizeof list);
+  if (n <= 0)
+    return;
+  for (char *k = list; k < list + n; k += strlen (k) + 1)
+    {
+      if (!ib_str_has_prefix (k, "user.") && strcmp (k, "security.capability") != 0)
+        continue;
+      char val[65536];
+      ssize_t vn = fgetxattr (sfd, k, val, sizeof val);
+      if (vn < 0 || fsetxattr (dfd, k, val, (size_t) vn, 0) < 0)
+        ib_debug ("%s: xattr %s not copied: %s", shown, k, strerror (errno));
+    }
+}
+
+static int
+copy_data (int in, int out, const char *shown, ib_error_t *err)
+{
+  if (ioctl (out, FICLONE, in) == 0)
+    return 0;
+  bool plain = false;
+  for (;;)
+    {
+      ssize_t n = copy_file_range (in, NULL, out, NULL, 1 << 30, 0);
+      if (n == 0)
+        return 0;
+      if (n > 0)
+        continue;
+      if (errno == EINTR)
+        continue;
+      if (errno == EXDEV || errno == EINVAL || errno == ENOSYS || errno == EOPNOTSUPP
+          || errno == EBADF || errno == EPERM)
+        {
+          plain = true;
+          break;
+        }
+      return ib_error_sys (err, errno, "copy %s", shown);
+    }
+  if (plain)
+    {
+      cleanup_free char *buf = xmalloc (1 << 17);
+      for (;;)
+        {
+          ssize_t n = read (in, buf, 1 << 17);
+          if (n < 0 && errno == EINTR)
+            continue;
+          if (n < 0)
+            return ib_error_sys (err, errno, "read %s", shown);
+          if (n == 0)
+            break;
+          for (ssize_t off = 0; off < n;)
+            {
+              ssize_t w = write (out, buf + off, (size_t) (n - off));
+              if (w < 0 && errno == EINTR)
+                continue;
+              if (w < 0)
+                return ib_error_sys (err, errno, "write %s", shown);
+              off += w;
+            }
+        }
+    }
+  return 0;
+}
+
+static int copy_dir (struct copy *c, int sfd, int dfd, const char *rel, const char *shown,
+                     ib_error_t *err);
+
+static int
+copy_entry (struct copy *c, int sfd, int dfd, const char *name, const char *rel,
+            const char *shown, ib_error_t *err)
+{
+  struct stat st;
+  if (fstatat (sfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+    return ib_error_sys (err, errno, "stat %s", shown);
+  struct timespec ts[2] = { st.st_atim, st.st_mtim };
+  cleanup_free char *lk = NULL;
+  if (!S_ISDIR (st.st_mode) && st.st_nlink > 1)
+    {
+      lk = ino_key (&st);
+      hslot_t *hs = hmap_find (&c->links, lk);
+      if (hs && linkat (c->dst_root, hs->val, dfd, name, 0) == 0)
+        return 0;
+    }
+  switch (st.st_mode & S_IFMT)
+    {
+    case S_IFDIR:
+      {
+        if (mkdirat (dfd, name, 0700) < 0)
+          return ib_error_sys (err, errno, "create %s", shown);
+        cleanup_close int s2 = openat (sfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        bool restore = false;
+        if (s2 < 0 && errno == EACCES && st.st_uid == geteuid ()
+            && fchmodat (sfd, name, (st.st_mode & 07777) | 0500, 0) == 0)
+          {
+            restore = true;
+            s2 = openat (sfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+          }
+        if (s2 < 0)
+          return ib_error_sys (err, errno, "open %s", shown);
+        cleanup_close int d2 = openat (dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (d2 < 0)
+          return ib_error_sys (err, errno, "open copy of %s", shown);
+        int r = copy_dir (c, s2, d2, rel, shown, err);
+        if (restore)
+          fchmod (s2, st.st_mode & 07777);
+        if (r < 0)
+          return r;
+        if (fchown (d2, st.st_uid, st.st_gid) < 0)
+          ignore_chown_error (shown);
+        if (fchmod (d2, st.st_mode & 07777) < 0)
+          return ib_error_sys (err, errno, "chmod copy of %s", shown);
+        copy_xattrs (s2, d2, shown);
+        if (futimens (d2, ts) < 0)
+          return ib_error_sys (err, errno, "set times of copy of %s", shown);
+        return 0;
+      }
+    case S_IFREG:
+      {
+        cleanup_close int in = openat (sfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+        if (in < 0 && errno == EACCES && st.st_uid == geteuid ()
+            && fchmodat (sfd, name, (st.st_mode & 07777) | 0400, 0) == 0)
+          {
+            in = openat (sfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+            fchmodat (sfd, name, st.st_mode & 07777, 0);
+          }
+        if (in < 0)
+          return ib_error_sys (err, errno, "open %s", shown);
+        cleanup_close int out
+            = openat (dfd, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+        if (out < 0)
+          return ib_error_sys (err, errno, "create copy of %s", shown);
+        if (copy_data (in, out, shown, err) < 0)
+          return -1;
+        if (fchown (out, st.st_uid, st.st_gid) < 0)
+          ignore_chown_error (shown);
+        if (fchmod (out, st.st_mode & 07777) < 0)
+          return ib_error_sys (err, errno, "chmod copy of %s", shown);
+        copy_xattrs (in, out, shown);
+        if (futimens (out, ts) < 0)
+          return ib_error_sys (err, errno, "set times of copy of %s", shown);
+        break;
+      }
+    case S_IFLNK:
+      {
+        size_t sz = (size_t) st.st_size + 2;
+        cleanup_free char *target = xmalloc (sz);
+        ssize_t n = readlinkat (sfd, name, target, sz);
+        if (n < 0 || (size_t) n >= sz)
+          return ib_error_sys (err, n < 0 ? errno : ENAMETOOLONG, "readlink %s", shown);
+        target[n] = '\0';
+        if (symlinkat (target, dfd, name) < 0)
+          return ib_error_sys (err, errno, "create copy of %s", shown);
+        if (fchownat (dfd, name, st.st_uid, st.st_gid, AT_SYMLINK_NOFOLLOW) < 0)
+          ignore_chown_error (shown);
+        if (utimensat (dfd, name, ts, AT_SYMLINK_NOFOLLOW) < 0)
+          ib_debug ("%s: symlink times not copied: %s", shown, strerror (errno));
+        break;
+      }
+    default:
+      {
+        if (mknodat (dfd, name, (st.st_mode & S_IFMT) | 0600, st.st_rdev) < 0)
+          {
+            if (errno == EPERM || errno == EACCES)
+              {
+                ib_warn ("%s: device node not copied: %s", shown, strerror (errno));
+                return 0;
+              }
+            return ib_error_sys (err, errno, "create copy of %s", shown);
+          }
+        if (fchownat (dfd, name, st.st_uid, st.st_gid, AT_SYMLINK_NOFOLLOW) < 0)
+          ignore_chown_error (shown);
+        if (fchmodat (dfd, name, st.st_mode & 07777, 0) < 0)
+          return ib_error_sys (err, errno, "chmod copy of %s", shown);
+        if (utimensat (dfd, name, ts, AT_SYMLINK_NOFOLLOW) < 0)
+          return ib_error_sys (err, errno, "set times of copy of %s", shown);
+        break;
+      }
+    }
+  if (lk && hmap_find (&c->links, lk) == NULL)
+    hmap_put (&c->links, lk, xstrdup (rel));
+  return 0;
+}
+
+static int
+copy_dir (struct copy *c, int sfd, int dfd, const char *rel, const char *shown, ib_error_t *err)
+{
+  int rfd = openat (sfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (rfd < 0)
+    return ib_error_sys (err, errno, "open %s", shown);
+  DIR *d = fdopendir (rfd);
+  if (d == NULL)
+    {
+      int e = errno;
+      close (rfd);
+      return ib_error_sys (err, e, "open %s", shown);
+    }
+  int ret = 0;
+  struct dirent *de;
+  errno = 0;
+  while (ret == 0 && (de = readdir (d)) != NULL)
+    {
+      if (strcmp (de->d_name, ".") == 0 || strcmp (de->d_name, "..") == 0)
+        continue;
+      cleanup_free char *crel = *rel ? xasprintf ("%s/%s", rel, de->d_name) : xstrdup (de->d_name);
+      cleanup_free char *cshown = xasprintf ("%s/%s", shown, de->d_name);
+      ret = copy_entry (c, sfd, dfd, de->d_name, crel, cshown, err);
+    }
+  closedir (d);
+  return ret;
+}
+
+int
+ib_copy_tree (const char *src, const char *dst, ib_error_t *err)
+{
+  cleanup_close int sfd = open (src, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (sfd < 0)
+    return ib_error_sys (err, errno, "copy %s: open", src);
+  struct stat st;
+  if (fstat (sfd, &st) < 0)
+    return ib_error_sys (err, errno, "copy %s: stat", src);
+  if (mkdir (dst, 0700) < 0)
+    return ib_error_sys (err, errno, "copy %s: create %s", src, dst);
+  struct copy c = { .dst_root = open (dst, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) };
+  int ret = -1;
+  if (c.dst_root < 0)
+    ib_error_sys (err, errno, "copy %s: open %s", src, dst);
+  else if (copy_dir (&c, sfd, c.dst_root, "", src, err) == 0)
+    {
+      struct timespec ts[2] = { st.st_atim, st.st_mtim };
+      if (fchown (c.dst_root, st.st_uid, st.st_gid) < 0)
+        ignore_chown_error (dst);
+      if (fchmod (c.dst_root, st.st_mode & 07777) < 0 || futimens (c.dst_root, ts) < 0)
+        ib_error_sys (err, errno, "copy %s: set metadata of %s", src, dst);
+      else
+        ret = 0;
+    }
+  if (c.dst_root >= 0)
+    close (c.dst_root);
+  hmap_free (&c.links, true);
+  if (ret < 0)
+    {
+      ib_error_t e2 = NULL;
+      if (ib_rm_rf (dst, &e2) < 0)
+        ib_error_free (&e2);
+      return ib_error_prefix (err, "copy tree %s to %s", src, dst);
+    }
+  return 0;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Snapshots.                                                             */
+
+static bool
+is_dir (const char *path)
+{
+  struct stat st;
+  return stat (path, &st) == 0 && S_ISDIR (st.st_mode);
+}
+
+static void
+record_snapshot (ib_store_t *store, const char *dest, const char *snap)
+{
+  ib_error_t err = NULL;
+  cleanup_free char *tmproot = ib_path_join (store->root, "tmp");
+  cleanup_free char *snaps = ib_path_join (store->root, "snapshots");
+  if (ib_mkdir_p (tmproot, 0700, &err) < 0 || ib_mkdir_p (snaps, 0700, &err) < 0)
+    goto fail;
+  cleanup_free char *tmpl = ib_path_join (tmproot, "snap-XXXXXX");
+  if (mkdtemp (tmpl) == NULL)
+    {
+      ib_error_sys (&err, errno, "create %s", tmpl);
+      goto fail;
+    }
+  cleanup_free char *copy = ib_path_join (tmpl, "rootfs");
+  if (ib_copy_tree (dest, copy, &err) < 0)
+    goto fail_rm;
+  if (rename (copy, snap) < 0)
+    {
+      if (errno != EEXIST && errno != ENOTEMPTY)
+        {
+          ib_error_sys (&err, errno, "rename %s to %s", copy, snap);
+          goto fail_rm;
+        }
+      ib_debug ("snapshot %s was recorded by another process", snap);
+    }
+  if (ib_rm_rf (tmpl, &err) < 0)
+    goto fail;
+  return;
+fail_rm:
+  {
+    ib_error_t e2 = NULL;
+    if (ib_rm_rf (tmpl, &e2) < 0)
+      ib_error_free (&e2);
+  }
+fail:
+  ib_warn ("snapshot not recorded: %s", err ? err->msg : "unknown error");
+  ib_error_free (&err);
+}
+
+int
+ib_rootfs_prepare (ib_store_t *store, char *const *layer_digests, char *const *diff_ids,
+                   const char *dest, ib_error_t *err)
+{
+  size_t n = ib_strv_len (layer_digests);
+  if (ib_strv_len (diff_ids) != n)
+    return ib_error_set (err, EINVAL, "prepare %s: %zu layers but %zu diff_ids", dest, n,
+                         ib_strv_len (diff_ids));
+  for (size_t i = 0; i < n; i++)
+    if (!ib_digest_valid (layer_digests[i]) || !ib_digest_valid (diff_ids[i]))
+      return ib_error_set (err, EINVAL, "prepare %s: layer %zu: invalid digest %s / %s", dest, i,
+                           layer_digests[i], diff_ids[i]);
+
+  cleanup_free char *snaps = ib_path_join (store->root, "snapshots");
+  size_t have = 0;
+  cleanup_free char *base_snap = NULL;
+  for (size_t k = n; k > 0; k--)
+    {
+      char chain[IB_DIGEST_LEN];
+      ib_chain_id (diff_ids, k - 1, chain);
+      cleanup_free char *p = ib_path_join (snaps, ib_digest_hex (chain));
+      if (is_dir (p))
+        {
+          have = k;
+          base_snap = steal_pointer (&p);
+          break;
+        }
+    }
+
+  if (base_snap)
+    {
+      ib_debug ("rootfs %s: from snapshot %s (%zu of %zu layers)", dest, base_snap, have, n);
+      if (ib_copy_tree (base_snap, dest, err) < 0)
+        return ib_error_prefix (err, "prepare %s", dest);
+    }
+  else if (mkdir (dest, 0755) < 0)
+    return ib_error_sys (err, errno, "prepare %s: create", dest);
+
+  for (size_t i = have; i < n; i++)
+    {
+      cleanup_free char *blob = ib_store_blob_path (store, layer_digests[i]);
+      char got[IB_DIGEST_LEN];
+      int r;
+      if (blob == NULL || access (blob, R_OK) < 0)
+        r = ib_error_set (err, ENOENT, "layer %zu (%s) is not in the store", i, layer_digests[i]);
+      else if ((r = ib_unpack_layer (blob, dest, got, NULL, err)) == 0
+               && strcmp (got, diff_ids[i]) != 0)
+        r = ib_error_set (err, EINVAL,
+                          "layer %zu (%s): diff_id mismatch: the image config says %s, the "
+                          "layer's content is %s",
+                          i, layer_digests[i], diff_ids[i], got);
+      if (r < 0)
+        {
+          ib_error_t e2 = NULL;
+          if (ib_rm_rf (dest, &e2) < 0)
+            ib_error_free (&e2);
+          return ib_error_prefix (err, "prepare %s", dest);
+        }
+    }
+
+  if (have < n)
+    {
+      char chain[IB_DIGEST_LEN];
+      ib_chain_id (diff_ids, n - 1, chain);
+      cleanup_free char *snap = ib_path_join (snaps, ib_digest_hex (chain));
+      record_snapshot (store, dest, snap);
+    }
+  return 0;
+}

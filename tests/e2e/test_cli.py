@@ -1,0 +1,167 @@
+"""The CLI on real parts: pull/push against the local registry, unpack, run,
+small recipes, and every user mistake giving one clear message."""
+import gzip
+import io
+import json
+import socket
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from conftest import imgbuild, sh
+
+
+def write(path, text):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+def test_version(store):
+    r = imgbuild("version", store=store)
+    assert r.rc == 0 and r.out.startswith("imgbuild ")
+
+
+def test_pull_then_inspect_docker_schema2_and_oci(registry, base_image, store):
+    for tag in ("bookworm", "bookworm-oci"):
+        r = imgbuild("pull", f"{registry}/debian:{tag}", store=store)
+        assert r.rc == 0, r
+        remote = json.loads(sh("skopeo", "inspect", "--tls-verify=false",
+                               f"docker://{registry}/debian:{tag}").stdout)
+        assert r.out.strip() == remote["Digest"]
+        info = json.loads(imgbuild("inspect", f"{registry}/debian:{tag}", store=store).out)
+        assert info["config"]["rootfs"]["diff_ids"]
+        assert [l["digest"] for l in info["manifest"]["layers"]] == remote["Layers"]
+    assert f"{registry}/debian:bookworm" in imgbuild("images", store=store).out
+
+
+def test_pull_missing_tag_says_so(registry, base_image, store):
+    r = imgbuild("pull", f"{registry}/debian:no-such-tag", store=store)
+    assert r.rc != 0
+    assert "no-such-tag" in r.err and "unknown" in r.err.lower()
+    assert len(r.err.strip().splitlines()) == 1
+
+
+def test_pull_unreachable_registry_says_so(store):
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    r = imgbuild("pull", f"127.0.0.1:{port}/x:1", store=store)
+    assert r.rc != 0
+    assert f"127.0.0.1:{port}" in r.err
+    assert "refused" in r.err.lower() or "connect" in r.err.lower()
+
+
+def test_unpack_and_run(registry, base_image, store, tmp_path):
+    r = imgbuild("unpack", f"{registry}/debian:bookworm", tmp_path / "rootfs", store=store)
+    assert r.rc == 0, r
+    assert (tmp_path / "rootfs/etc/debian_version").read_text().startswith("12")
+    r = imgbuild("run", f"{registry}/debian:bookworm", "--", "sh", "-c",
+                 "echo $FOO; cat /etc/debian_version; exit 7", "-e", "FOO=bar", store=store)
+    # "-e" after "--" is part of the command, not an option
+    assert r.rc == 7, r
+    r = imgbuild("run", "-e", "FOO=bar", f"{registry}/debian:bookworm", "--", "sh", "-c",
+                 "echo $FOO; id -u; cat /proc/1/cmdline | tr '\\0' ' '; exit 3", store=store)
+    assert r.rc == 3, r
+    lines = r.out.splitlines()
+    assert lines[0] == "bar" and lines[1] == "0"
+
+
+def test_run_rootfs_dir_and_missing_command(registry, base_image, store, tmp_path):
+    r = imgbuild("unpack", f"{registry}/debian:bookworm", tmp_path / "r", store=store)
+    assert r.rc == 0, r
+    r = imgbuild("run", "--rootfs", tmp_path / "r", "--", "cat", "/etc/os-release", store=store)
+    assert r.rc == 0 and "bookworm" in r.out
+    r = imgbuild("run", "--rootfs", tmp_path / "r", "--", "no-such-command", store=store)
+    assert r.rc == 125 and "no-such-command" in r.err
+
+
+def test_small_recipe_copy_env_workdir_user_whiteout(registry, base_image, store, tmp_path):
+    ctx = tmp_path / "ctx"
+    write(ctx / "hello.txt", "hello from the context\n")
+    write(ctx / "sub/dir/a.txt", "a\n")
+    recipe = write(ctx / "small.recipe", f"""
+ARG BASE={registry}/debian:bookworm
+FROM $BASE AS one
+ENV GREETING="hi there" OTHER=x
+WORKDIR /work
+COPY hello.txt sub ./
+RUN echo "$GREETING" > greeting && rm /etc/issue && mkdir -p /var/empty-me && rm -rf /usr/share/doc
+USER nobody
+CMD ["cat", "/work/greeting"]
+OUTPUT type=image,name=small:one
+""")
+    r = imgbuild(recipe, store=store, cwd=tmp_path)
+    assert r.rc == 0, r
+    info = json.loads(imgbuild("inspect", "small:one", store=store).out)
+    cfg = info["config"]["config"]
+    assert "GREETING=hi there" in cfg["Env"]
+    assert cfg["WorkingDir"] == "/work" and cfg["User"] == "nobody"
+    assert cfg["Cmd"] == ["cat", "/work/greeting"]
+    # the RUN layer records the deletions as whiteouts
+    run_layer = info["manifest"]["layers"][-1]["digest"]
+    blob = Path(store) / "blobs/sha256" / run_layer.split(":")[1]
+    with tarfile.open(fileobj=io.BytesIO(gzip.decompress(blob.read_bytes()))) as t:
+        names = t.getnames()
+    assert "etc/.wh.issue" in names and "usr/share/.wh.doc" in names
+    assert "work/greeting" in names
+    out = tmp_path / "unpacked"
+    assert imgbuild("unpack", "small:one", out, store=store).rc == 0
+    assert (out / "work/hello.txt").read_text() == "hello from the context\n"
+    assert (out / "work/dir/a.txt").read_text() == "a\n"  # directory contents copied
+    assert (out / "work/greeting").read_text() == "hi there\n"
+    assert not (out / "etc/issue").exists() and not (out / "usr/share/doc").exists()
+    r = imgbuild("run", "small:one", store=store)
+    assert r.rc == 0 and r.out == "hi there\n", r
+
+
+def test_reproducible_with_source_date_epoch(registry, base_image, tmp_path):
+    ctx = tmp_path / "ctx"
+    write(ctx / "f.txt", "same\n")
+    recipe = write(ctx / "r.recipe", f"""
+FROM {registry}/debian:bookworm
+COPY f.txt /f.txt
+RUN echo built > /built && chmod 600 /built
+OUTPUT type=image,name=repro:1
+""")
+    digests = []
+    for i in range(2):
+        store = tmp_path / f"store{i}"
+        r = imgbuild(recipe, store=store, cwd=tmp_path, env={"SOURCE_DATE_EPOCH": "1700000000"})
+        assert r.rc == 0, r
+        digests.append(json.loads(imgbuild("inspect", "repro:1", store=store).out)["digest"])
+    assert digests[0] == digests[1]
+
+
+def test_bad_recipe_names_file_and_line(store, tmp_path):
+    recipe = write(tmp_path / "bad.recipe", "FROM scratch\nRUN true\nFROB something\n")
+    r = imgbuild(recipe, store=store, cwd=tmp_path)
+    assert r.rc != 0
+    assert f"{recipe}:3" in r.err and "FROB" in r.err
+
+
+def test_failing_run_shows_last_output_lines(registry, base_image, store, tmp_path):
+    recipe = write(tmp_path / "fail.recipe", f"""FROM {registry}/debian:bookworm
+RUN echo first-line; echo the-last-words >&2; exit 42
+""")
+    r = imgbuild(recipe, store=store, cwd=tmp_path)
+    assert r.rc != 0
+    assert f"{recipe}:2" in r.err and "42" in r.err
+    assert "the-last-words" in r.err.split("exit status")[1]
+
+
+def test_missing_base_image_says_so(registry, store, tmp_path):
+    recipe = write(tmp_path / "m.recipe", f"FROM {registry}/nothing-here:1\nRUN true\n")
+    r = imgbuild(recipe, store=store, cwd=tmp_path)
+    assert r.rc != 0 and "nothing-here" in r.err
+
+
+def test_push_to_another_name(registry, base_image, store):
+    assert imgbuild("pull", f"{registry}/debian:bookworm", store=store).rc == 0
+    r = imgbuild("push", f"{registry}/debian:bookworm", f"{registry}/copied/debian:pushed", store=store)
+    assert r.rc == 0, r
+    a = json.loads(sh("skopeo", "inspect", "--tls-verify=false", f"docker://{registry}/debian:bookworm").stdout)
+    b = json.loads(sh("skopeo", "inspect", "--tls-verify=false", f"docker://{registry}/copied/debian:pushed").stdout)
+    assert a["Layers"] == b["Layers"]

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Installs what building and testing imgbuild needs, from Debian's packages.
+# Used by `make deps`, `make demo` and .ci/run.  Needs root (apt-get).
+set -euo pipefail
+pkgs=(
+  # build
+  build-essential pkg-config
+  libcurl4-openssl-dev libjansson-dev libarchive-dev libssl-dev libzstd-dev
+  libseccomp-dev zlib1g-dev libcmocka-dev
+  # sandbox: newuidmap/newgidmap for subordinate id ranges
+  uidmap
+  # tests and demo: local registry, base images, independent readers of our output
+  docker-registry mmdebstrap skopeo umoci busybox-static
+  python3 python3-pytest ca-certificates curl gzip zstd unzip
+)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  exit 0
+fi
+if [ "$(id -u)" -ne 0 ]; then
+  echo "install-deps: missing packages: ${missing[*]}; run 'sudo make deps'" >&2
+  exit 1
+fi
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -q
+apt-get install -y -q --no-install-recommends "${missing[@]}"

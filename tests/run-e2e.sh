@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# The e2e suite (pytest driving bin/imgbuild), once as the calling user and,
+# when that is root, once more as an unprivileged user created here.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+repo=$PWD
+py=/usr/bin/python3
+unpriv=${IMGBUILD_TEST_USER:-imgbuild-test}
+status=0
+
+run_suite() { # label, then the command prefix to run pytest with
+  local label=$1; shift
+  echo "== e2e as $label"
+  "$@" env IMGBUILD_TEST_CACHE="$IMGBUILD_TEST_CACHE" PATH=/usr/sbin:/usr/bin:/sbin:/bin \
+    $py -m pytest -p no:cacheprovider -v -rs "$e2e_dir/tests/e2e" || status=1
+}
+
+if [ "$(id -u)" -eq 0 ]; then
+  export IMGBUILD_TEST_CACHE=${IMGBUILD_TEST_CACHE:-/var/tmp/imgbuild-tests}
+  mkdir -p "$IMGBUILD_TEST_CACHE" && chmod 755 "$IMGBUILD_TEST_CACHE"
+  # A copy of what the suite needs, readable by the unprivileged user even
+  # when the checkout lives under /root.
+  e2e_dir=$(mktemp -d /tmp/imgbuild-e2e.XXXXXX)
+  trap 'rm -rf "$e2e_dir"' EXIT
+  mkdir -p "$e2e_dir/bin"
+  cp bin/imgbuild "$e2e_dir/bin/"
+  cp -r tests recipes "$e2e_dir/"
+  chmod -R a+rX "$e2e_dir"
+  # The base image tarball is made once, as root (mmdebstrap), for both runs.
+  d=$(mktemp -d) && port=$(bash tests/lib/registry.sh start "$d") \
+    && bash tests/lib/base-image.sh "127.0.0.1:$port" >/dev/null; bash tests/lib/registry.sh stop "$d"; rm -rf "$d"
+  chmod -R a+rX "$IMGBUILD_TEST_CACHE"
+  run_suite root
+  id "$unpriv" >/dev/null 2>&1 || useradd --create-home --shell /bin/bash "$unpriv"
+  # No /etc/subuid range for this user: the single-id mode with seccomp root
+  # emulation, the one every unprivileged CI runner has.
+  chown -R "$unpriv" "$e2e_dir"
+  run_suite "unprivileged user $unpriv" runuser -u "$unpriv" --
+else
+  export IMGBUILD_TEST_CACHE=${IMGBUILD_TEST_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/imgbuild-tests}
+  e2e_dir=$repo
+  run_suite "$(id -un) (unprivileged; run as root to cover both)"
+fi
+exit $status
