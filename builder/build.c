@@ -150,7 +150,7 @@ static int
 expand (build_t *b, stage_state_t *st, const char *word, char **out, ib_error_t *err)
 {
   lookup_ctx_t c = { st, st ? &st->args : &b->global_args };
-  return ib_expand (word, escape_char (b), lookup, &c, out, err);
+  return ib_expand_word (word, escape_char (b), lookup, &c, out, err);
 }
 
 static int
@@ -331,6 +331,8 @@ do_from (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err)
       st->layers = xmalloc (sizeof (ib_descriptor_t));
       return 0;
     }
+  if (rmdir (st->rootfs) < 0) /* ib_rootfs_prepare creates it */
+    return ib_error_sys (err, errno, "prepare %s", st->rootfs);
   return from_image (b, st, image, err);
 }
 
@@ -476,6 +478,7 @@ do_run (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err)
     .network_none = net && strcmp (net, "none") == 0,
     .tail_lines = TAIL_LINES,
     .tail = &tail,
+    .provide_etc_files = true, /* DNS in images without /etc/resolv.conf */
   };
   int status = 0;
   if (ib_sandbox_run (&so, &status, err) < 0)
@@ -664,7 +667,7 @@ do_config (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err)
       for (size_t i = 0; i < in->n_kvs; i++)
         {
           cleanup_free char *v = NULL;
-          if (expand (b, st, in->kvs[i].value ? in->kvs[i].value : "", &v, err) < 0)
+          if (expand (b, st, in->kvs[i].raw ? in->kvs[i].raw : "", &v, err) < 0)
             return -1;
           config_env_set (st->config, in->kvs[i].key, v);
         }
@@ -681,7 +684,7 @@ do_config (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err)
           {
             cleanup_free char *k = NULL, *v = NULL;
             if (expand (b, st, in->kvs[i].key, &k, err) < 0
-                || expand (b, st, in->kvs[i].value ? in->kvs[i].value : "", &v, err) < 0)
+                || expand (b, st, in->kvs[i].raw ? in->kvs[i].raw : "", &v, err) < 0)
               return -1;
             json_object_set_new (labels, k, json_string (v));
           }
@@ -765,9 +768,9 @@ do_arg (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err)
             found = true;
           }
       cleanup_free char *value = NULL;
-      if (!found && in->kvs[i].value)
+      if (!found && in->kvs[i].raw)
         {
-          if (expand (b, st, in->kvs[i].value, &value, err) < 0)
+          if (expand (b, st, in->kvs[i].raw, &value, err) < 0)
             return -1;
           v = value;
         }
@@ -781,12 +784,13 @@ do_arg (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err)
 /* ------------------------------------------------------------------ */
 /* Outputs                                                            */
 
+/* An OUTPUT option as written (to be expanded), or NULL. */
 static const char *
 kv_get (const ib_instr_t *in, const char *key)
 {
   for (size_t i = 0; i < in->n_kvs; i++)
     if (strcmp (in->kvs[i].key, key) == 0)
-      return in->kvs[i].value;
+      return in->kvs[i].raw ? in->kvs[i].raw : in->kvs[i].value;
   return NULL;
 }
 

@@ -145,8 +145,8 @@ cmd_build (int argc, char **argv, ib_error_t *err)
   cleanup_strv char **args = NULL, **outputs = NULL, **tags = NULL;
   const char *target = NULL, *context = NULL, *file = NULL;
   int c;
-  optind = 1;
-  while ((c = getopt_long (argc, argv, "+t:o:f:", opts, NULL)) != -1)
+  optind = 0; /* 0: GNU getopt re-reads the optstring's ordering flag */
+  while ((c = getopt_long (argc, argv, "t:o:f:", opts, NULL)) != -1)
     switch (c)
       {
       case 'a': ib_strv_push (&args, optarg); break;
@@ -203,7 +203,7 @@ cmd_pull (int argc, char **argv, ib_error_t *err)
                                         { NULL, 0, NULL, 0 } };
   cleanup_free char *os = NULL, *arch = NULL, *variant = NULL;
   int c;
-  optind = 1;
+  optind = 0; /* 0: GNU getopt re-reads the optstring's ordering flag */
   while ((c = getopt_long (argc, argv, "+", opts, NULL)) != -1)
     if (c != 'p' || parse_platform (optarg, &os, &arch, &variant) < 0)
       usage_error ("pull: --platform takes OS/ARCH[/VARIANT], got '%s'", optarg ? optarg : "");
@@ -338,7 +338,7 @@ cmd_run (int argc, char **argv, int *exit_status, ib_error_t *err)
   cleanup_strv char **extra_env = NULL;
   const char *workdir = NULL, *rootfs = NULL, *network = NULL, *user = NULL;
   int c;
-  optind = 1;
+  optind = 0; /* 0: GNU getopt re-reads the optstring's ordering flag */
   while ((c = getopt_long (argc, argv, "+e:w:u:", opts, NULL)) != -1)
     switch (c)
       {
@@ -421,7 +421,8 @@ cmd_run (int argc, char **argv, int *exit_status, ib_error_t *err)
   const char *wd = workdir ? workdir : json_string_value (json_object_get (cc, "WorkingDir"));
   ib_sandbox_opts_t so = { .rootfs = rootfs, .argv = cmd, .env = env,
                            .cwd = wd && *wd ? wd : "/", .uid = uid, .gid = gid,
-                           .network_none = network && strcmp (network, "none") == 0 };
+                           .network_none = network && strcmp (network, "none") == 0,
+                           .keep_stdin = true, .provide_etc_files = true };
   if (ib_sandbox_run (&so, exit_status, err) < 0)
     goto out;
   ret = 0;

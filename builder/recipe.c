@@ -69,6 +69,15 @@ excerpt_n (const char *s, size_t n)
   return ib_buf_steal (&b);
 }
 
+/* Mask control chars in place: messages stay on one line. */
+static void
+mask_controls (char *s)
+{
+  for (; *s; s++)
+    if ((unsigned char) *s < 0x20 || *s == 0x7f)
+      *s = '?';
+}
+
 static char *
 excerpt (const char *s)
 {
@@ -161,6 +170,7 @@ lex_fail (struct lex *l, const char *fmt, ...)
   if (vasprintf (&msg, fmt, ap) < 0)
     abort ();
   va_end (ap);
+  mask_controls (msg);
   return ib_error_set (l->err, EINVAL, "expand '%s': %s", ex, msg);
 }
 
@@ -652,6 +662,7 @@ perr (struct parser *p, int line, const char *fmt, ...)
   if (vasprintf (&msg, fmt, ap) < 0)
     abort ();
   va_end (ap);
+  mask_controls (msg);
   return ib_error_set (p->err, EINVAL, "%s:%d: %s", p->path, line, msg);
 }
 
@@ -810,36 +821,40 @@ parse_flags (struct parser *p, ib_instr_t *in, const struct flag_spec *spec, cha
 /* JSON form                                                          */
 /* ------------------------------------------------------------------ */
 
-/* If `text` is a JSON array of strings, return it as a vector. */
-static char **
-parse_json_array (const char *text)
+/* JSON (exec) form, as BuildKit decides it: text starting with '[' that is a
+ * valid JSON array.  Returns 1 with *out set for an array of strings, 0 when
+ * the text is not a JSON array (shell form), -1 (error set) for a valid JSON
+ * array holding something other than strings. */
+static int
+parse_json_array (struct parser *p, ib_instr_t *in, char ***out)
 {
   json_error_t jerr;
   json_t *j;
-  char **v;
   size_t i;
 
-  if (text[0] != '[')
-    return NULL;
-  j = json_loads (text, 0, &jerr);
+  *out = NULL;
+  if (in->text[0] != '[')
+    return 0;
+  j = json_loads (in->text, 0, &jerr);
   if (j == NULL)
-    return NULL;
+    return 0;
   if (!json_is_array (j))
     {
       json_decref (j);
-      return NULL;
+      return 0;
     }
   for (i = 0; i < json_array_size (j); i++)
     if (!json_is_string (json_array_get (j, i)))
       {
+        cleanup_free char *ex = excerpt (in->text);
         json_decref (j);
-        return NULL;
+        return perr (p, in->line, "expected a JSON array of strings, got '%s'", ex);
       }
-  v = strv_new ();
+  *out = strv_new ();
   for (i = 0; i < json_array_size (j); i++)
-    ib_strv_push (&v, json_string_value (json_array_get (j, i)));
+    ib_strv_push (out, json_string_value (json_array_get (j, i)));
   json_decref (j);
-  return v;
+  return 1;
 }
 
 /* ------------------------------------------------------------------ */
@@ -1077,7 +1092,8 @@ parse_command (struct parser *p, ib_instr_t *in)
 {
   if (in->text[0] == '\0')
     return perr (p, in->line, "%s needs a command, got '%s'", in->keyword, in->keyword);
-  in->args = parse_json_array (in->text);
+  if (parse_json_array (p, in, &in->args) < 0)
+    return -1;
   in->json_form = in->args != NULL;
   if (in->kind == IB_I_SHELL)
     {
@@ -1096,7 +1112,8 @@ parse_command (struct parser *p, ib_instr_t *in)
 static int
 parse_copy (struct parser *p, ib_instr_t *in)
 {
-  in->args = parse_json_array (in->text);
+  if (parse_json_array (p, in, &in->args) < 0)
+    return -1;
   in->json_form = in->args != NULL;
   if (!in->json_form)
     {
@@ -1132,7 +1149,8 @@ parse_words (struct parser *p, ib_instr_t *in)
 {
   if (in->kind == IB_I_VOLUME)
     {
-      in->args = parse_json_array (in->text);
+      if (parse_json_array (p, in, &in->args) < 0)
+        return -1;
       in->json_form = in->args != NULL;
     }
   if (!in->json_form)

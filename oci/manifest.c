@@ -307,6 +307,8 @@ oci_media_type (const char *mt, const char *dflt)
     return IB_MT_OCI_LAYER_GZIP;
   if (strcmp (mt, "application/vnd.docker.image.rootfs.diff.tar") == 0)
     return IB_MT_OCI_LAYER;
+  if (strcmp (mt, "application/vnd.docker.image.rootfs.foreign.diff.tar.gzip") == 0)
+    return "application/vnd.oci.image.layer.nondistributable.v1.tar+gzip";
   return mt;
 }
 

@@ -611,27 +611,34 @@ curl_failure (ib_registry_t *r, xfer_t *x, CURLcode c, const char *url, ib_error
     }
 }
 
+/* Error codes of distribution-spec "Error Codes": our words, and the
+ * spec's message, which is not repeated when a registry sends it verbatim. */
 struct code_phrase
 {
-  const char *code, *phrase;
+  const char *code, *phrase, *spec_message;
 };
 
 static const struct code_phrase code_phrases[] = {
-  { "MANIFEST_UNKNOWN", "manifest unknown (the registry has no such image or tag)" },
-  { "NAME_UNKNOWN", "name unknown (the registry has no such repository)" },
-  { "BLOB_UNKNOWN", "blob unknown (the registry does not have it)" },
-  { "UNAUTHORIZED", "unauthorized" },
-  { "DENIED", "denied (access to the resource is not allowed)" },
-  { "TOOMANYREQUESTS", "too many requests (the registry rate-limits this client)" },
-  { "NAME_INVALID", "invalid repository name" },
-  { "TAG_INVALID", "manifest tag does not match the URL" },
-  { "MANIFEST_INVALID", "manifest invalid" },
-  { "MANIFEST_BLOB_UNKNOWN", "the manifest references a blob the registry does not have" },
-  { "DIGEST_INVALID", "digest invalid (the uploaded content does not match it)" },
-  { "SIZE_INVALID", "size invalid (the uploaded length does not match)" },
-  { "BLOB_UPLOAD_UNKNOWN", "blob upload unknown" },
-  { "BLOB_UPLOAD_INVALID", "blob upload invalid" },
-  { "UNSUPPORTED", "the registry does not support this operation" },
+  { "MANIFEST_UNKNOWN", "manifest unknown (the registry has no such image or tag)", "manifest unknown" },
+  { "NAME_UNKNOWN", "name unknown (the registry has no such repository)",
+    "repository name not known to registry" },
+  { "BLOB_UNKNOWN", "blob unknown (the registry does not have it)", "blob unknown to registry" },
+  { "UNAUTHORIZED", "unauthorized", NULL },
+  { "DENIED", "denied (access to the resource is not allowed)",
+    "requested access to the resource is denied" },
+  { "TOOMANYREQUESTS", "too many requests (the registry rate-limits this client)", NULL },
+  { "NAME_INVALID", "invalid repository name", "invalid repository name" },
+  { "TAG_INVALID", "manifest tag does not match the URL", "manifest tag did not match URI" },
+  { "MANIFEST_INVALID", "manifest invalid", "manifest invalid" },
+  { "MANIFEST_BLOB_UNKNOWN", "the manifest references a blob the registry does not have",
+    "blob unknown to registry" },
+  { "DIGEST_INVALID", "digest invalid (the uploaded content does not match it)",
+    "provided digest did not match uploaded content" },
+  { "SIZE_INVALID", "size invalid (the uploaded length does not match)",
+    "provided length did not match content length" },
+  { "BLOB_UPLOAD_UNKNOWN", "blob upload unknown", "blob upload unknown to registry" },
+  { "BLOB_UPLOAD_INVALID", "blob upload invalid", "blob upload invalid" },
+  { "UNSUPPORTED", "the registry does not support this operation", "The operation is unsupported." },
 };
 
 static int
@@ -675,10 +682,13 @@ status_error (xfer_t *x, ib_error_t *err)
   int ret;
   if (code)
     {
-      const char *phrase = NULL;
+      const char *phrase = NULL, *spec = NULL;
       for (size_t i = 0; i < sizeof code_phrases / sizeof code_phrases[0]; i++)
         if (strcmp (code_phrases[i].code, code) == 0)
-          phrase = code_phrases[i].phrase;
+          {
+            phrase = code_phrases[i].phrase;
+            spec = code_phrases[i].spec_message;
+          }
       cleanup_free char *lc = NULL;
       if (phrase == NULL)
         {
@@ -687,7 +697,7 @@ status_error (xfer_t *x, ib_error_t *err)
             *p = *p == '_' ? ' ' : (char) tolower ((unsigned char) *p);
           phrase = lc;
         }
-      if (msg && *msg && !same_words (code, msg))
+      if (msg && *msg && !same_words (code, msg) && !(spec && strcasecmp (spec, msg) == 0))
         ret = ib_error_set (err, e, "%s: %s", phrase, msg);
       else
         ret = ib_error_set (err, e, "%s", phrase);
@@ -817,7 +827,9 @@ http_once (ib_registry_t *r, xfer_t *x, const char *url, const char *auth, ib_er
   curl_easy_setopt (c, CURLOPT_HEADERDATA, x);
   curl_easy_setopt (c, CURLOPT_WRITEFUNCTION, on_write);
   curl_easy_setopt (c, CURLOPT_WRITEDATA, x);
-  curl_easy_setopt (c, CURLOPT_ACCEPT_ENCODING, "");
+  if (x->sink_fd < 0)
+    /* compressed transfer for JSON only: blob bytes must arrive exactly as stored */
+    curl_easy_setopt (c, CURLOPT_ACCEPT_ENCODING, "");
 
   if (strcmp (x->method, "HEAD") == 0)
     curl_easy_setopt (c, CURLOPT_NOBODY, 1L);
@@ -1285,7 +1297,10 @@ ib_registry_fetch_blob (ib_registry_t *r, const char *repo, const char *digest, 
   cleanup_free char *scope = pull_scope (repo);
   cleanup_free char *url = xasprintf ("%s/v2/%s/blobs/%s", r->base, repo, digest);
   x.scope = scope;
-  int ret = -1;
+  uint64_t resumed_from = x.sink_written;
+  int ret;
+again:
+  ret = -1;
   for (int attempt = 1;; attempt++)
     {
       x.range_from = x.sink_written;
@@ -1334,6 +1349,22 @@ ib_registry_fetch_blob (ib_registry_t *r, const char *repo, const char *digest, 
   char got[IB_DIGEST_LEN];
   ib_sha256_final (x.sink_hash, got);
   xfer_free (&x);
+  if (strcmp (got, digest) != 0 && resumed_from > 0)
+    {
+      /* what an earlier run left was bad: once more from the start */
+      ib_warn ("blob %s: the resumed download does not match its digest; downloading it again",
+               digest);
+      if (ftruncate (fd, 0) < 0 || lseek (fd, 0, SEEK_SET) < 0)
+        {
+          int e = errno;
+          unlink (path);
+          return ib_error_sys (err, e, "blob %s: truncate %s", digest, path);
+        }
+      x.sink_hash = ib_sha256_new ();
+      x.sink_written = 0;
+      resumed_from = 0;
+      goto again;
+    }
   if (strcmp (got, digest) != 0)
     {
       unlink (path);
@@ -1345,15 +1376,11 @@ ib_registry_fetch_blob (ib_registry_t *r, const char *repo, const char *digest, 
   return 0; /* closing fd releases the partial file's lock */
 }
 
-int
-ib_registry_push_blob (ib_registry_t *r, const char *repo, const char *digest, ib_store_t *store,
-                       ib_error_t *err)
+/* POST uploads/ then a monolithic PUT <location>?digest= of the stored blob. */
+static int
+upload_blob (ib_registry_t *r, const char *repo, const char *digest, ib_store_t *store,
+             ib_error_t *err)
 {
-  bool exists;
-  if (ib_registry_blob_exists (r, repo, digest, &exists, err) < 0)
-    return -1;
-  if (exists)
-    return 0;
   cleanup_free char *path = ib_store_blob_path (store, digest);
   cleanup_close int fd = open (path, O_RDONLY | O_CLOEXEC);
   if (fd < 0)
@@ -1402,6 +1429,18 @@ ib_registry_push_blob (ib_registry_t *r, const char *repo, const char *digest, i
   if (ret < 0)
     return ib_error_prefix (err, "push blob %s", digest);
   return 0;
+}
+
+int
+ib_registry_push_blob (ib_registry_t *r, const char *repo, const char *digest, ib_store_t *store,
+                       ib_error_t *err)
+{
+  bool exists;
+  if (ib_registry_blob_exists (r, repo, digest, &exists, err) < 0)
+    return -1;
+  if (exists)
+    return 0;
+  return upload_blob (r, repo, digest, store, err);
 }
 
 /* ---------- pull / push ---------- */
@@ -1522,6 +1561,20 @@ ib_pull (ib_store_t *store, const char *ref_string, const char *os, const char *
       goto out;
   if (ib_store_put_blob (store, data, len, NULL, err) < 0)
     goto out;
+  if (strcmp (m->media_type, IB_MT_DOCKER_MANIFEST) == 0)
+    {
+      /* skopeo's oci: transport reads only OCI descriptors from index.json:
+       * tag an OCI rendering of the same config and layers. */
+      char *oci = ib_manifest_serialize (&m->config, m->layers, m->n_layers, NULL);
+      ib_info ("pull %s: manifest %s (Docker schema 2, stored as OCI)", shown, mdigest);
+      free (data);
+      data = oci;
+      len = strlen (oci);
+      free (m->media_type);
+      m->media_type = xstrdup (IB_MT_OCI_MANIFEST);
+      if (ib_store_put_blob (store, data, len, mdigest, err) < 0)
+        goto out;
+    }
   if (ib_store_tag (store, shown, m->media_type, mdigest, (int64_t) len, err) < 0)
     goto out;
   ib_info ("pull %s: manifest %s", shown, mdigest);
@@ -1565,7 +1618,7 @@ push_manifest (ib_registry_t *r, ib_store_t *store, const char *repo, const char
       ib_info ("push %s: %s %s %s%s", shown, i == 0 ? "config" : "layer", sd, sz,
                exists ? " (already in the registry)" : "");
       if (!exists)
-        ret = ib_registry_push_blob (r, repo, d->digest, store, err);
+        ret = upload_blob (r, repo, d->digest, store, err);
     }
   if (ret == 0)
     ret = ib_registry_put_manifest (r, repo, reference, data, len,

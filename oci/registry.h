@@ -42,6 +42,8 @@ void ib_auth_challenge_clear (ib_auth_challenge_t *c);
 void ib_registry_add_insecure (const char *registry);
 
 /* A client for the registry that `ref` names (registry host only is used).
+ * One client serves one thread at a time (it owns one curl handle, which
+ * keeps connections alive between requests).
  * No network traffic here: the first request pings GET /v2/.  Credentials
  * (for token requests and Basic auth) come from the first auth file that has
  * an entry for the registry: $REGISTRY_AUTH_FILE,
@@ -81,13 +83,21 @@ int ib_registry_put_manifest (ib_registry_t *r, const char *repo, const char *re
 
 /* Pull `ref_string` for os/arch[/variant] (NULLs: host platform) into the
  * store: manifest (index -> selected manifest), config, layers; then tag it
- * under the normalized reference.  out (may be NULL) gets the manifest
- * descriptor.  Progress lines go through ib_info. */
+ * under the normalized reference (ib_ref_string).  A Docker schema 2
+ * manifest is tagged as its OCI rendering (ib_manifest_serialize: same
+ * config and layer blobs, OCI media types, so a different manifest digest),
+ * because skopeo/umoci read only OCI descriptors from index.json; the
+ * registry's bytes are kept as a blob too.  out (may be NULL) gets the
+ * descriptor of the manifest tagged; caller clears it.  Progress lines go
+ * through ib_info.  Errors start "pull REF: ". */
 int ib_pull (ib_store_t *store, const char *ref_string, const char *os, const char *arch,
              const char *variant, ib_descriptor_t *out, ib_error_t *err);
 
 /* Push stored image `src_name` (name or digest) to `dst_ref`: blobs then the
- * manifest, tagged with dst_ref's tag (or by digest). */
+ * manifest (its stored bytes and media type, so its digest is kept), tagged
+ * with dst_ref's tag (or by digest).  A stored index is pushed with every
+ * platform manifest it lists (each must be in the store).  Blobs the
+ * registry has already are skipped.  Errors start "push SRC to DST: ". */
 int ib_push (ib_store_t *store, const char *src_name, const char *dst_ref, ib_error_t *err);
 
 #endif

@@ -224,6 +224,15 @@ is_dir (const char *path)
   return stat (path, &st) == 0 && S_ISDIR (st.st_mode);
 }
 
+/* A directory, and not a symlink to one: mount targets in the rootfs must
+ * not lead elsewhere. */
+static bool
+is_real_dir (const char *path)
+{
+  struct stat st;
+  return lstat (path, &st) == 0 && S_ISDIR (st.st_mode);
+}
+
 static int
 do_mount (const char *src, const char *target, const char *fstype, unsigned long flags,
           const char *data, ib_error_t *err)
@@ -336,7 +345,7 @@ setup_dev (const char *dev, ib_error_t *err)
   static const char *const links[][2] = {
     { "fd", "/proc/self/fd" },        { "stdin", "/proc/self/fd/0" },
     { "stdout", "/proc/self/fd/1" },  { "stderr", "/proc/self/fd/2" },
-    { "ptmx", "pts/ptmx" },           { "core", "/proc/kcore" },
+    { "ptmx", "pts/ptmx" },
   };
   for (size_t i = 0; i < sizeof links / sizeof links[0]; i++)
     {
@@ -381,8 +390,9 @@ setup_etc_file (const char *rootfs, const char *name, bool have_dev, ib_error_t 
   cleanup_free char *host = ib_path_join ("/etc", name);
   cleanup_free char *rel = ib_path_join ("etc", name);
   cleanup_free char *target = ib_path_join (rootfs, rel);
+  cleanup_free char *etc = ib_path_join (rootfs, "etc");
   struct stat st;
-  if (lstat (target, &st) < 0 || !S_ISREG (st.st_mode))
+  if (!is_real_dir (etc) || lstat (target, &st) < 0 || !S_ISREG (st.st_mode))
     {
       ib_debug ("sandbox: /%s is absent or not a regular file in the rootfs: not providing the "
                 "host's",
@@ -456,10 +466,10 @@ setup_rootfs (const struct run_ctx *ctx, ib_error_t *err)
     return -1;
 
   /* /proc, /dev and /sys are mounted only where the rootfs has the
-   * directory (every image has them): creating them would add them to the
-   * step's layer. */
+   * directory (every image has them; a symlink does not count): creating
+   * them would add them to the step's layer. */
   cleanup_free char *proc = ib_path_join (rootfs, "proc");
-  if (is_dir (proc))
+  if (is_real_dir (proc))
     {
       if (do_mount ("proc", proc, "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL, err) < 0)
         return -1;
@@ -468,7 +478,7 @@ setup_rootfs (const struct run_ctx *ctx, ib_error_t *err)
     ib_debug ("sandbox: rootfs has no /proc directory, not mounting proc");
 
   cleanup_free char *dev = ib_path_join (rootfs, "dev");
-  bool have_dev = is_dir (dev);
+  bool have_dev = is_real_dir (dev);
   if (have_dev)
     {
       if (setup_dev (dev, err) < 0)
@@ -478,7 +488,7 @@ setup_rootfs (const struct run_ctx *ctx, ib_error_t *err)
     ib_debug ("sandbox: rootfs has no /dev directory, not mounting /dev");
 
   cleanup_free char *sys = ib_path_join (rootfs, "sys");
-  if (is_dir (sys))
+  if (is_real_dir (sys))
     {
       if (do_mount ("/sys", sys, NULL, MS_BIND | MS_REC, NULL, err) < 0)
         return -1;
@@ -558,19 +568,23 @@ command_main (const struct run_ctx *ctx)
   unblock_all_signals ();
   umask (022);
 
-  /* stdio: no stdin (a build step is not interactive: apt and debconf must
-   * not wait for answers); stdout+stderr into the tail pipe when asked. */
-  int devnull = open ("/dev/null", O_RDONLY | O_CLOEXEC);
-  if (devnull >= 0)
+  /* stdio: no stdin unless asked (a build step is not interactive: apt and
+   * debconf must not wait for answers); stdout+stderr into the tail pipe
+   * when asked. */
+  if (!o->keep_stdin)
     {
-      if (devnull != 0)
+      int devnull = open ("/dev/null", O_RDONLY | O_CLOEXEC);
+      if (devnull >= 0)
         {
-          dup2 (devnull, 0);
-          close (devnull);
+          if (devnull != 0)
+            {
+              dup2 (devnull, 0);
+              close (devnull);
+            }
         }
+      else
+        close (0);
     }
-  else
-    close (0);
   if (ctx->tail_w >= 0)
     {
       if (dup2 (ctx->tail_w, 1) < 0 || dup2 (ctx->tail_w, 2) < 0)
@@ -601,9 +615,9 @@ command_main (const struct run_ctx *ctx)
   if (ib_seccomp_install (ctx->mode == IB_USERNS_SINGLE, &err) < 0)
     child_fail_err (efd, 125, &err);
 
-  /* PATH lookup by hand: execvpe would search our PATH, not the step's, and
-   * does so before the pivot in spirit; here the candidates were computed
-   * from the step's environment and are resolved inside the rootfs. */
+  /* PATH lookup by hand: execvpe searches the PATH of our own environment,
+   * not the step's.  The candidates were computed from the step's PATH
+   * before the fork and are resolved here, inside the rootfs. */
   int first_err = ENOENT;
   for (char **c = ctx->candidates; *c; c++)
     {
@@ -856,6 +870,52 @@ collect_output (int err_r, int tail_r, int tail_lines, ib_buf_t *errmsg, ib_buf_
     }
 }
 
+/* provide_etc_files: an empty placeholder for /etc/NAME, created before
+ * the run when the rootfs has none, removed afterwards. */
+struct placeholder
+{
+  char *path;
+  dev_t dev;
+  ino_t ino;
+};
+
+static void
+placeholder_create (const char *rootfs, const char *name, struct placeholder *ph)
+{
+  cleanup_free char *etc = ib_path_join (rootfs, "etc");
+  cleanup_free char *path = ib_path_join (etc, name);
+  struct stat st;
+  if (!is_real_dir (etc) || lstat (path, &st) == 0 || errno != ENOENT)
+    return;
+  int fd = open (path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+  if (fd < 0)
+    {
+      ib_debug ("sandbox: create placeholder %s: %s", path, strerror (errno));
+      return;
+    }
+  if (fstat (fd, &st) == 0)
+    {
+      ph->path = steal_pointer (&path);
+      ph->dev = st.st_dev;
+      ph->ino = st.st_ino;
+    }
+  close (fd);
+}
+
+static void
+placeholder_remove (struct placeholder *ph)
+{
+  struct stat st;
+  if (ph->path == NULL)
+    return;
+  /* Only our file: the step cannot replace a mount point, but be sure. */
+  if (lstat (ph->path, &st) == 0 && S_ISREG (st.st_mode) && st.st_dev == ph->dev
+      && st.st_ino == ph->ino && unlink (ph->path) < 0)
+    ib_warn ("sandbox: remove placeholder %s: %s", ph->path, strerror (errno));
+  free (ph->path);
+  ph->path = NULL;
+}
+
 static int
 check_opts (const ib_sandbox_opts_t *o, ib_error_t *err)
 {
@@ -867,6 +927,9 @@ check_opts (const ib_sandbox_opts_t *o, ib_error_t *err)
     return ib_error_set (err, EINVAL, "sandbox: working directory %s is not absolute", o->cwd);
   return 0;
 }
+
+static int run_in_sandbox (const ib_sandbox_opts_t *opts, ib_userns_mode_t mode, char *rootfs,
+                           char **envp, int *exit_status, ib_error_t *err);
 
 int
 ib_sandbox_run (const ib_sandbox_opts_t *opts, int *exit_status, ib_error_t *err)
@@ -896,6 +959,23 @@ ib_sandbox_run (const ib_sandbox_opts_t *opts, int *exit_status, ib_error_t *err
     }
 
   cleanup_strv char **envp = build_env (opts->env, mode);
+  struct placeholder placeholders[2] = { { 0 }, { 0 } };
+  if (opts->provide_etc_files)
+    {
+      placeholder_create (rootfs, "resolv.conf", &placeholders[0]);
+      placeholder_create (rootfs, "hosts", &placeholders[1]);
+    }
+  int ret = run_in_sandbox (opts, mode, rootfs, envp, exit_status, err);
+  placeholder_remove (&placeholders[0]);
+  placeholder_remove (&placeholders[1]);
+  return ret;
+}
+
+/* ib_sandbox_run once the options are checked: fork S, collect, reap. */
+static int
+run_in_sandbox (const ib_sandbox_opts_t *opts, ib_userns_mode_t mode, char *rootfs, char **envp,
+                int *exit_status, ib_error_t *err)
+{
   cleanup_strv char **candidates = exec_candidates (opts->argv[0], envp);
 
   int errp[2];

@@ -12,6 +12,8 @@
  *                    (setgroups denied); the sandbox then turns on seccomp
  *                    root emulation
  * The maps are written by a helper child that stays in the parent namespace.
+ * ROOT maps every id the current namespace has (in the initial namespace
+ * "0 0 4294967295"; inside a container, that container's ranges).
  *
  * ib_sandbox_run forks a process that unshares mount + pid namespaces,
  * bind-mounts the rootfs, mounts fresh /proc, a minimal /dev (tmpfs with
@@ -19,7 +21,9 @@
  * /dev/pts with ptmx, tmpfs /dev/shm), /sys read-only, binds the host's
  * /etc/resolv.conf and /etc/hosts, pivot_root()s, and as pid 1 of the new pid
  * namespace forks the command (after seccomp) and reaps every child,
- * forwarding SIGINT/SIGTERM/SIGHUP.  The host network is shared.
+ * forwarding SIGINT/SIGTERM/SIGHUP/SIGQUIT.  The host network is shared
+ * unless network_none.  UTS and IPC namespaces are new too (hostname
+ * "imgbuild").
  */
 #ifndef IB_ROOTFS_SANDBOX_H
 #define IB_ROOTFS_SANDBOX_H
@@ -39,7 +43,17 @@ typedef enum
 /* Enter the namespace (AUTO picks ROOT when euid 0, MAP when the user has
  * ranges in both /etc/subuid and /etc/subgid and newuidmap/newgidmap exist,
  * else SINGLE).  Afterwards the process has uid/gid 0 in the namespace.
- * Calling it again is a no-op returning the mode in force. */
+ * Calling it again is a no-op returning the mode in force.
+ *
+ * Must be called before the process starts any thread (the kernel refuses
+ * unshare(CLONE_NEWUSER) in a multithreaded process: EINVAL, reported with
+ * that hint).  MAP uses the user's first range in each file (matched by
+ * name or numeric uid) and maps 0 -> own id, 1..count -> the range.  The
+ * IMGBUILD_USERNS environment variable is the caller's business: the
+ * requested mode is the argument.  Requesting ROOT without euid 0 or MAP
+ * without ranges fails.  When the map helper fails (e.g. newuidmap's
+ * stderr is in the message) the process is left in a namespace without
+ * maps: report the error and exit. */
 int ib_userns_enter (ib_userns_mode_t requested, ib_userns_mode_t *mode_in_force,
                      ib_error_t *err);
 /* Mode in force (AUTO when not entered yet). */
@@ -50,28 +64,77 @@ typedef struct ib_sandbox_opts
 {
   const char *rootfs;     /* directory to pivot_root into */
   char *const *argv;      /* command; argv[0] looked up in PATH from env */
-  char *const *env;       /* complete environment, NULL-terminated */
-  const char *cwd;        /* inside the rootfs; created if missing; NULL = "/" */
-  uid_t uid;              /* ids inside the namespace to run as */
+  char *const *env;       /* complete environment, NULL-terminated (NULL =
+                             empty); its PATH (default /usr/local/sbin:
+                             /usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin)
+                             is searched inside the rootfs */
+  const char *cwd;        /* absolute, inside the rootfs; created (as root,
+                             mode 0755) if missing; NULL = "/" */
+  uid_t uid;              /* ids inside the namespace to run as; no
+                             supplementary groups.  In SINGLE mode only 0
+                             exists: other ids are emulated (the step runs as
+                             0:0, one warning per process) */
   gid_t gid;
-  bool network_none;      /* new empty network namespace (only lo) */
-  /* When tail_lines > 0 stdout+stderr of the command go through a pipe: each
-   * line is copied to our stderr and the last tail_lines lines are kept in
-   * *tail (caller frees) for error messages. */
+  bool network_none;      /* new empty network namespace (only lo, up) */
+  /* When tail_lines > 0 stdout+stderr of the command go through a pipe: the
+   * bytes are copied to our stderr as they come and the last tail_lines
+   * lines (at most 256 KiB) are kept in *tail (caller frees; set on both
+   * success and failure when tail is not NULL; "" when there was no output)
+   * for error messages.  Otherwise the command shares our stdout/stderr. */
   int tail_lines;
   char **tail;
+  /* Added: false (the default) gives the command /dev/null as stdin, as a
+   * build step must not wait for input; true lets it read our stdin
+   * (`imgbuild run`). */
+  bool keep_stdin;
+  /* Added: when the rootfs has an /etc directory but no /etc/resolv.conf
+   * (or /etc/hosts) at all, create an empty one for the duration of the
+   * run so that the host's can be bound onto it, and remove it before
+   * returning: the step sees DNS settings and its layer (diffed after the
+   * run) gets no new file.  Off by default: the file exists in the rootfs
+   * while the step runs, and would stay behind if imgbuild were killed.
+   * A symlink (e.g. to ../run/resolvconf/resolv.conf) is never followed. */
+  bool provide_etc_files;
 } ib_sandbox_opts_t;
 
 /* Run the command; *exit_status gets its exit code, or 128+signal.  Returns
  * -1 only for failures of the sandbox itself (mounts, exec: "command not
- * found: X"), not for a command that exits non-zero. */
+ * found: X"), not for a command that exits non-zero.  ib_userns_enter must
+ * have been called (else -1, EPERM).
+ *
+ * The command runs with stdin from /dev/null unless keep_stdin,
+ * umask 022, default signal dispositions, an empty signal mask, no fds but
+ * 0-2, seccomp (root emulation in SINGLE mode) and NO_NEW_PRIVS.  It is pid 2;
+ * when it exits every process it left behind is killed.
+ *
+ * The mount tree: /proc (fresh), /dev (tmpfs; see sandbox.c) and /sys (the
+ * host's, read-only where the kernel allows) are mounted only where the
+ * rootfs has that directory (not a symlink); nothing is created in the
+ * rootfs except cwd.  /etc/resolv.conf and /etc/hosts get a copy of the
+ * host's file (hosts plus "127.0.0.1 imgbuild") bound onto them only where
+ * the rootfs has them as regular files: writes go to the copy.  An image
+ * without /etc/resolv.conf has no DNS configuration in the step, unless
+ * provide_etc_files.
+ * In SINGLE mode APT_CONFIG=/dev/.imgbuild/apt.conf (APT::Sandbox::User
+ * "root") is added to the environment unless it sets APT_CONFIG: apt's drop
+ * to _apt cannot work when setuid is only emulated.
+ *
+ * While it waits, SIGINT/SIGTERM/SIGHUP/SIGQUIT of this process are caught
+ * and forwarded to the sandbox (the previous dispositions are restored when
+ * the last concurrent ib_sandbox_run returns); the children die with
+ * SIGKILL if the calling thread dies.  May be called from several threads
+ * at once.  A SIGCHLD disposition of SIG_IGN breaks it (no status to reap). */
 int ib_sandbox_run (const ib_sandbox_opts_t *opts, int *exit_status, ib_error_t *err);
 
 /* Install the seccomp filter in the calling process: the deny list always
  * (kexec, module loading, keyctl family, open_by_handle_at, bpf, mount family,
  * nested user namespaces via clone/unshare, ...), plus root emulation when
  * `root_emulation` (chown family, setuid/setgid family, setgroups and mknod
- * of device nodes return success without effect).  Exposed for tests. */
+ * of device nodes return success without effect).  Exposed for tests.
+ * Denied calls fail with EPERM; clone3 fails with ENOSYS (glibc then falls
+ * back to clone, whose flags the filter can check).  Sets NO_NEW_PRIVS.
+ * On x86_64 the filter also covers i386 and x32 binaries.  Irreversible:
+ * call it in a child process. */
 int ib_seccomp_install (bool root_emulation, ib_error_t *err);
 
 #endif

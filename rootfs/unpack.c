@@ -641,22 +641,22 @@ open_dir_in_root (int rootfd, const char *path)
 /* Removal beneath a directory fd, never following symlinks.              */
 
 static int
-remove_at (int dirfd, const char *name, const char *shown, ib_error_t *err)
+remove_at (int pfd, const char *name, const char *shown, ib_error_t *err)
 {
   struct stat st;
-  if (fstatat (dirfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+  if (fstatat (pfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
     return errno == ENOENT ? 0 : ib_error_sys (err, errno, "remove %s", shown);
   if (!S_ISDIR (st.st_mode))
     {
-      if (unlinkat (dirfd, name, 0) < 0 && errno != ENOENT)
+      if (unlinkat (pfd, name, 0) < 0 && errno != ENOENT)
         return ib_error_sys (err, errno, "remove %s", shown);
       return 0;
     }
-  int fd = openat (dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  int fd = openat (pfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   if (fd < 0 && errno == EACCES)
     {
-      fchmodat (dirfd, name, 0700, 0); /* a directory (checked above), not a link */
-      fd = openat (dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+      fchmodat (pfd, name, 0700, 0); /* a directory (checked above), not a link */
+      fd = openat (pfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     }
   if (fd < 0)
     return ib_error_sys (err, errno, "remove %s", shown);
@@ -683,7 +683,7 @@ remove_at (int dirfd, const char *name, const char *shown, ib_error_t *err)
   closedir (d);
   if (ret < 0)
     return ret;
-  if (unlinkat (dirfd, name, AT_REMOVEDIR) < 0 && errno != ENOENT)
+  if (unlinkat (pfd, name, AT_REMOVEDIR) < 0 && errno != ENOENT)
     return ib_error_sys (err, errno, "remove %s", shown);
   return 0;
 }

@@ -32,7 +32,24 @@ typedef struct ib_unpack_stats
  * with lchown and silently kept as the caller's when the id is not mapped
  * (EINVAL/EPERM); device nodes that cannot be created are skipped with a
  * warning.  `diff_id` (may be NULL) receives the sha256 of the uncompressed
- * tar stream, computed while unpacking.  Errors name the entry. */
+ * tar stream, computed while unpacking.  Errors name the entry.
+ *
+ * More precisely: whiteouts and opaque whiteouts apply to lower layers only,
+ * whatever their position in the tar (names this layer created, and
+ * directories holding entries of this layer, survive; their lower contents
+ * do not); ".wh..wh.*" names other than the opaque marker are ignored;
+ * whiteout names "", "." and ".." are errors.  Symlinks in an entry's path
+ * resolve as inside the container ("/" and ".." stop at `target`); a
+ * missing parent is created (0755) unless a dangling symlink or a
+ * non-directory is in its way (an error).  A non-directory entry replaces
+ * whatever is at its path (directories recursively); a directory entry keeps
+ * an existing directory and updates its metadata.  Directory modes and
+ * mtimes are applied after all entries; directories lacking owner write
+ * permission get it for the time of the unpack (rootless).  Only user.*
+ * xattrs are applied.  The uncompressed size is limited (see
+ * ib_unpack_set_max_bytes).  "./" entries (the target itself) are skipped.
+ * On failure `target` is left partly unpacked; stats (may be NULL) counts
+ * the tar entries seen and uncompressed bytes read. */
 int ib_unpack_layer (const char *layer_path, const char *target, char diff_id[IB_DIGEST_LEN],
                      ib_unpack_stats_t *stats, ib_error_t *err);
 
@@ -41,7 +58,11 @@ int ib_unpack_layer (const char *layer_path, const char *target, char diff_id[IB
  * Uses <store>/snapshots/<chainid> of the longest already-unpacked prefix,
  * unpacks the rest, verifies each diff_id, and records the new top snapshot
  * (temp dir + rename).  The snapshot is copied to dest (reflink where the
- * filesystem can), never shared, so a build may modify dest freely. */
+ * filesystem can), never shared, so a build may modify dest freely.
+ * On failure (missing blob, diff_id mismatch: the error names the layer's
+ * index and digest) dest is removed.  Failing to record the snapshot is only
+ * a warning.  Snapshot names: ib_chain_id (diff_ids, i, ...) with i the
+ * index of the topmost layer they contain. */
 int ib_rootfs_prepare (ib_store_t *store, char *const *layer_digests, char *const *diff_ids,
                        const char *dest, ib_error_t *err);
 

@@ -1,0 +1,722 @@
+/* rootfs/layer.c — what a build step changed, written as a reproducible
+ * layer (image-spec layer.md "Representing Changes").
+ *
+ * A scan is a sorted array of the entries under the rootfs.  The diff scans
+ * again, merges the two sorted arrays and writes the changed entries, their
+ * parent directories and ".wh." whiteouts, sorted by path, as a PAX tar.
+ * The tar bytes go through one callback that hashes them (diff_id) and
+ * deflates them (zlib, fixed level, gzip header without name or mtime); the
+ * gzip bytes are hashed (digest) and written out: a single pass.
+ */
+#include "rootfs/layer.h"
+#include "common/util.h"
+
+#include <archive.h>
+#include <archive_entry.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/openat2.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#define GZIP_LEVEL 6
+#define SINK_BUF_SIZE (256 * 1024)
+
+struct scan_ent
+{
+  char *path;            /* relative, no leading "./" or "/", no trailing "/" */
+  mode_t mode;           /* type and permission bits */
+  uid_t uid;
+  gid_t gid;
+  uint64_t size;
+  int64_t mtime_ns, ctime_ns;
+  dev_t dev, rdev;
+  ino_t ino;
+  nlink_t nlink;
+  char *link;            /* symlink target, else NULL */
+};
+
+struct ib_fs_scan
+{
+  struct scan_ent *ents; /* sorted by strcmp of path */
+  size_t n, cap;
+};
+
+void
+ib_fs_scan_free (ib_fs_scan_t *s)
+{
+  if (s == NULL)
+    return;
+  for (size_t i = 0; i < s->n; i++)
+    {
+      free (s->ents[i].path);
+      free (s->ents[i].link);
+    }
+  free (s->ents);
+  free (s);
+}
+
+static void
+cleanup_scanp (ib_fs_scan_t **s)
+{
+  ib_fs_scan_free (*s);
+}
+#define cleanup_scan __attribute__ ((cleanup (cleanup_scanp)))
+
+/* Exclusions normalized like entry paths ("/proc/" -> "proc"). */
+static char **
+normalize_excludes (char *const *exclude)
+{
+  char **v = NULL;
+  for (size_t i = 0; exclude && exclude[i]; i++)
+    {
+      const char *p = exclude[i];
+      while (*p == '/' || (p[0] == '.' && p[1] == '/'))
+        p += *p == '/' ? 1 : 2;
+      size_t len = strlen (p);
+      while (len > 0 && p[len - 1] == '/')
+        len--;
+      if (len == 0)
+        continue;
+      cleanup_free char *s = xstrndup (p, len);
+      ib_strv_push (&v, s);
+    }
+  return v;
+}
+
+static bool
+excluded (char *const *ex, const char *path)
+{
+  for (size_t i = 0; ex && ex[i]; i++)
+    {
+      size_t len = strlen (ex[i]);
+      if (strncmp (path, ex[i], len) == 0 && (path[len] == '\0' || path[len] == '/'))
+        return true;
+    }
+  return false;
+}
+
+static int
+cmp_ent (const void *a, const void *b)
+{
+  return strcmp (((const struct scan_ent *) a)->path, ((const struct scan_ent *) b)->path);
+}
+
+static struct scan_ent *
+scan_find (const ib_fs_scan_t *s, const char *path)
+{
+  struct scan_ent key = { .path = (char *) path };
+  return bsearch (&key, s->ents, s->n, sizeof *s->ents, cmp_ent);
+}
+
+static int
+scan_dir (ib_fs_scan_t *s, int dfd, const char *rel, char *const *ex, ib_error_t *err)
+{
+  int rfd = openat (dfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (rfd < 0)
+    return ib_error_sys (err, errno, "scan /%s", rel);
+  DIR *d = fdopendir (rfd);
+  if (d == NULL)
+    {
+      int e = errno;
+      close (rfd);
+      return ib_error_sys (err, e, "scan /%s", rel);
+    }
+  int ret = 0;
+  struct dirent *de;
+  while (ret == 0 && (de = readdir (d)) != NULL)
+    {
+      const char *name = de->d_name;
+      if (strcmp (name, ".") == 0 || strcmp (name, "..") == 0)
+        continue;
+      cleanup_free char *crel = *rel ? xasprintf ("%s/%s", rel, name) : xstrdup (name);
+      if (excluded (ex, crel))
+        continue;
+      struct stat st;
+      if (fstatat (dfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+        {
+          if (errno == ENOENT)
+            continue;
+          ret = ib_error_sys (err, errno, "scan /%s", crel);
+          break;
+        }
+      if (S_ISSOCK (st.st_mode))
+        continue; /* tar cannot carry sockets */
+      if (s->n == s->cap)
+        {
+          s->cap = s->cap ? s->cap * 2 : 1024;
+          s->ents = xrealloc (s->ents, s->cap * sizeof *s->ents);
+        }
+      struct scan_ent *e = &s->ents[s->n++];
+      memset (e, 0, sizeof *e);
+      e->path = steal_pointer (&crel);
+      e->mode = st.st_mode;
+      e->uid = st.st_uid;
+      e->gid = st.st_gid;
+      e->size = S_ISREG (st.st_mode) ? (uint64_t) st.st_size : 0;
+      e->mtime_ns = (int64_t) st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
+      e->ctime_ns = (int64_t) st.st_ctim.tv_sec * 1000000000 + st.st_ctim.tv_nsec;
+      e->dev = st.st_dev;
+      e->rdev = st.st_rdev;
+      e->ino = st.st_ino;
+      e->nlink = st.st_nlink;
+      if (S_ISLNK (st.st_mode))
+        {
+          size_t sz = (size_t) st.st_size + 2;
+          e->link = xmalloc (sz);
+          ssize_t n = readlinkat (dfd, name, e->link, sz);
+          if (n < 0 || (size_t) n >= sz)
+            {
+              ret = ib_error_sys (err, n < 0 ? errno : ENAMETOOLONG, "scan /%s: readlink",
+                                  e->path);
+              break;
+            }
+          e->link[n] = '\0';
+        }
+      if (S_ISDIR (st.st_mode))
+        {
+          const char *path = e->path; /* s->ents may move while recursing */
+          int sub = openat (dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+          bool restore = false;
+          if (sub < 0 && errno == EACCES && st.st_uid == geteuid ()
+              && fchmodat (dfd, name, (st.st_mode & 07777) | 0500, 0) == 0)
+            {
+              restore = true;
+              sub = openat (dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+            }
+          if (sub < 0)
+            ret = ib_error_sys (err, errno, "scan /%s", path);
+          else
+            {
+              ret = scan_dir (s, sub, path, ex, err);
+              close (sub);
+            }
+          if (restore)
+            fchmodat (dfd, name, st.st_mode & 07777, 0);
+        }
+    }
+  closedir (d);
+  return ret;
+}
+
+static int
+scan_tree (const char *rootfs, char *const *ex, ib_fs_scan_t **out, ib_error_t *err)
+{
+  cleanup_close int fd = open (rootfs, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0)
+    return ib_error_sys (err, errno, "scan %s", rootfs);
+  cleanup_scan ib_fs_scan_t *s = xmalloc (sizeof *s);
+  if (scan_dir (s, fd, "", ex, err) < 0)
+    return ib_error_prefix (err, "scan %s", rootfs);
+  if (s->n > 1)
+    qsort (s->ents, s->n, sizeof *s->ents, cmp_ent);
+  *out = steal_pointer (&s);
+  return 0;
+}
+
+int
+ib_fs_scan (const char *rootfs, char *const *exclude, ib_fs_scan_t **out, ib_error_t *err)
+{
+  cleanup_strv char **ex = normalize_excludes (exclude);
+  return scan_tree (rootfs, ex, out, err);
+}
+
+/* ---------------------------------------------------------------------- */
+/* Output: tar bytes -> sha256 (diff_id) + deflate -> sha256 (digest) + fd. */
+
+struct sink
+{
+  int fd;
+  z_stream z;
+  bool z_live;
+  gz_header gzh;
+  ib_sha256_t *tar_hash, *gz_hash;
+  uint64_t gz_size;
+  unsigned char *out;
+  int status;
+  char *msg;
+};
+
+static int
+sink_flush (struct sink *s)
+{
+  size_t n = SINK_BUF_SIZE - s->z.avail_out;
+  const unsigned char *p = s->out;
+  ib_sha256_update (s->gz_hash, p, n);
+  s->gz_size += n;
+  while (n > 0)
+    {
+      ssize_t w = write (s->fd, p, n);
+      if (w < 0 && errno == EINTR)
+        continue;
+      if (w < 0)
+        {
+          s->status = errno;
+          free (s->msg);
+          s->msg = xasprintf ("write: %s", strerror (errno));
+          return -1;
+        }
+      p += w;
+      n -= (size_t) w;
+    }
+  s->z.next_out = s->out;
+  s->z.avail_out = SINK_BUF_SIZE;
+  return 0;
+}
+
+static int
+sink_deflate (struct sink *s, const void *data, size_t len, int flush)
+{
+  s->z.next_in = (Bytef *) data;
+  s->z.avail_in = (uInt) len;
+  for (;;)
+    {
+      int r = deflate (&s->z, flush);
+      if (r == Z_STREAM_ERROR)
+        {
+          s->status = EIO;
+          s->msg = xstrdup ("deflate failed");
+          return -1;
+        }
+      if (s->z.avail_out == 0 || (flush == Z_FINISH && r == Z_STREAM_END))
+        if (sink_flush (s) < 0)
+          return -1;
+      if (flush == Z_FINISH ? r == Z_STREAM_END : (s->z.avail_in == 0 && s->z.avail_out > 0))
+        return 0;
+    }
+}
+
+static la_ssize_t
+sink_write_cb (struct archive *a, void *ud, const void *buf, size_t len)
+{
+  struct sink *s = ud;
+  ib_sha256_update (s->tar_hash, buf, len);
+  if (sink_deflate (s, buf, len, Z_NO_FLUSH) < 0)
+    {
+      archive_set_error (a, s->status, "%s", s->msg);
+      return -1;
+    }
+  return (la_ssize_t) len;
+}
+
+static int
+sink_open (struct sink *s, const char *path, ib_error_t *err)
+{
+  memset (s, 0, sizeof *s);
+  s->fd = open (path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (s->fd < 0)
+    return ib_error_sys (err, errno, "create %s", path);
+  if (deflateInit2 (&s->z, GZIP_LEVEL, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) != Z_OK)
+    return ib_error_set (err, ENOMEM, "deflateInit2 failed");
+  s->z_live = true;
+  s->gzh.os = 3; /* Unix, whatever the build platform: stable bytes; no name, mtime 0 */
+  deflateSetHeader (&s->z, &s->gzh);
+  s->out = xmalloc (SINK_BUF_SIZE);
+  s->z.next_out = s->out;
+  s->z.avail_out = SINK_BUF_SIZE;
+  s->tar_hash = ib_sha256_new ();
+  s->gz_hash = ib_sha256_new ();
+  return 0;
+}
+
+static void
+sink_close (struct sink *s)
+{
+  if (s->fd >= 0)
+    close (s->fd);
+  s->fd = -1;
+  if (s->z_live)
+    deflateEnd (&s->z);
+  s->z_live = false;
+  ib_sha256_free (s->tar_hash);
+  ib_sha256_free (s->gz_hash);
+  s->tar_hash = s->gz_hash = NULL;
+  free (s->out);
+  s->out = NULL;
+  free (s->msg);
+  s->msg = NULL;
+}
+
+/* ---------------------------------------------------------------------- */
+/* The diff.                                                              */
+
+struct item
+{
+  const char *path;          /* sort key */
+  const struct scan_ent *e;  /* NULL for a whiteout */
+  const char *link_to;       /* hardlink entry to this path */
+  char *own;                 /* whiteout path, owned */
+};
+
+static int
+cmp_item (const void *a, const void *b)
+{
+  return strcmp (((const struct item *) a)->path, ((const struct item *) b)->path);
+}
+
+static bool
+changed (const struct scan_ent *b, const struct scan_ent *c)
+{
+  if ((b->mode & S_IFMT) != (c->mode & S_IFMT))
+    return true;
+  if (b->mode != c->mode || b->uid != c->uid || b->gid != c->gid || b->mtime_ns != c->mtime_ns)
+    return true;
+  if (S_ISDIR (c->mode))
+    return false;
+  if (b->size != c->size || b->ctime_ns != c->ctime_ns || b->ino != c->ino || b->dev != c->dev
+      || b->rdev != c->rdev)
+    return true;
+  if (S_ISLNK (c->mode) && strcmp (b->link ? b->link : "", c->link ? c->link : "") != 0)
+    return true;
+  return false;
+}
+
+/* Parent of `path` ("" at the top); caller frees. */
+static char *
+parent_of (const char *path)
+{
+  const char *slash = strrchr (path, '/');
+  return slash ? xstrndup (path, (size_t) (slash - path)) : xstrdup ("");
+}
+
+/* Mark the ancestors of `path` in `cur` for emission. */
+static void
+mark_parents (const ib_fs_scan_t *cur, bool *emit, const char *path)
+{
+  cleanup_free char *p = parent_of (path);
+  while (*p)
+    {
+      struct scan_ent *k = scan_find (cur, p);
+      if (k == NULL)
+        break;
+      size_t idx = (size_t) (k - cur->ents);
+      if (emit[idx])
+        break; /* its ancestors were marked when it was */
+      emit[idx] = true;
+      char *slash = strrchr (p, '/');
+      if (slash)
+        *slash = '\0';
+      else
+        *p = '\0';
+    }
+}
+
+static int
+cmp_inode (const void *a, const void *b)
+{
+  const struct scan_ent *x = *(const struct scan_ent *const *) a;
+  const struct scan_ent *y = *(const struct scan_ent *const *) b;
+  if (x->dev != y->dev)
+    return x->dev < y->dev ? -1 : 1;
+  if (x->ino != y->ino)
+    return x->ino < y->ino ? -1 : 1;
+  return strcmp (x->path, y->path);
+}
+
+/* Open `path` beneath rootfd, refusing symlinks on the way (the scan saw
+ * real directories there). */
+static int
+open_beneath (int rootfd, const char *path)
+{
+  struct open_how how = { 0 };
+  how.flags = O_RDONLY | O_NOFOLLOW | O_CLOEXEC;
+  how.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
+  long fd;
+  do
+    fd = syscall (SYS_openat2, rootfd, path, &how, sizeof how);
+  while (fd < 0 && (errno == EAGAIN || errno == EINTR));
+  if (fd >= 0 || errno != ENOSYS)
+    return (int) fd;
+  /* No openat2: component by component, O_NOFOLLOW. */
+  int cur = dup (rootfd);
+  const char *p = path;
+  while (cur >= 0)
+    {
+      const char *slash = strchr (p, '/');
+      if (slash == NULL)
+        {
+          int r = openat (cur, p, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+          int e = errno;
+          close (cur);
+          errno = e;
+          return r;
+        }
+      cleanup_free char *comp = xstrndup (p, (size_t) (slash - p));
+      int next = openat (cur, comp, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+      int e = errno;
+      close (cur);
+      errno = e;
+      cur = next;
+      p = slash + 1;
+    }
+  return -1;
+}
+
+static int
+write_file_data (struct archive *a, int rootfd, const struct scan_ent *e, ib_error_t *err)
+{
+  cleanup_close int fd = open_beneath (rootfd, e->path);
+  if (fd < 0 && errno == EACCES && e->uid == geteuid ())
+    {
+      /* rootless: a mode 0000 file of ours (e.g. /etc/shadow) */
+      cleanup_free char *dir = parent_of (e->path);
+      const char *base = strrchr (e->path, '/') ? strrchr (e->path, '/') + 1 : e->path;
+      cleanup_close int dfd = *dir ? open_beneath (rootfd, dir) : dup (rootfd);
+      struct stat st;
+      if (dfd >= 0 && fstatat (dfd, base, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG (st.st_mode)
+          && fchmodat (dfd, base, (st.st_mode & 07777) | 0400, 0) == 0)
+        {
+          fd = openat (dfd, base, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+          int saved = errno;
+          fchmodat (dfd, base, st.st_mode & 07777, 0);
+          errno = saved;
+        }
+    }
+  if (fd < 0)
+    return ib_error_sys (err, errno, "open /%s", e->path);
+  cleanup_free char *buf = xmalloc (1 << 17);
+  uint64_t done = 0;
+  while (done < e->size)
+    {
+      size_t want = e->size - done < (1 << 17) ? (size_t) (e->size - done) : (1 << 17);
+      ssize_t n = read (fd, buf, want);
+      if (n < 0 && errno == EINTR)
+        continue;
+      if (n < 0)
+        return ib_error_sys (err, errno, "read /%s", e->path);
+      if (n == 0)
+        return ib_error_set (err, EIO, "/%s shrank while the layer was written", e->path);
+      if (archive_write_data (a, buf, (size_t) n) != n)
+        return ib_error_set (err, archive_errno (a) > 0 ? archive_errno (a) : EIO,
+                             "write /%s: %s", e->path, archive_error_string (a));
+      done += (uint64_t) n;
+    }
+  return 0;
+}
+
+static int
+write_items (struct archive *a, int rootfd, struct item *items, size_t n, int64_t sde,
+             ib_error_t *err)
+{
+  for (size_t i = 0; i < n; i++)
+    {
+      struct item *it = &items[i];
+      struct archive_entry *ae = archive_entry_new ();
+      if (ae == NULL)
+        abort ();
+      const struct scan_ent *e = it->e;
+      if (e == NULL)
+        {
+          archive_entry_set_pathname (ae, it->path);
+          archive_entry_set_filetype (ae, AE_IFREG);
+          archive_entry_set_perm (ae, 0);
+          archive_entry_set_size (ae, 0);
+          archive_entry_set_mtime (ae, sde >= 0 ? sde : 0, 0);
+        }
+      else
+        {
+          int64_t mtime = e->mtime_ns / 1000000000;
+          if (e->mtime_ns < 0 && e->mtime_ns % 1000000000)
+            mtime--;
+          if (sde >= 0 && mtime > sde)
+            mtime = sde;
+          if (S_ISDIR (e->mode))
+            {
+              cleanup_free char *p = xasprintf ("%s/", e->path);
+              archive_entry_set_pathname (ae, p);
+            }
+          else
+            archive_entry_set_pathname (ae, e->path);
+          archive_entry_set_filetype (ae, e->mode & S_IFMT);
+          archive_entry_set_perm (ae, e->mode & 07777);
+          archive_entry_set_uid (ae, e->uid);
+          archive_entry_set_gid (ae, e->gid);
+          archive_entry_set_mtime (ae, mtime, 0);
+          archive_entry_set_size (ae, 0);
+          if (it->link_to)
+            archive_entry_set_hardlink (ae, it->link_to);
+          else if (S_ISREG (e->mode))
+            archive_entry_set_size (ae, (la_int64_t) e->size);
+          else if (S_ISLNK (e->mode))
+            archive_entry_set_symlink (ae, e->link);
+          else if (S_ISCHR (e->mode) || S_ISBLK (e->mode))
+            {
+              archive_entry_set_rdevmajor (ae, major (e->rdev));
+              archive_entry_set_rdevminor (ae, minor (e->rdev));
+            }
+        }
+      int r = archive_write_header (a, ae);
+      archive_entry_free (ae);
+      if (r == ARCHIVE_WARN)
+        ib_debug ("entry %s: %s", it->path, archive_error_string (a));
+      else if (r < ARCHIVE_OK)
+        return ib_error_set (err, archive_errno (a) > 0 ? archive_errno (a) : EIO, "entry %s: %s",
+                             it->path, archive_error_string (a));
+      if (e && S_ISREG (e->mode) && it->link_to == NULL && e->size > 0
+          && write_file_data (a, rootfd, e, err) < 0)
+        return -1;
+    }
+  return 0;
+}
+
+static int
+write_diff (const char *rootfs, const ib_fs_scan_t *before, const ib_fs_scan_t *cur,
+            char *const *ex, const char *out_path, int64_t sde, ib_layer_result_t *res,
+            ib_error_t *err)
+{
+  cleanup_free bool *emit = xmalloc ((cur->n + 1) * sizeof *emit);
+  size_t n_items = 0, cap_items = 64;
+  struct item *items = xmalloc (cap_items * sizeof *items);
+  int ret = -1;
+  struct archive *a = NULL;
+  struct sink s = { .fd = -1 };
+
+  /* 1. changed and added entries; whiteouts for the topmost deleted paths */
+  size_t i = 0, j = 0;
+  while (i < before->n || j < cur->n)
+    {
+      const struct scan_ent *b = i < before->n ? &before->ents[i] : NULL;
+      const struct scan_ent *c = j < cur->n ? &cur->ents[j] : NULL;
+      if (b && excluded (ex, b->path))
+        {
+          i++;
+          continue;
+        }
+      int cmp = b == NULL ? 1 : c == NULL ? -1 : strcmp (b->path, c->path);
+      if (cmp == 0)
+        {
+          emit[j] = changed (b, c);
+          i++, j++;
+        }
+      else if (cmp > 0)
+        emit[j++] = true;
+      else
+        {
+          i++;
+          cleanup_free char *parent = parent_of (b->path);
+          const struct scan_ent *p = *parent ? scan_find (cur, parent) : NULL;
+          if (*parent && (p == NULL || !S_ISDIR (p->mode)))
+            continue; /* the parent went away or was replaced: covered there */
+          const char *base = *parent ? b->path + strlen (parent) + 1 : b->path;
+          if (n_items == cap_items)
+            items = xrealloc (items, (cap_items *= 2) * sizeof *items);
+          struct item *it = &items[n_items++];
+          memset (it, 0, sizeof *it);
+          it->own = *parent ? xasprintf ("%s/.wh.%s", parent, base) : xasprintf (".wh.%s", base);
+          it->path = it->own;
+        }
+    }
+
+  /* 2. parents of everything emitted (sorted order: parents come first) */
+  for (size_t k = 0; k < cur->n; k++)
+    if (emit[k])
+      mark_parents (cur, emit, cur->ents[k].path);
+  for (size_t k = 0; k < n_items; k++)
+    mark_parents (cur, emit, items[k].path);
+
+  /* 3. hardlinks among emitted entries: the first path in sorted order
+   * carries the data, the others link to it */
+  size_t n_multi = 0;
+  cleanup_free const struct scan_ent **multi = xmalloc ((cur->n + 1) * sizeof *multi);
+  for (size_t k = 0; k < cur->n; k++)
+    if (emit[k] && !S_ISDIR (cur->ents[k].mode) && cur->ents[k].nlink > 1)
+      multi[n_multi++] = &cur->ents[k];
+  if (n_multi > 1)
+    qsort (multi, n_multi, sizeof *multi, cmp_inode);
+  cleanup_free const char **link_to = xmalloc ((cur->n + 1) * sizeof *link_to);
+  for (size_t k = 1; k < n_multi; k++)
+    {
+      size_t first = k - 1;
+      while (k < n_multi && multi[k]->dev == multi[first]->dev && multi[k]->ino == multi[first]->ino)
+        {
+          link_to[multi[k] - cur->ents] = multi[first]->path;
+          k++;
+        }
+    }
+
+  for (size_t k = 0; k < cur->n; k++)
+    if (emit[k])
+      {
+        if (n_items == cap_items)
+          items = xrealloc (items, (cap_items *= 2) * sizeof *items);
+        struct item *it = &items[n_items++];
+        memset (it, 0, sizeof *it);
+        it->path = cur->ents[k].path;
+        it->e = &cur->ents[k];
+        it->link_to = link_to[k];
+      }
+  if (n_items > 1)
+    qsort (items, n_items, sizeof *items, cmp_item);
+
+  /* 4. write */
+  cleanup_close int rootfd = open (rootfs, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (rootfd < 0)
+    {
+      ib_error_sys (err, errno, "open %s", rootfs);
+      goto out;
+    }
+  if (sink_open (&s, out_path, err) < 0)
+    goto out;
+  a = archive_write_new ();
+  if (a == NULL)
+    abort ();
+  /* hdrcharset=BINARY: names are written as the bytes on disk, whatever the
+   * locale (a UTF-8 locale would otherwise change the bytes we write) */
+  if (archive_write_set_format_pax_restricted (a) != ARCHIVE_OK
+      || archive_write_set_format_option (a, "pax", "hdrcharset", "BINARY") != ARCHIVE_OK
+      || archive_write_add_filter_none (a) != ARCHIVE_OK
+      || archive_write_set_bytes_per_block (a, 10240) != ARCHIVE_OK
+      || archive_write_open2 (a, &s, NULL, sink_write_cb, NULL, NULL) != ARCHIVE_OK)
+    {
+      ib_error_set (err, EIO, "write %s: %s", out_path, archive_error_string (a));
+      goto out;
+    }
+  if (write_items (a, rootfd, items, n_items, sde, err) < 0)
+    goto out;
+  if (archive_write_close (a) != ARCHIVE_OK)
+    {
+      ib_error_set (err, s.status ? s.status : EIO, "write %s: %s", out_path,
+                    s.msg ? s.msg : archive_error_string (a));
+      goto out;
+    }
+  if (sink_deflate (&s, NULL, 0, Z_FINISH) < 0)
+    {
+      ib_error_set (err, s.status, "write %s: %s", out_path, s.msg);
+      goto out;
+    }
+  ib_sha256_final (s.tar_hash, res->diff_id);
+  ib_sha256_final (s.gz_hash, res->digest);
+  s.tar_hash = s.gz_hash = NULL;
+  res->size = s.gz_size;
+  res->entries = n_items;
+  ret = 0;
+out:
+  if (a)
+    archive_write_free (a);
+  sink_close (&s);
+  for (size_t k = 0; k < n_items; k++)
+    free (items[k].own);
+  free (items);
+  return ret;
+}
+
+int
+ib_layer_write_diff (const char *rootfs, const ib_fs_scan_t *before, char *const *exclude,
+                     const char *out_path, int64_t sde, ib_layer_result_t *res, ib_error_t *err)
+{
+  cleanup_strv char **ex = normalize_excludes (exclude);
+  cleanup_scan ib_fs_scan_t *cur = NULL;
+  ib_fs_scan_t empty = { 0 };
+  memset (res, 0, sizeof *res);
+  if (scan_tree (rootfs, ex, &cur, err) < 0)
+    return ib_error_prefix (err, "write layer %s", out_path);
+  if (write_diff (rootfs, before ? before : &empty, cur, ex, out_path, sde, res, err) < 0)
+    return ib_error_prefix (err, "write layer %s of %s", out_path, rootfs);
+  return 0;
+}

@@ -1,0 +1,494 @@
+/* tests/unit/test_layer.c — scan + diff + reproducible layer writer.
+ *
+ * The layers written are read back with libarchive and checked entry by
+ * entry; digests are checked against sha256sum / gzip -dc run via popen; a
+ * layer unpacked (rootfs/unpack.h) onto a copy of the original tree must
+ * give the modified tree. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include "common/util.h"
+#include "oci/digest.h"
+#include "rootfs/layer.h"
+#include "rootfs/unpack.h"
+
+#include <archive.h>
+#include <archive_entry.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define SDE 1000
+
+struct fx
+{
+  char *tmp;
+  char *a, *b;     /* trees */
+  char *out;       /* layer file */
+};
+
+static char *const exclude[] = { "proc", "/dev/", NULL };
+
+static int
+setup (void **state)
+{
+  struct fx *f = xmalloc (sizeof *f);
+  f->tmp = xstrdup ("/tmp/ib-layer-XXXXXX");
+  assert_non_null (mkdtemp (f->tmp));
+  f->a = xasprintf ("%s/a", f->tmp);
+  f->b = xasprintf ("%s/b", f->tmp);
+  f->out = xasprintf ("%s/layer.tar.gz", f->tmp);
+  *state = f;
+  return 0;
+}
+
+static int
+teardown (void **state)
+{
+  struct fx *f = *state;
+  ib_error_t err = NULL;
+  ib_rm_rf (f->tmp, &err);
+  ib_error_free (&err);
+  free (f->tmp);
+  free (f->a);
+  free (f->b);
+  free (f->out);
+  free (f);
+  return 0;
+}
+
+static void
+put (const char *root, const char *rel, const char *data, mode_t mode)
+{
+  cleanup_free char *p = xasprintf ("%s/%s", root, rel);
+  cleanup_free char *dir = xstrdup (p);
+  *strrchr (dir, '/') = '\0';
+  ib_error_t err = NULL;
+  assert_int_equal (ib_mkdir_p (dir, 0755, &err), 0);
+  int fd = open (p, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  assert_true (fd >= 0);
+  assert_int_equal (write (fd, data, strlen (data)), (ssize_t) strlen (data));
+  assert_int_equal (fchmod (fd, mode), 0);
+  close (fd);
+}
+
+static void
+mkd (const char *root, const char *rel, mode_t mode)
+{
+  cleanup_free char *p = xasprintf ("%s/%s", root, rel);
+  ib_error_t err = NULL;
+  assert_int_equal (ib_mkdir_p (p, 0755, &err), 0);
+  assert_int_equal (chmod (p, mode), 0);
+}
+
+static void
+rm (const char *root, const char *rel)
+{
+  cleanup_free char *p = xasprintf ("%s/%s", root, rel);
+  ib_error_t err = NULL;
+  assert_int_equal (ib_rm_rf (p, &err), 0);
+}
+
+static void
+make_base (const char *root)
+{
+  mkd (root, "", 0755);
+  mkd (root, "dir/sub", 0755);
+  put (root, "dir/sub/keep.txt", "keep", 0644);
+  put (root, "same.txt", "aaaa", 0644);
+  put (root, "mode.txt", "mode", 0644);
+  put (root, "gone.txt", "gone", 0644);
+  put (root, "deltree/sub/x", "x", 0644);
+  put (root, "unchanged.txt", "same", 0644);
+  put (root, "typechg/c", "child", 0644);
+  put (root, "f2d", "file", 0644);
+  put (root, "proc/cpuinfo", "excluded", 0644);
+  mkd (root, "dev", 0755);
+}
+
+static void
+modify (const char *root)
+{
+  put (root, "new.txt", "new", 0644);
+  put (root, "same.txt", "bbbb", 0644);
+  cleanup_free char *m = xasprintf ("%s/mode.txt", root);
+  assert_int_equal (chmod (m, 0600), 0);
+  rm (root, "gone.txt");
+  rm (root, "deltree");
+  cleanup_free char *nl = xasprintf ("%s/newlink", root);
+  assert_int_equal (symlink ("same.txt", nl), 0);
+  put (root, "hl1", "linked", 0755);
+  cleanup_free char *h1 = xasprintf ("%s/hl1", root), *h2 = xasprintf ("%s/hl2", root);
+  assert_int_equal (link (h1, h2), 0);
+  put (root, "dir/sub/added.txt", "added", 0644);
+  rm (root, "typechg");
+  put (root, "typechg", "now a file", 0644);
+  rm (root, "f2d");
+  put (root, "f2d/x", "in dir", 0644);
+  put (root, "caf\xc3\xa9", "utf-8 name", 0644);
+  put (root, "bin\xff", "not utf-8", 0644);
+  put (root, "proc/new", "excluded", 0644);
+  put (root, "dev/null", "excluded", 0644);
+}
+
+/* "name type[>link]" per entry, in tar order; asserts the reproducibility
+ * properties of each entry on the way. */
+static char **
+read_layer (const char *path, int64_t sde)
+{
+  struct archive *a = archive_read_new ();
+  archive_read_support_filter_gzip (a);
+  archive_read_support_format_tar (a);
+  assert_int_equal (archive_read_open_filename (a, path, 10240), ARCHIVE_OK);
+  char **v = NULL;
+  struct archive_entry *e;
+  int r;
+  while ((r = archive_read_next_header (a, &e)) == ARCHIVE_OK)
+    {
+      const char *name = archive_entry_pathname (e);
+      char type = 'f';
+      const char *target = NULL;
+      if (archive_entry_hardlink (e))
+        {
+          type = 'h';
+          target = archive_entry_hardlink (e);
+        }
+      else if (archive_entry_filetype (e) == AE_IFDIR)
+        type = 'd';
+      else if (archive_entry_filetype (e) == AE_IFLNK)
+        {
+          type = 'l';
+          target = archive_entry_symlink (e);
+        }
+      cleanup_free char *s = target ? xasprintf ("%s %c>%s", name, type, target)
+                                    : xasprintf ("%s %c", name, type);
+      ib_strv_push (&v, s);
+      assert_false (archive_entry_atime_is_set (e));
+      assert_false (archive_entry_ctime_is_set (e));
+      assert_false (archive_entry_birthtime_is_set (e));
+      const char *un = archive_entry_uname (e), *gn = archive_entry_gname (e);
+      assert_true (un == NULL || *un == '\0');
+      assert_true (gn == NULL || *gn == '\0');
+      assert_true (name[0] != '/' && strncmp (name, "./", 2) != 0);
+      if (sde >= 0)
+        assert_true (archive_entry_mtime (e) <= sde);
+      assert_int_equal (archive_entry_mtime_nsec (e), 0);
+      if (strstr (name, ".wh.") == NULL)
+        assert_int_equal (archive_entry_uid (e), geteuid ());
+    }
+  assert_int_equal (r, ARCHIVE_EOF);
+  archive_read_free (a);
+  return v;
+}
+
+static char *
+run (const char *cmd)
+{
+  FILE *p = popen (cmd, "r");
+  assert_non_null (p);
+  char buf[256] = { 0 };
+  assert_non_null (fgets (buf, sizeof buf, p));
+  assert_int_equal (pclose (p), 0);
+  char *sp = strchr (buf, ' ');
+  if (sp)
+    *sp = '\0';
+  return xasprintf ("sha256:%s", buf);
+}
+
+static void
+check_digests (const char *path, const ib_layer_result_t *res)
+{
+  cleanup_free char *c1 = xasprintf ("sha256sum '%s'", path);
+  cleanup_free char *c2 = xasprintf ("gzip -dc '%s' | sha256sum", path);
+  cleanup_free char *d = run (c1), *id = run (c2);
+  assert_string_equal (res->digest, d);
+  assert_string_equal (res->diff_id, id);
+  struct stat st;
+  assert_int_equal (stat (path, &st), 0);
+  assert_int_equal (res->size, (uint64_t) st.st_size);
+  /* gzip header: no FNAME/FCOMMENT/FEXTRA, mtime 0, OS unix */
+  unsigned char h[10];
+  FILE *fp = fopen (path, "rb");
+  assert_non_null (fp);
+  assert_int_equal (fread (h, 1, 10, fp), 10);
+  fclose (fp);
+  assert_int_equal (h[0], 0x1f);
+  assert_int_equal (h[1], 0x8b);
+  assert_int_equal (h[3], 0);
+  assert_int_equal (h[4] | h[5] | h[6] | h[7], 0);
+  assert_int_equal (h[9], 3);
+}
+
+static void
+test_diff (void **state)
+{
+  struct fx *f = *state;
+  make_base (f->a);
+  ib_error_t err = NULL;
+  ib_fs_scan_t *scan = NULL;
+  if (ib_fs_scan (f->a, exclude, &scan, &err) < 0)
+    fail_msg ("%s", err->msg);
+  modify (f->a);
+  ib_layer_result_t res;
+  if (ib_layer_write_diff (f->a, scan, exclude, f->out, SDE, &res, &err) < 0)
+    fail_msg ("%s", err->msg);
+  ib_fs_scan_free (scan);
+
+  const char *expected[] = {
+    ".wh.deltree f",
+    ".wh.gone.txt f",
+    "bin\xff f",
+    "caf\xc3\xa9 f",
+    "dir/ d",
+    "dir/sub/ d",
+    "dir/sub/added.txt f",
+    "f2d/ d",
+    "f2d/x f",
+    "hl1 f",
+    "hl2 h>hl1",
+    "mode.txt f",
+    "new.txt f",
+    "newlink l>same.txt",
+    "same.txt f",
+    "typechg f",
+    NULL,
+  };
+  cleanup_strv char **got = read_layer (f->out, SDE);
+  size_t n = ib_strv_len (got);
+  for (size_t i = 0; i < n || expected[i]; i++)
+    {
+      if (i >= n || expected[i] == NULL)
+        fail_msg ("entry %zu: got \"%s\", expected \"%s\"", i, i < n ? got[i] : "(end)",
+                  expected[i] ? expected[i] : "(end)");
+      assert_string_equal (got[i], expected[i]);
+    }
+  assert_int_equal (res.entries, n);
+  check_digests (f->out, &res);
+
+  /* whiteouts: empty regular files, mtime = SOURCE_DATE_EPOCH; modes exact */
+  struct archive *a = archive_read_new ();
+  archive_read_support_filter_gzip (a);
+  archive_read_support_format_tar (a);
+  assert_int_equal (archive_read_open_filename (a, f->out, 10240), ARCHIVE_OK);
+  struct archive_entry *e;
+  while (archive_read_next_header (a, &e) == ARCHIVE_OK)
+    {
+      const char *name = archive_entry_pathname (e);
+      assert_int_equal (archive_entry_mtime (e), SDE);
+      if (strncmp (name, ".wh.", 4) == 0)
+        assert_int_equal (archive_entry_size (e), 0);
+      if (strcmp (name, "mode.txt") == 0)
+        assert_int_equal (archive_entry_perm (e), 0600);
+      if (strcmp (name, "hl1") == 0)
+        assert_int_equal (archive_entry_perm (e), 0755);
+      if (strcmp (name, "same.txt") == 0)
+        {
+          char buf[8] = { 0 };
+          assert_int_equal (archive_read_data (a, buf, sizeof buf), 4);
+          assert_string_equal (buf, "bbbb");
+        }
+    }
+  archive_read_free (a);
+}
+
+static void
+make_repro (const char *root)
+{
+  mkd (root, "", 0755);
+  mkd (root, "usr/bin", 0755);
+  mkd (root, "usr/lib/x", 0700);
+  put (root, "usr/bin/tool", "#!/bin/sh\necho hi\n", 04755);
+  put (root, "usr/lib/x/lib.so", "ELF........", 0644);
+  put (root, "etc/config", "a=b\n", 0600);
+  cleanup_free char *h1 = xasprintf ("%s/usr/bin/tool", root), *h2 = xasprintf ("%s/usr/bin/tool2", root);
+  assert_int_equal (link (h1, h2), 0);
+  cleanup_free char *s = xasprintf ("%s/usr/bin/sh", root);
+  assert_int_equal (symlink ("tool", s), 0);
+  cleanup_free char *longp = xstrdup ("very/long/path/that/needs/more/than/a/hundred/bytes/"
+                                      "in/the/tar/header/so/pax/records/are/used/file.txt");
+  put (root, longp, "long", 0644);
+}
+
+static void
+test_reproducible (void **state)
+{
+  struct fx *f = *state;
+  make_repro (f->a);
+  sleep (1);
+  make_repro (f->b);
+  ib_error_t err = NULL;
+  ib_layer_result_t r1, r2, r3, r4;
+  cleanup_free char *o2 = xasprintf ("%s/l2.tar.gz", f->tmp);
+  assert_int_equal (ib_layer_write_diff (f->a, NULL, NULL, f->out, SDE, &r1, &err), 0);
+  assert_int_equal (ib_layer_write_diff (f->b, NULL, NULL, o2, SDE, &r2, &err), 0);
+  assert_string_equal (r1.digest, r2.digest);
+  assert_string_equal (r1.diff_id, r2.diff_id);
+  assert_int_equal (r1.size, r2.size);
+  assert_int_equal (r1.entries, 30);
+  check_digests (f->out, &r1);
+  cleanup_strv char **got = read_layer (o2, SDE);
+  assert_string_equal (got[0], "etc/ d");
+  assert_string_equal (got[4], "usr/bin/sh l>tool");
+  assert_string_equal (got[6], "usr/bin/tool2 h>usr/bin/tool");
+
+  /* against an empty scan: the same as no scan */
+  cleanup_free char *empty = xasprintf ("%s/empty", f->tmp);
+  assert_int_equal (mkdir (empty, 0755), 0);
+  ib_fs_scan_t *scan = NULL;
+  assert_int_equal (ib_fs_scan (empty, NULL, &scan, &err), 0);
+  assert_int_equal (ib_layer_write_diff (f->a, scan, NULL, o2, SDE, &r3, &err), 0);
+  ib_fs_scan_free (scan);
+  assert_string_equal (r1.digest, r3.digest);
+
+  /* without SOURCE_DATE_EPOCH the mtimes (a second apart) show */
+  assert_int_equal (ib_layer_write_diff (f->a, NULL, NULL, o2, -1, &r3, &err), 0);
+  assert_int_equal (ib_layer_write_diff (f->b, NULL, NULL, o2, -1, &r4, &err), 0);
+  assert_string_not_equal (r3.diff_id, r4.diff_id);
+}
+
+static void
+test_unchanged (void **state)
+{
+  struct fx *f = *state;
+  make_base (f->a);
+  ib_error_t err = NULL;
+  ib_fs_scan_t *scan = NULL;
+  assert_int_equal (ib_fs_scan (f->a, exclude, &scan, &err), 0);
+  put (f->a, "proc/more", "excluded", 0644);
+  ib_layer_result_t res;
+  assert_int_equal (ib_layer_write_diff (f->a, scan, exclude, f->out, SDE, &res, &err), 0);
+  ib_fs_scan_free (scan);
+  assert_int_equal (res.entries, 0);
+  cleanup_strv char **got = read_layer (f->out, SDE);
+  assert_null (got);
+  check_digests (f->out, &res);
+
+  /* a scan taken with exclusions that the diff does not share: the paths
+   * the scan never saw show as added, nothing is whited out */
+  assert_int_equal (ib_fs_scan (f->a, NULL, &scan, &err), 0);
+  assert_int_equal (ib_layer_write_diff (f->a, scan, exclude, f->out, SDE, &res, &err), 0);
+  ib_fs_scan_free (scan);
+  assert_int_equal (res.entries, 0);
+}
+
+/* Sorted "path type mode size data|target" lines of a tree, without the
+ * excluded paths. */
+static void
+describe (int dfd, const char *rel, char ***out)
+{
+  DIR *d = fdopendir (dup (dfd));
+  assert_non_null (d);
+  struct dirent *de;
+  while ((de = readdir (d)) != NULL)
+    {
+      if (!strcmp (de->d_name, ".") || !strcmp (de->d_name, ".."))
+        continue;
+      cleanup_free char *p = *rel ? xasprintf ("%s/%s", rel, de->d_name) : xstrdup (de->d_name);
+      if (!strcmp (p, "proc") || !strcmp (p, "dev"))
+        continue;
+      struct stat st;
+      assert_int_equal (fstatat (dfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW), 0);
+      char extra[256] = { 0 };
+      if (S_ISLNK (st.st_mode))
+        assert_true (readlinkat (dfd, de->d_name, extra, sizeof extra - 1) >= 0);
+      else if (S_ISREG (st.st_mode))
+        {
+          int fd = openat (dfd, de->d_name, O_RDONLY);
+          assert_true (fd >= 0);
+          assert_true (read (fd, extra, sizeof extra - 1) >= 0);
+          close (fd);
+        }
+      cleanup_free char *line = xasprintf ("%s %o %u:%u %jd %s", p, (unsigned) st.st_mode,
+                                           (unsigned) st.st_uid, (unsigned) st.st_gid,
+                                           S_ISDIR (st.st_mode) ? (intmax_t) 0 : (intmax_t) st.st_size,
+                                           extra);
+      ib_strv_push (out, line);
+      if (S_ISDIR (st.st_mode))
+        {
+          int sub = openat (dfd, de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW);
+          assert_true (sub >= 0);
+          describe (sub, p, out);
+          close (sub);
+        }
+    }
+  closedir (d);
+}
+
+static int
+cmp_str (const void *a, const void *b)
+{
+  return strcmp (*(char *const *) a, *(char *const *) b);
+}
+
+static char **
+describe_tree (const char *root)
+{
+  char **v = NULL;
+  int fd = open (root, O_RDONLY | O_DIRECTORY);
+  assert_true (fd >= 0);
+  describe (fd, "", &v);
+  close (fd);
+  qsort (v, ib_strv_len (v), sizeof *v, cmp_str);
+  return v;
+}
+
+static void
+test_roundtrip (void **state)
+{
+  struct fx *f = *state;
+  make_base (f->a);
+  ib_error_t err = NULL;
+  if (ib_copy_tree (f->a, f->b, &err) < 0)
+    fail_msg ("%s", err->msg);
+  ib_fs_scan_t *scan = NULL;
+  assert_int_equal (ib_fs_scan (f->a, exclude, &scan, &err), 0);
+  modify (f->a);
+  ib_layer_result_t res;
+  assert_int_equal (ib_layer_write_diff (f->a, scan, exclude, f->out, SDE, &res, &err), 0);
+  ib_fs_scan_free (scan);
+  char diff_id[IB_DIGEST_LEN];
+  if (ib_unpack_layer (f->out, f->b, diff_id, NULL, &err) < 0)
+    fail_msg ("%s", err->msg);
+  assert_string_equal (diff_id, res.diff_id);
+
+  cleanup_strv char **da = describe_tree (f->a);
+  cleanup_strv char **db = describe_tree (f->b);
+  size_t na = ib_strv_len (da), nb = ib_strv_len (db);
+  for (size_t i = 0; i < na || i < nb; i++)
+    if (i >= na || i >= nb || strcmp (da[i], db[i]) != 0)
+      fail_msg ("trees differ at %zu: modified \"%s\" vs unpacked \"%s\"", i,
+                i < na ? da[i] : "(end)", i < nb ? db[i] : "(end)");
+  cleanup_free char *h1 = xasprintf ("%s/hl1", f->b), *h2 = xasprintf ("%s/hl2", f->b);
+  struct stat s1, s2;
+  assert_int_equal (stat (h1, &s1), 0);
+  assert_int_equal (stat (h2, &s2), 0);
+  assert_int_equal (s1.st_ino, s2.st_ino);
+
+  /* and the scan of the unpacked tree diffed against itself is empty */
+  assert_int_equal (ib_fs_scan (f->b, exclude, &scan, &err), 0);
+  assert_int_equal (ib_layer_write_diff (f->b, scan, exclude, f->out, SDE, &res, &err), 0);
+  ib_fs_scan_free (scan);
+  assert_int_equal (res.entries, 0);
+}
+
+int
+main (void)
+{
+  if (getenv ("IB_TEST_DEBUG"))
+    ib_verbosity = 2;
+  const struct CMUnitTest tests[] = {
+    cmocka_unit_test_setup_teardown (test_diff, setup, teardown),
+    cmocka_unit_test_setup_teardown (test_reproducible, setup, teardown),
+    cmocka_unit_test_setup_teardown (test_unchanged, setup, teardown),
+    cmocka_unit_test_setup_teardown (test_roundtrip, setup, teardown),
+  };
+  return cmocka_run_group_tests (tests, NULL, NULL);
+}

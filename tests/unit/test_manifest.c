@@ -1,0 +1,386 @@
+/* tests/unit/test_manifest.c — manifests, indexes, configs, chain ids
+ * (oci/manifest.h). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "common/util.h"
+#include "oci/manifest.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define H1 "1111111111111111111111111111111111111111111111111111111111111111"
+#define H2 "2222222222222222222222222222222222222222222222222222222222222222"
+#define H3 "3333333333333333333333333333333333333333333333333333333333333333"
+#define H4 "4444444444444444444444444444444444444444444444444444444444444444"
+
+static const char oci_manifest[] =
+  "{\"schemaVersion\":2,\"mediaType\":\"application/vnd.oci.image.manifest.v1+json\","
+  "\"config\":{\"mediaType\":\"application/vnd.oci.image.config.v1+json\",\"digest\":\"sha256:" H1
+  "\",\"size\":123},"
+  "\"layers\":[{\"mediaType\":\"application/vnd.oci.image.layer.v1.tar+gzip\",\"digest\":\"sha256:" H2
+  "\",\"size\":45200000},"
+  "{\"mediaType\":\"application/vnd.oci.image.layer.v1.tar+zstd\",\"digest\":\"sha256:" H3
+  "\",\"size\":7}]}";
+
+/* OCI without the optional mediaType */
+static const char oci_manifest_bare[] =
+  "{\"schemaVersion\":2,"
+  "\"config\":{\"mediaType\":\"application/vnd.oci.image.config.v1+json\",\"digest\":\"sha256:" H1
+  "\",\"size\":2},\"layers\":[]}";
+
+static const char docker_manifest[] =
+  "{\n   \"schemaVersion\": 2,\n   \"mediaType\": \"application/vnd.docker.distribution.manifest.v2+json\",\n"
+  "   \"config\": {\"mediaType\": \"application/vnd.docker.container.image.v1+json\", \"size\": 1469,"
+  " \"digest\": \"sha256:" H1 "\"},\n"
+  "   \"layers\": [{\"mediaType\": \"application/vnd.docker.image.rootfs.diff.tar.gzip\","
+  " \"size\": 28566345, \"digest\": \"sha256:" H2 "\"}]\n}";
+
+static const char docker_list[] =
+  "{\"schemaVersion\":2,\"mediaType\":\"application/vnd.docker.distribution.manifest.list.v2+json\","
+  "\"manifests\":["
+  "{\"mediaType\":\"application/vnd.docker.distribution.manifest.v2+json\",\"size\":529,"
+  "\"digest\":\"sha256:" H1 "\",\"platform\":{\"architecture\":\"arm\",\"os\":\"linux\",\"variant\":\"v7\"}},"
+  "{\"mediaType\":\"application/vnd.docker.distribution.manifest.v2+json\",\"size\":530,"
+  "\"digest\":\"sha256:" H2 "\",\"platform\":{\"architecture\":\"arm64\",\"os\":\"linux\",\"variant\":\"v8\"}},"
+  "{\"mediaType\":\"application/vnd.docker.distribution.manifest.v2+json\",\"size\":531,"
+  "\"digest\":\"sha256:" H3 "\",\"platform\":{\"architecture\":\"amd64\",\"os\":\"linux\"}},"
+  "{\"mediaType\":\"application/vnd.docker.distribution.manifest.v2+json\",\"size\":532,"
+  "\"digest\":\"sha256:" H4 "\",\"platform\":{\"architecture\":\"ppc64le\",\"os\":\"linux\"}}]}";
+
+static const char oci_index[] =
+  "{\"schemaVersion\":2,\"mediaType\":\"application/vnd.oci.image.index.v1+json\",\"manifests\":["
+  "{\"mediaType\":\"application/vnd.oci.image.manifest.v1+json\",\"size\":10,\"digest\":\"sha256:" H1
+  "\",\"platform\":{\"architecture\":\"amd64\",\"os\":\"linux\",\"variant\":\"v3\"}},"
+  "{\"mediaType\":\"application/vnd.oci.image.manifest.v1+json\",\"size\":11,\"digest\":\"sha256:" H2
+  "\",\"platform\":{\"architecture\":\"amd64\",\"os\":\"linux\"}},"
+  "{\"mediaType\":\"application/vnd.oci.image.manifest.v1+json\",\"size\":12,\"digest\":\"sha256:" H3
+  "\",\"platform\":{\"architecture\":\"unknown\",\"os\":\"unknown\"}}]}";
+
+static const char schema1[] =
+  "{\"schemaVersion\":1,\"name\":\"library/x\",\"tag\":\"1\",\"architecture\":\"amd64\","
+  "\"fsLayers\":[{\"blobSum\":\"sha256:" H1 "\"}],\"history\":[]}";
+
+static void
+test_parse_oci (void **state)
+{
+  (void) state;
+  ib_manifest_t *m = NULL;
+  ib_error_t err = NULL;
+  assert_int_equal (ib_manifest_parse (oci_manifest, strlen (oci_manifest), &m, &err), 0);
+  assert_string_equal (m->media_type, IB_MT_OCI_MANIFEST);
+  assert_string_equal (m->config.media_type, IB_MT_OCI_CONFIG);
+  assert_string_equal (m->config.digest, "sha256:" H1);
+  assert_int_equal (m->config.size, 123);
+  assert_int_equal (m->n_layers, 2);
+  assert_string_equal (m->layers[0].media_type, IB_MT_OCI_LAYER_GZIP);
+  assert_string_equal (m->layers[0].digest, "sha256:" H2);
+  assert_int_equal (m->layers[0].size, 45200000);
+  assert_string_equal (m->layers[1].media_type, IB_MT_OCI_LAYER_ZSTD);
+  assert_null (m->layers[0].os);
+  ib_manifest_free (m);
+
+  assert_int_equal (ib_manifest_parse (oci_manifest_bare, strlen (oci_manifest_bare), &m, &err), 0);
+  assert_string_equal (m->media_type, IB_MT_OCI_MANIFEST);
+  assert_int_equal (m->n_layers, 0);
+  ib_manifest_free (m);
+
+  ib_doc_kind_t k;
+  assert_int_equal (ib_doc_kind (oci_manifest, strlen (oci_manifest), NULL, &k, &err), 0);
+  assert_int_equal (k, IB_DOC_MANIFEST);
+  assert_int_equal (ib_doc_kind (oci_manifest_bare, strlen (oci_manifest_bare), NULL, &k, &err), 0);
+  assert_int_equal (k, IB_DOC_MANIFEST);
+}
+
+static void
+test_parse_docker (void **state)
+{
+  (void) state;
+  ib_manifest_t *m = NULL;
+  ib_error_t err = NULL;
+  assert_int_equal (ib_manifest_parse (docker_manifest, strlen (docker_manifest), &m, &err), 0);
+  assert_string_equal (m->media_type, IB_MT_DOCKER_MANIFEST);
+  assert_string_equal (m->config.media_type, IB_MT_DOCKER_CONFIG);
+  assert_int_equal (m->config.size, 1469);
+  assert_int_equal (m->n_layers, 1);
+  assert_string_equal (m->layers[0].media_type, IB_MT_DOCKER_LAYER_GZIP);
+  ib_manifest_free (m);
+
+  ib_doc_kind_t k;
+  assert_int_equal (ib_doc_kind (docker_manifest, strlen (docker_manifest), NULL, &k, &err), 0);
+  assert_int_equal (k, IB_DOC_MANIFEST);
+  assert_int_equal (ib_doc_kind (docker_list, strlen (docker_list), NULL, &k, &err), 0);
+  assert_int_equal (k, IB_DOC_INDEX);
+  assert_int_equal (ib_doc_kind (oci_index, strlen (oci_index), NULL, &k, &err), 0);
+  assert_int_equal (k, IB_DOC_INDEX);
+
+  /* an index is not a manifest */
+  assert_int_equal (ib_manifest_parse (docker_list, strlen (docker_list), &m, &err), -1);
+  assert_non_null (strstr (err->msg, "index"));
+  ib_error_free (&err);
+}
+
+static void
+test_doc_kind_fallbacks (void **state)
+{
+  (void) state;
+  ib_error_t err = NULL;
+  ib_doc_kind_t k;
+  /* no mediaType: Content-Type decides, then shape */
+  const char *idx = "{\"schemaVersion\":2,\"manifests\":[]}";
+  assert_int_equal (ib_doc_kind (idx, strlen (idx), IB_MT_OCI_INDEX "; charset=utf-8", &k, &err), 0);
+  assert_int_equal (k, IB_DOC_INDEX);
+  assert_int_equal (ib_doc_kind (idx, strlen (idx), "application/json", &k, &err), 0);
+  assert_int_equal (k, IB_DOC_INDEX);
+  assert_int_equal (ib_doc_kind (idx, strlen (idx), NULL, &k, &err), 0);
+  assert_int_equal (k, IB_DOC_INDEX);
+
+  const char *junk = "{\"schemaVersion\":2}";
+  assert_int_equal (ib_doc_kind (junk, strlen (junk), NULL, &k, &err), -1);
+  assert_non_null (strstr (err->msg, "neither"));
+  ib_error_free (&err);
+
+  assert_int_equal (ib_doc_kind ("not json", 8, NULL, &k, &err), -1);
+  assert_non_null (strstr (err->msg, "invalid JSON"));
+  ib_error_free (&err);
+
+  const char *helm = "{\"schemaVersion\":2,\"mediaType\":\"application/vnd.cncf.helm.chart\"}";
+  assert_int_equal (ib_doc_kind (helm, strlen (helm), NULL, &k, &err), -1);
+  assert_non_null (strstr (err->msg, "unsupported manifest media type"));
+  ib_error_free (&err);
+}
+
+static void
+test_schema1 (void **state)
+{
+  (void) state;
+  ib_error_t err = NULL;
+  ib_doc_kind_t k;
+  ib_manifest_t *m = NULL;
+  assert_int_equal (ib_doc_kind (schema1, strlen (schema1), NULL, &k, &err), -1);
+  assert_non_null (strstr (err->msg, "schema 1 is not supported"));
+  ib_error_free (&err);
+  assert_int_equal (ib_doc_kind (schema1, strlen (schema1), IB_MT_DOCKER_SCHEMA1_SIGNED, &k, &err), -1);
+  assert_non_null (strstr (err->msg, "schema 1"));
+  ib_error_free (&err);
+  assert_int_equal (ib_manifest_parse (schema1, strlen (schema1), &m, &err), -1);
+  assert_non_null (strstr (err->msg, "schema 1"));
+  assert_null (m);
+  ib_error_free (&err);
+  const char *mt1 = "{\"mediaType\":\"" IB_MT_DOCKER_SCHEMA1 "\"}";
+  assert_int_equal (ib_doc_kind (mt1, strlen (mt1), NULL, &k, &err), -1);
+  assert_non_null (strstr (err->msg, "schema 1"));
+  ib_error_free (&err);
+}
+
+static void
+test_bad_manifests (void **state)
+{
+  (void) state;
+  ib_error_t err = NULL;
+  ib_manifest_t *m = NULL;
+  static const char *bad[] = {
+    "{\"schemaVersion\":2,\"layers\":[]}",
+    "{\"schemaVersion\":2,\"config\":{\"mediaType\":\"x\",\"digest\":\"sha256:abc\",\"size\":1},"
+    "\"layers\":[]}",
+    "{\"schemaVersion\":2,\"config\":{\"mediaType\":\"x\",\"digest\":\"sha256:" H1 "\",\"size\":-1},"
+    "\"layers\":[]}",
+    "{\"schemaVersion\":2,\"config\":{\"mediaType\":\"x\",\"digest\":\"sha256:" H1 "\",\"size\":1}}",
+    "{\"schemaVersion\":2,\"config\":{\"mediaType\":\"x\",\"digest\":\"sha256:" H1 "\",\"size\":1},"
+    "\"layers\":[{\"digest\":\"sha256:" H2 "\",\"size\":1}]}",
+    "{\"schemaVersion\":3,\"config\":{},\"layers\":[]}",
+    "[1,2]",
+    "{",
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+    {
+      if (ib_manifest_parse (bad[i], strlen (bad[i]), &m, &err) != -1)
+        fail_msg ("accepted: %s", bad[i]);
+      assert_null (m);
+      assert_non_null (err);
+      ib_error_free (&err);
+    }
+}
+
+static void
+test_index_select (void **state)
+{
+  (void) state;
+  ib_descriptor_t d;
+  ib_error_t err = NULL;
+  assert_int_equal (ib_index_select (docker_list, strlen (docker_list), "linux", "amd64", NULL, &d, &err), 0);
+  assert_string_equal (d.digest, "sha256:" H3);
+  assert_string_equal (d.media_type, IB_MT_DOCKER_MANIFEST);
+  assert_int_equal (d.size, 531);
+  assert_string_equal (d.os, "linux");
+  assert_string_equal (d.arch, "amd64");
+  assert_null (d.variant);
+  ib_descriptor_clear (&d);
+
+  assert_int_equal (ib_index_select (docker_list, strlen (docker_list), "linux", "arm64", NULL, &d, &err), 0);
+  assert_string_equal (d.digest, "sha256:" H2);
+  assert_string_equal (d.variant, "v8");
+  ib_descriptor_clear (&d);
+
+  assert_int_equal (ib_index_select (docker_list, strlen (docker_list), "linux", "arm", "v7", &d, &err), 0);
+  assert_string_equal (d.digest, "sha256:" H1);
+  ib_descriptor_clear (&d);
+
+  /* an entry without a variant wins over one with, when none is asked for */
+  assert_int_equal (ib_index_select (oci_index, strlen (oci_index), "linux", "amd64", NULL, &d, &err), 0);
+  assert_string_equal (d.digest, "sha256:" H2);
+  ib_descriptor_clear (&d);
+  assert_int_equal (ib_index_select (oci_index, strlen (oci_index), "linux", "amd64", "v3", &d, &err), 0);
+  assert_string_equal (d.digest, "sha256:" H1);
+  ib_descriptor_clear (&d);
+
+  /* not offered: the error lists what is (attestations left out) */
+  assert_int_equal (ib_index_select (docker_list, strlen (docker_list), "linux", "s390x", NULL, &d, &err), -1);
+  assert_non_null (strstr (err->msg, "linux/s390x"));
+  assert_non_null (strstr (err->msg, "linux/arm/v7, linux/arm64/v8, linux/amd64, linux/ppc64le"));
+  ib_error_free (&err);
+  assert_int_equal (ib_index_select (docker_list, strlen (docker_list), "linux", "arm", "v6", &d, &err), -1);
+  assert_non_null (strstr (err->msg, "linux/arm/v6"));
+  ib_error_free (&err);
+  assert_int_equal (ib_index_select (oci_index, strlen (oci_index), "windows", "amd64", NULL, &d, &err), -1);
+  assert_non_null (strstr (err->msg, "offers: linux/amd64/v3, linux/amd64)"));
+  assert_null (strstr (err->msg, "unknown"));
+  ib_error_free (&err);
+
+  const char *empty = "{\"schemaVersion\":2,\"manifests\":[]}";
+  assert_int_equal (ib_index_select (empty, strlen (empty), "linux", "amd64", NULL, &d, &err), -1);
+  assert_non_null (strstr (err->msg, "nothing"));
+  ib_error_free (&err);
+}
+
+static void
+test_serialize (void **state)
+{
+  (void) state;
+  ib_descriptor_t config = { .media_type = (char *) IB_MT_DOCKER_CONFIG, .size = 5 };
+  strcpy (config.digest, "sha256:" H1);
+  ib_descriptor_t layers[2] = { { .media_type = (char *) IB_MT_DOCKER_LAYER_GZIP, .size = 100 },
+                                { .media_type = (char *) IB_MT_OCI_LAYER_ZSTD, .size = 200 } };
+  strcpy (layers[0].digest, "sha256:" H2);
+  strcpy (layers[1].digest, "sha256:" H3);
+  json_t *ann = json_pack ("{s:s}", "org.opencontainers.image.created", "1970-01-01T00:00:00Z");
+  char *s = ib_manifest_serialize (&config, layers, 2, ann);
+  assert_string_equal (
+      s, "{\"annotations\":{\"org.opencontainers.image.created\":\"1970-01-01T00:00:00Z\"},"
+         "\"config\":{\"digest\":\"sha256:" H1 "\",\"mediaType\":\"" IB_MT_OCI_CONFIG "\",\"size\":5},"
+         "\"layers\":[{\"digest\":\"sha256:" H2 "\",\"mediaType\":\"" IB_MT_OCI_LAYER_GZIP
+         "\",\"size\":100},{\"digest\":\"sha256:" H3 "\",\"mediaType\":\"" IB_MT_OCI_LAYER_ZSTD
+         "\",\"size\":200}],\"mediaType\":\"" IB_MT_OCI_MANIFEST "\",\"schemaVersion\":2}");
+  /* still ours: the caller's reference is untouched */
+  assert_int_equal (ann->refcount, 1);
+  json_decref (ann);
+
+  /* round trip: parse, serialize again, same bytes */
+  ib_manifest_t *m = NULL;
+  ib_error_t err = NULL;
+  assert_int_equal (ib_manifest_parse (s, strlen (s), &m, &err), 0);
+  assert_string_equal (m->media_type, IB_MT_OCI_MANIFEST);
+  assert_int_equal (m->n_layers, 2);
+  json_t *ann2 = json_pack ("{s:s}", "org.opencontainers.image.created", "1970-01-01T00:00:00Z");
+  char *s2 = ib_manifest_serialize (&m->config, m->layers, m->n_layers, ann2);
+  assert_string_equal (s, s2);
+  json_decref (ann2);
+  free (s2);
+  /* no annotations: no key */
+  s2 = ib_manifest_serialize (&m->config, m->layers, m->n_layers, NULL);
+  assert_null (strstr (s2, "annotations"));
+  free (s2);
+  ib_manifest_free (m);
+  free (s);
+}
+
+static void
+test_config (void **state)
+{
+  (void) state;
+  const char *c = "{\"architecture\":\"amd64\",\"os\":\"linux\",\"rootfs\":{\"type\":\"layers\","
+                  "\"diff_ids\":[\"sha256:" H1 "\",\"sha256:" H2 "\"]}}";
+  json_t *j = NULL;
+  ib_error_t err = NULL;
+  char **ids = NULL;
+  assert_int_equal (ib_config_parse (c, strlen (c), &j, &err), 0);
+  assert_int_equal (ib_config_diff_ids (j, &ids, &err), 0);
+  assert_int_equal (ib_strv_len (ids), 2);
+  assert_string_equal (ids[0], "sha256:" H1);
+  assert_string_equal (ids[1], "sha256:" H2);
+  ib_strv_free (ids);
+  json_decref (j);
+
+  const char *empty = "{\"rootfs\":{\"type\":\"layers\",\"diff_ids\":[]}}";
+  assert_int_equal (ib_config_parse (empty, strlen (empty), &j, &err), 0);
+  assert_int_equal (ib_config_diff_ids (j, &ids, &err), 0);
+  assert_non_null (ids);
+  assert_null (ids[0]);
+  ib_strv_free (ids);
+  json_decref (j);
+
+  static const char *bad[] = { "{}", "{\"rootfs\":{\"type\":\"layers\"}}",
+                               "{\"rootfs\":{\"type\":\"x\",\"diff_ids\":[]}}",
+                               "{\"rootfs\":{\"type\":\"layers\",\"diff_ids\":[\"sha256:ab\"]}}",
+                               "{\"rootfs\":{\"type\":\"layers\",\"diff_ids\":[1]}}" };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+    {
+      assert_int_equal (ib_config_parse (bad[i], strlen (bad[i]), &j, &err), 0);
+      assert_int_equal (ib_config_diff_ids (j, &ids, &err), -1);
+      assert_null (ids);
+      ib_error_free (&err);
+      json_decref (j);
+    }
+  assert_int_equal (ib_config_parse ("[]", 2, &j, &err), -1);
+  assert_null (j);
+  ib_error_free (&err);
+}
+
+static void
+test_chain_id (void **state)
+{
+  (void) state;
+  /* diff ids: sha256 of "a", "b", "c"; chains computed with
+   *   printf '%s %s' $prev $next | sha256sum */
+  char *ids[] = { "sha256:ca978112ca1bbdcafac231b39a23dc4da786eff8147c4e72b9807785afee48bb",
+                  "sha256:3e23e8160039594a33894f6564e1b1348bbd7a0088d42c4acb73eeaed59c009d",
+                  "sha256:2e7d2c03a9507ae265ecf5b5356885a53393a2029d241394997265a1a25aefc6", NULL };
+  char out[IB_DIGEST_LEN];
+  ib_chain_id (ids, 0, out);
+  assert_string_equal (out, ids[0]);
+  ib_chain_id (ids, 1, out);
+  assert_string_equal (out, "sha256:51c0c8ace48498d6f5fee6b0592cc06f2da0f3cbe09c5a34a97dce85c3889676");
+  ib_chain_id (ids, 2, out);
+  assert_string_equal (out, "sha256:2fce7f8ce91bcf0a1428b36e1024639fdbd9469eea762dba98aa749631885106");
+}
+
+static void
+test_host_platform (void **state)
+{
+  (void) state;
+  const char *os, *arch, *variant;
+  ib_host_platform (&os, &arch, &variant);
+  assert_string_equal (os, "linux");
+#if defined(__x86_64__)
+  assert_string_equal (arch, "amd64");
+  assert_null (variant);
+#endif
+  assert_non_null (strstr (IB_MANIFEST_ACCEPT, IB_MT_DOCKER_LIST));
+  assert_non_null (strstr (IB_MANIFEST_ACCEPT, IB_MT_OCI_INDEX));
+}
+
+int
+main (void)
+{
+  const struct CMUnitTest tests[] = {
+    cmocka_unit_test (test_parse_oci),     cmocka_unit_test (test_parse_docker),
+    cmocka_unit_test (test_doc_kind_fallbacks), cmocka_unit_test (test_schema1),
+    cmocka_unit_test (test_bad_manifests), cmocka_unit_test (test_index_select),
+    cmocka_unit_test (test_serialize),     cmocka_unit_test (test_config),
+    cmocka_unit_test (test_chain_id),      cmocka_unit_test (test_host_platform),
+  };
+  return cmocka_run_group_tests (tests, NULL, NULL);
+}

@@ -1,0 +1,1178 @@
+/* tests/unit/test_recipe.c — recipe parser, ib_expand*, ib_split_words. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "builder/recipe.h"
+#include "common/util.h"
+
+/* ------------------------------------------------------------------ */
+/* helpers                                                            */
+/* ------------------------------------------------------------------ */
+
+static ib_recipe_t *
+parse_ok (const char *text)
+{
+  ib_recipe_t *r = NULL;
+  ib_error_t err = NULL;
+  int ret = ib_recipe_parse ("test.recipe", text, &r, &err);
+  if (ret != 0)
+    fail_msg ("unexpected parse error: %s", err ? err->msg : "(none)");
+  assert_non_null (r);
+  assert_null (err);
+  return r;
+}
+
+/* Parse text that must fail; returns the message (caller frees). */
+static char *
+parse_err (const char *text)
+{
+  ib_recipe_t *r = (ib_recipe_t *) 0x1;
+  ib_error_t err = NULL;
+  int ret = ib_recipe_parse ("test.recipe", text, &r, &err);
+  if (ret == 0)
+    fail_msg ("expected a parse error for:\n%s", text);
+  assert_int_equal (ret, -1);
+  assert_null (r);
+  assert_non_null (err);
+  assert_non_null (err->msg);
+  assert_null (strchr (err->msg, '\n'));
+  char *msg = xstrdup (err->msg);
+  ib_error_free (&err);
+  return msg;
+}
+
+static void
+assert_err_contains (const char *text, const char *want)
+{
+  char *msg = parse_err (text);
+  if (strstr (msg, want) == NULL)
+    fail_msg ("error '%s' lacks '%s'", msg, want);
+  free (msg);
+}
+
+static void
+assert_err_is (const char *text, const char *want)
+{
+  char *msg = parse_err (text);
+  if (strcmp (msg, want) != 0)
+    fail_msg ("error '%s', wanted '%s'", msg, want);
+  free (msg);
+}
+
+static void
+assert_strv (char **v, ...)
+{
+  va_list ap;
+  size_t i = 0;
+  const char *s;
+
+  assert_non_null (v);
+  va_start (ap, v);
+  while ((s = va_arg (ap, const char *)) != NULL)
+    {
+      if (v[i] == NULL)
+        fail_msg ("vector too short: wanted '%s' at %zu", s, i);
+      assert_string_equal (v[i], s);
+      i++;
+    }
+  va_end (ap);
+  if (v[i] != NULL)
+    fail_msg ("vector too long: extra '%s' at %zu", v[i], i);
+}
+
+/* Lookup over a NULL-terminated array of "NAME=VALUE" strings. */
+static const char *
+lookup_tbl (void *ctx, const char *name)
+{
+  const char *const *tbl = ctx;
+  size_t n = strlen (name);
+  for (size_t i = 0; tbl[i]; i++)
+    if (strncmp (tbl[i], name, n) == 0 && tbl[i][n] == '=')
+      return tbl[i] + n + 1;
+  return NULL;
+}
+
+static const char *const vars[] = { "A=alpha", "B=beta", "EMPTY=", "SP=x y", "V=v1.2.3",
+                                    "PATHV=/usr/local/lib/python3", "N1=one",
+                                    "Q=it's \"$A\" ${B}", NULL };
+
+static char *
+expand (const char *w)
+{
+  char *out = NULL;
+  ib_error_t err = NULL;
+  if (ib_expand (w, '\\', lookup_tbl, (void *) vars, &out, &err) < 0)
+    fail_msg ("ib_expand '%s': %s", w, err->msg);
+  return out;
+}
+
+static void
+assert_expand (const char *w, const char *want)
+{
+  char *got = expand (w);
+  if (strcmp (got, want) != 0)
+    fail_msg ("ib_expand '%s' = '%s', wanted '%s'", w, got, want);
+  free (got);
+}
+
+static void
+assert_expand_word (const char *w, const char *want)
+{
+  char *got = NULL;
+  ib_error_t err = NULL;
+  if (ib_expand_word (w, '\\', lookup_tbl, (void *) vars, &got, &err) < 0)
+    fail_msg ("ib_expand_word '%s': %s", w, err->msg);
+  if (strcmp (got, want) != 0)
+    fail_msg ("ib_expand_word '%s' = '%s', wanted '%s'", w, got, want);
+  free (got);
+}
+
+static void
+assert_expand_fails (const char *w, const char *want)
+{
+  char *out = (char *) 0x1;
+  ib_error_t err = NULL;
+  assert_int_equal (ib_expand (w, '\\', lookup_tbl, (void *) vars, &out, &err), -1);
+  assert_null (out);
+  assert_non_null (err);
+  if (strstr (err->msg, want) == NULL)
+    fail_msg ("ib_expand '%s' error '%s' lacks '%s'", w, err->msg, want);
+  ib_error_free (&err);
+  out = (char *) 0x1;
+  assert_int_equal (ib_expand_word (w, '\\', lookup_tbl, (void *) vars, &out, &err), -1);
+  assert_null (out);
+  assert_non_null (err);
+  ib_error_free (&err);
+}
+
+static const ib_kv_t *
+kv (const ib_instr_t *in, const char *key)
+{
+  for (size_t i = 0; i < in->n_kvs; i++)
+    if (strcmp (in->kvs[i].key, key) == 0)
+      return &in->kvs[i];
+  fail_msg ("no key '%s'", key);
+  return NULL;
+}
+
+/* ------------------------------------------------------------------ */
+/* structure                                                          */
+/* ------------------------------------------------------------------ */
+
+static void
+test_demo_recipe (void **state)
+{
+  (void) state;
+  ib_recipe_t *r = parse_ok ("ARG BASE=localhost:5000/debian:bookworm\n"
+                             "FROM ${BASE} AS build\n"
+                             "RUN apt-get update && \\\n"
+                             "    apt-get install -y gcc python3-dev\n"
+                             "WORKDIR /src\n"
+                             "RUN python3 setup.py bdist_wheel\n"
+                             "OUTPUT type=local,dest=dist,src=/src/dist\n"
+                             "FROM ${BASE} AS client\n"
+                             "COPY --from=build /src/dist/ /opt/\n"
+                             "OUTPUT type=image,name=demo-client:latest\n");
+  assert_string_equal (r->path, "test.recipe");
+  assert_int_equal (r->escape, '\\');
+  assert_int_equal (r->n_global_args, 1);
+  assert_int_equal (r->global_args[0].kind, IB_I_ARG);
+  assert_string_equal (r->global_args[0].kvs[0].key, "BASE");
+  assert_string_equal (r->global_args[0].kvs[0].value, "localhost:5000/debian:bookworm");
+  assert_int_equal (r->n_stages, 2);
+
+  const ib_stage_t *b = &r->stages[0];
+  assert_string_equal (b->name, "build");
+  assert_int_equal (b->index, 0);
+  assert_int_equal (b->n_instrs, 5);
+  assert_int_equal (b->instrs[0].kind, IB_I_FROM);
+  assert_string_equal (b->instrs[0].keyword, "FROM");
+  assert_string_equal (b->instrs[0].text, "${BASE}");
+  assert_int_equal (b->instrs[0].line, 2);
+  assert_int_equal (b->instrs[1].kind, IB_I_RUN);
+  assert_false (b->instrs[1].json_form);
+  assert_null (b->instrs[1].args);
+  assert_string_equal (b->instrs[1].text,
+                       "apt-get update &&     apt-get install -y gcc python3-dev");
+  assert_int_equal (b->instrs[1].line, 3);
+  assert_int_equal (b->instrs[2].kind, IB_I_WORKDIR);
+  assert_string_equal (b->instrs[2].text, "/src");
+  assert_int_equal (b->instrs[2].line, 5);
+  assert_int_equal (b->instrs[3].line, 6);
+  const ib_instr_t *o = &b->instrs[4];
+  assert_int_equal (o->kind, IB_I_OUTPUT);
+  assert_int_equal (o->n_kvs, 3);
+  assert_string_equal (kv (o, "type")->value, "local");
+  assert_string_equal (kv (o, "dest")->value, "dist");
+  assert_string_equal (kv (o, "src")->value, "/src/dist");
+
+  const ib_stage_t *c = &r->stages[1];
+  assert_string_equal (c->name, "client");
+  assert_int_equal (c->index, 1);
+  assert_int_equal (c->n_instrs, 3);
+  assert_int_equal (c->instrs[1].kind, IB_I_COPY);
+  assert_string_equal (ib_instr_flag (&c->instrs[1], "from"), "build");
+  assert_strv (c->instrs[1].args, "/src/dist/", "/opt/", NULL);
+  assert_string_equal (kv (&c->instrs[2], "type")->value, "image");
+  assert_string_equal (kv (&c->instrs[2], "name")->value, "demo-client:latest");
+
+  /* The builder's view: FROM text expanded with the global ARG. */
+  const char *const env[] = { "BASE=localhost:5000/debian:bookworm", NULL };
+  char *img = NULL;
+  ib_error_t err = NULL;
+  assert_int_equal (ib_expand_word (c->instrs[0].text, r->escape, lookup_tbl, (void *) env, &img,
+                                    &err),
+                    0);
+  assert_string_equal (img, "localhost:5000/debian:bookworm");
+  free (img);
+
+  assert_ptr_equal (ib_recipe_stage (r, "build"), b);
+  assert_ptr_equal (ib_recipe_stage (r, "CLIENT"), c);
+  assert_ptr_equal (ib_recipe_stage (r, "0"), b);
+  assert_ptr_equal (ib_recipe_stage (r, "1"), c);
+  assert_null (ib_recipe_stage (r, "2"));
+  assert_null (ib_recipe_stage (r, "nope"));
+  assert_null (ib_recipe_stage (r, ""));
+  assert_null (ib_recipe_stage (r, NULL));
+  assert_null (ib_recipe_stage (r, "99999999999999999999999"));
+  ib_recipe_free (r);
+}
+
+static void
+test_multistage (void **state)
+{
+  (void) state;
+  ib_recipe_t *r = parse_ok ("# a comment before everything\n"
+                             "ARG PY=3.9 TORCH\n"
+                             "arg CUDA=\"10.2\"\n"
+                             "\n"
+                             "from --platform=linux/amd64 quay.io/pypa/manylinux2014_x86_64 As "
+                             "Builder\n"
+                             "run echo hi\n"
+                             "FROM builder\n"
+                             "Run echo again\n"
+                             "FROM scratch\n"
+                             "COPY --from=0 /a /b\n");
+  assert_int_equal (r->n_global_args, 2);
+  const ib_instr_t *a = &r->global_args[0];
+  assert_int_equal (a->n_kvs, 2);
+  assert_string_equal (a->kvs[0].key, "PY");
+  assert_string_equal (a->kvs[0].value, "3.9");
+  assert_string_equal (a->kvs[0].raw, "3.9");
+  assert_string_equal (a->kvs[1].key, "TORCH");
+  assert_null (a->kvs[1].value);
+  assert_null (a->kvs[1].raw);
+  assert_string_equal (r->global_args[1].keyword, "ARG");
+  assert_string_equal (r->global_args[1].kvs[0].value, "10.2");
+  assert_string_equal (r->global_args[1].kvs[0].raw, "\"10.2\"");
+  assert_int_equal (r->global_args[1].line, 3);
+
+  assert_int_equal (r->n_stages, 3);
+  assert_string_equal (r->stages[0].name, "builder");
+  assert_string_equal (r->stages[0].instrs[0].text, "quay.io/pypa/manylinux2014_x86_64");
+  assert_string_equal (ib_instr_flag (&r->stages[0].instrs[0], "--platform"), "linux/amd64");
+  assert_int_equal (r->stages[0].instrs[0].line, 5);
+  assert_string_equal (r->stages[0].instrs[1].keyword, "RUN");
+  assert_string_equal (r->stages[0].instrs[1].text, "echo hi");
+  assert_null (r->stages[1].name);
+  assert_string_equal (r->stages[1].instrs[0].text, "builder");
+  assert_null (r->stages[2].name);
+  assert_string_equal (ib_instr_flag (&r->stages[2].instrs[1], "from"), "0");
+  assert_ptr_equal (ib_recipe_stage (r, "BUILDER"), &r->stages[0]);
+  ib_recipe_free (r);
+}
+
+static void
+test_escape_directive (void **state)
+{
+  (void) state;
+  ib_recipe_t *r = parse_ok ("# syntax=docker/dockerfile:1\n"
+                             "# escape=`\n"
+                             "\n"
+                             "FROM scratch\n"
+                             "RUN echo a `\n"
+                             "    b\n"
+                             "WORKDIR C:\\foo\\\n"
+                             "ENV P=C:\\dir X=a`\"b\n");
+  assert_int_equal (r->escape, '`');
+  const ib_stage_t *s = &r->stages[0];
+  assert_int_equal (s->n_instrs, 4);
+  assert_string_equal (s->instrs[1].text, "echo a     b");
+  assert_string_equal (s->instrs[2].text, "C:\\foo\\");
+  assert_string_equal (kv (&s->instrs[3], "P")->value, "C:\\dir");
+  assert_string_equal (kv (&s->instrs[3], "X")->value, "a\"b");
+  assert_int_equal (s->instrs[3].line, 8);
+  ib_recipe_free (r);
+
+  /* Backslash spelled explicitly; directive names are case-insensitive. */
+  r = parse_ok ("#  ESCAPE = \\  \nFROM x\nRUN a \\\n b\n");
+  assert_int_equal (r->escape, '\\');
+  assert_string_equal (r->stages[0].instrs[1].text, "a  b");
+  ib_recipe_free (r);
+
+  /* After a comment, a blank line or an instruction, it is just a comment. */
+  const char *late[] = { "# hello\n# escape=`\nFROM x\nRUN a `\n",
+                         "\n# escape=`\nFROM x\nRUN a `\n",
+                         "FROM x\n# escape=`\nRUN a `\n" };
+  for (size_t i = 0; i < 3; i++)
+    {
+      r = parse_ok (late[i]);
+      assert_int_equal (r->escape, '\\');
+      assert_string_equal (r->stages[0].instrs[1].text, "a `");
+      ib_recipe_free (r);
+    }
+
+  /* An unknown directive ends the directives. */
+  r = parse_ok ("# foo=bar\n# escape=`\nFROM x\n");
+  assert_int_equal (r->escape, '\\');
+  ib_recipe_free (r);
+
+  assert_err_is ("# escape=x\nFROM x\n",
+                 "test.recipe:1: expected escape character '\\' or '`', got 'x'");
+  assert_err_contains ("# escape=`\n# escape=\\\nFROM x\n", "test.recipe:2:");
+}
+
+static void
+test_continuations (void **state)
+{
+  (void) state;
+  ib_recipe_t *r = parse_ok ("FROM x\n"
+                             "RUN apt-get update \\\n"
+                             "# a comment inside\n"
+                             "   # an indented one\n"
+                             "\n"
+                             "   \t\n"
+                             "  && apt-get install -y \\   \t\n"
+                             "     gcc\n"
+                             "\n"
+                             "LABEL a=b\n"
+                             "RUN echo last \\");
+  const ib_stage_t *s = &r->stages[0];
+  assert_int_equal (s->n_instrs, 4);
+  assert_string_equal (s->instrs[1].text, "apt-get update   && apt-get install -y      gcc");
+  assert_int_equal (s->instrs[1].line, 2);
+  assert_int_equal (s->instrs[2].kind, IB_I_LABEL);
+  assert_int_equal (s->instrs[2].line, 10);
+  assert_string_equal (s->instrs[3].text, "echo last");
+  ib_recipe_free (r);
+
+  /* As in Docker, a blank line does not end a continuation: the next
+   * non-blank line joins it. */
+  r = parse_ok ("FROM x\nRUN a \\\n\nLABEL b=c\n");
+  s = &r->stages[0];
+  assert_int_equal (s->n_instrs, 2);
+  assert_string_equal (s->instrs[1].text, "a LABEL b=c");
+  ib_recipe_free (r);
+
+  /* A '#' not at the start of a line is not a comment. */
+  r = parse_ok ("FROM x\nRUN echo a # not a comment\n  # comment\n");
+  assert_int_equal (r->stages[0].n_instrs, 2);
+  assert_string_equal (r->stages[0].instrs[1].text, "echo a # not a comment");
+  ib_recipe_free (r);
+
+  /* Keyword alone on its line, arguments continued. */
+  r = parse_ok ("FROM x\nENV \\\n A=1 \\\n B=2\n");
+  assert_int_equal (r->stages[0].instrs[1].n_kvs, 2);
+  assert_string_equal (kv (&r->stages[0].instrs[1], "B")->value, "2");
+  ib_recipe_free (r);
+}
+
+static void
+test_crlf (void **state)
+{
+  (void) state;
+  ib_recipe_t *r = parse_ok ("\xef\xbb\xbf# escape=\\\r\n"
+                             "FROM debian AS b\r\n"
+                             "RUN echo a \\\r\n"
+                             "    b\r\n"
+                             "\r\n"
+                             "ENV K=v\r\n"
+                             "CMD [\"sh\", \"-c\", \"echo\"]\r\n");
+  const ib_stage_t *s = &r->stages[0];
+  assert_string_equal (s->name, "b");
+  assert_string_equal (s->instrs[0].text, "debian");
+  assert_string_equal (s->instrs[1].text, "echo a     b");
+  assert_string_equal (kv (&s->instrs[2], "K")->value, "v");
+  assert_int_equal (s->instrs[2].line, 6);
+  assert_true (s->instrs[3].json_form);
+  assert_strv (s->instrs[3].args, "sh", "-c", "echo", NULL);
+  ib_recipe_free (r);
+}
+
+static void
+test_json_and_shell_forms (void **state)
+{
+  (void) state;
+  ib_recipe_t *r = parse_ok ("FROM x\n"
+                             "RUN [\"/bin/sh\", \"-c\", \"echo \\\"hi\\\"\"]\n"
+                             "RUN [ \"broken\n"
+                             "CMD [\"a\", 1\n"
+                             "ENTRYPOINT [ \"/entry\" , \"--flag\" ]  \n"
+                             "CMD []\n"
+                             "SHELL [\"/bin/bash\", \"-eo\", \"pipefail\", \"-c\"]\n"
+                             "RUN [\"a\"] trailing\n"
+                             "CMD echo $HOME\n"
+                             "RUN --network=none [\"true\"]\n");
+  const ib_instr_t *in = r->stages[0].instrs;
+  assert_true (in[1].json_form);
+  assert_strv (in[1].args, "/bin/sh", "-c", "echo \"hi\"", NULL);
+  assert_false (in[2].json_form);
+  assert_null (in[2].args);
+  assert_string_equal (in[2].text, "[ \"broken");
+  assert_false (in[3].json_form);
+  assert_string_equal (in[3].text, "[\"a\", 1");
+  assert_true (in[4].json_form);
+  assert_int_equal (in[4].kind, IB_I_ENTRYPOINT);
+  assert_strv (in[4].args, "/entry", "--flag", NULL);
+  assert_true (in[5].json_form);
+  assert_strv (in[5].args, NULL);
+  assert_true (in[6].json_form);
+  assert_int_equal (in[6].kind, IB_I_SHELL);
+  assert_strv (in[6].args, "/bin/bash", "-eo", "pipefail", "-c", NULL);
+  assert_false (in[7].json_form);
+  assert_false (in[8].json_form);
+  assert_string_equal (in[8].text, "echo $HOME");
+  assert_true (in[9].json_form);
+  assert_strv (in[9].args, "true", NULL);
+  assert_string_equal (ib_instr_flag (&in[9], "network"), "none");
+  ib_recipe_free (r);
+
+  /* A valid JSON array of non-strings is an error, as in BuildKit. */
+  assert_err_is ("FROM x\nCMD [\"a\", 1]\n",
+                 "test.recipe:2: expected a JSON array of strings, got '[\"a\", 1]'");
+  assert_err_contains ("FROM x\nCOPY [1, 2]\n", "test.recipe:2: expected a JSON array of strings");
+  assert_err_contains ("FROM x\nSHELL /bin/bash -c\n", "test.recipe:2: SHELL needs the JSON form");
+  assert_err_contains ("FROM x\nSHELL []\n", "test.recipe:2: SHELL needs at least");
+  assert_err_is ("FROM x\nRUN\n", "test.recipe:2: RUN needs a command, got 'RUN'");
+  assert_err_contains ("FROM x\nCMD   \n", "test.recipe:2: CMD needs a command");
+}
+
+static void
+test_env (void **state)
+{
+  (void) state;
+  ib_recipe_t *r = parse_ok ("FROM x\n"
+                             "ENV A=\"x y\" B=z\\ w C='q $r' D=\"say \\\"hi\\\"\" E= F=$HOME/bin\n"
+                             "ENV GREETING hello \"big\" world\n"
+                             "ENV MSG=\"it's $A\"\n"
+                             "ENV K1=v1 \\\n    K2=\"multi \\\n    line\"\n");
+  const ib_instr_t *in = r->stages[0].instrs;
+  assert_int_equal (in[1].n_kvs, 6);
+  assert_string_equal (kv (&in[1], "A")->value, "x y");
+  assert_string_equal (kv (&in[1], "A")->raw, "\"x y\"");
+  assert_string_equal (kv (&in[1], "B")->value, "z w");
+  assert_string_equal (kv (&in[1], "B")->raw, "z\\ w");
+  assert_string_equal (kv (&in[1], "C")->value, "q $r");
+  assert_string_equal (kv (&in[1], "C")->raw, "'q $r'");
+  assert_string_equal (kv (&in[1], "D")->value, "say \"hi\"");
+  assert_string_equal (kv (&in[1], "E")->value, "");
+  assert_string_equal (kv (&in[1], "E")->raw, "");
+  assert_string_equal (kv (&in[1], "F")->value, "$HOME/bin");
+
+  assert_int_equal (in[2].n_kvs, 1);
+  assert_string_equal (in[2].kvs[0].key, "GREETING");
+  assert_string_equal (in[2].kvs[0].value, "hello big world");
+  assert_string_equal (in[2].kvs[0].raw, "hello \"big\" world");
+
+  assert_string_equal (kv (&in[3], "MSG")->value, "it's $A");
+  assert_string_equal (kv (&in[4], "K2")->value, "multi     line");
+
+  /* The builder expands raw with ib_expand_word: single quotes protect,
+   * double quotes do not, and an apostrophe inside "..." is plain. */
+  const char *const env[] = { "A=alpha", "r=ERR", "HOME=/root", NULL };
+  struct
+  {
+    const ib_kv_t *kv;
+    const char *want;
+  } cases[] = {
+    { kv (&in[1], "A"), "x y" },           { kv (&in[1], "B"), "z w" },
+    { kv (&in[1], "C"), "q $r" },          { kv (&in[1], "D"), "say \"hi\"" },
+    { kv (&in[1], "F"), "/root/bin" },     { &in[2].kvs[0], "hello big world" },
+    { kv (&in[3], "MSG"), "it's alpha" },
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+    {
+      char *out = NULL;
+      ib_error_t err = NULL;
+      assert_int_equal (ib_expand_word (cases[i].kv->raw, r->escape, lookup_tbl, (void *) env,
+                                        &out, &err),
+                        0);
+      assert_string_equal (out, cases[i].want);
+      free (out);
+    }
+  ib_recipe_free (r);
+
+  assert_err_contains ("FROM x\nENV\n", "test.recipe:2: expected 'ENV NAME=VALUE ...'");
+  assert_err_contains ("FROM x\nENV ONLYKEY\n", "test.recipe:2: expected 'ENV NAME VALUE'");
+  assert_err_is ("FROM x\nENV A=1 B\n", "test.recipe:2: expected NAME=VALUE, got 'B'");
+  assert_err_contains ("FROM x\nENV A=\"open\n", "test.recipe:2: expected a closing quote");
+  assert_err_contains ("FROM x\nENV =v\n", "test.recipe:2: ENV needs a non-empty name");
+}
+
+static void
+test_label_and_arg (void **state)
+{
+  (void) state;
+  ib_recipe_t *r = parse_ok ("FROM x\n"
+                             "LABEL \"com.example.vendor\"=\"ACME Inc\" version=1.0 \\\n"
+                             "      description=\"a \\\n"
+                             "multi-line\" empty=\"\"\n"
+                             "LABEL maintainer Jane Doe <jane@example.org>\n"
+                             "ARG V=1 W X=\"a b\"\n"
+                             "MAINTAINER Someone <s@example.org>\n");
+  const ib_instr_t *in = r->stages[0].instrs;
+  assert_int_equal (in[1].n_kvs, 4);
+  assert_string_equal (in[1].kvs[0].key, "com.example.vendor");
+  assert_string_equal (in[1].kvs[0].value, "ACME Inc");
+  assert_string_equal (in[1].kvs[1].key, "version");
+  assert_string_equal (in[1].kvs[1].value, "1.0");
+  assert_string_equal (in[1].kvs[2].value, "a multi-line");
+  assert_string_equal (in[1].kvs[3].value, "");
+  assert_string_equal (in[2].kvs[0].key, "maintainer");
+  assert_string_equal (in[2].kvs[0].value, "Jane Doe <jane@example.org>");
+  assert_int_equal (in[3].kind, IB_I_ARG);
+  assert_int_equal (in[3].n_kvs, 3);
+  assert_string_equal (in[3].kvs[0].value, "1");
+  assert_null (in[3].kvs[1].value);
+  assert_string_equal (in[3].kvs[2].value, "a b");
+  assert_int_equal (in[4].kind, IB_I_MAINTAINER);
+  assert_string_equal (in[4].text, "Someone <s@example.org>");
+  ib_recipe_free (r);
+
+  assert_err_is ("FROM x\nARG\n", "test.recipe:2: expected 'ARG NAME[=DEFAULT]', got 'ARG'");
+  assert_err_contains ("FROM x\nARG =1\n", "test.recipe:2: expected 'ARG NAME[=DEFAULT]'");
+  assert_err_contains ("FROM x\nLABEL\n", "test.recipe:2:");
+}
+
+static void
+test_copy_and_flags (void **state)
+{
+  (void) state;
+  ib_recipe_t *r = parse_ok ("FROM x\n"
+                             "COPY --from=build --chown=1:1 a b /dst/\n"
+                             "COPY [\"with space\", \"/d st/\"]\n"
+                             "ADD --chmod=0755 --link tool.sh /usr/bin/\n"
+                             "COPY --link=false --exclude=*.pyc --exclude=.git \"a b\" c\\ d /x\n"
+                             "RUN --mount=type=cache,target=/root/.cache "
+                             "--mount=type=bind,source=.,target=/src --device=nvidia.com/gpu=all "
+                             "pip wheel .\n"
+                             "RUN -- --not-a-flag\n"
+                             "COPY --chown=\"user name\" a /b\n"
+                             "WORKDIR --not-a-flag\n");
+  const ib_instr_t *in = r->stages[0].instrs;
+
+  assert_strv (in[1].flags, "--from=build", "--chown=1:1", NULL);
+  assert_string_equal (ib_instr_flag (&in[1], "from"), "build");
+  assert_string_equal (ib_instr_flag (&in[1], "--chown"), "1:1");
+  assert_null (ib_instr_flag (&in[1], "chmod"));
+  assert_null (ib_instr_flag (&in[1], "fro"));
+  assert_false (in[1].json_form);
+  assert_strv (in[1].args, "a", "b", "/dst/", NULL);
+  assert_string_equal (in[1].text, "a b /dst/");
+
+  assert_true (in[2].json_form);
+  assert_strv (in[2].args, "with space", "/d st/", NULL);
+  assert_strv (in[2].flags, NULL);
+
+  assert_int_equal (in[3].kind, IB_I_ADD);
+  assert_strv (in[3].flags, "--chmod=0755", "--link=true", NULL);
+  assert_string_equal (ib_instr_flag (&in[3], "link"), "true");
+  assert_strv (in[3].args, "tool.sh", "/usr/bin/", NULL);
+
+  assert_string_equal (ib_instr_flag (&in[4], "link"), "false");
+  char **ex = ib_instr_flag_values (&in[4], "exclude");
+  assert_strv (ex, "*.pyc", ".git", NULL);
+  ib_strv_free (ex);
+  assert_strv (in[4].args, "\"a b\"", "c\\ d", "/x", NULL);
+
+  char **mounts = ib_instr_flag_values (&in[5], "--mount");
+  assert_strv (mounts, "type=cache,target=/root/.cache", "type=bind,source=.,target=/src", NULL);
+  ib_strv_free (mounts);
+  assert_string_equal (ib_instr_flag (&in[5], "device"), "nvidia.com/gpu=all");
+  assert_string_equal (in[5].text, "pip wheel .");
+  char **none = ib_instr_flag_values (&in[5], "exclude");
+  assert_strv (none, NULL);
+  ib_strv_free (none);
+
+  assert_strv (in[6].flags, NULL);
+  assert_string_equal (in[6].text, "--not-a-flag");
+  assert_string_equal (ib_instr_flag (&in[7], "chown"), "user name");
+  assert_string_equal (in[8].text, "--not-a-flag");
+  ib_recipe_free (r);
+
+  assert_err_is ("FROM x\nCOPY onlyone\n",
+                 "test.recipe:2: COPY needs at least one source and a destination, got 'COPY "
+                 "onlyone'");
+  assert_err_contains ("FROM x\nADD\n", "test.recipe:2: ADD needs at least one source");
+  assert_err_contains ("FROM x\nCOPY [\"a\"]\n", "COPY needs at least one source");
+  assert_err_is ("FROM x\nCOPY --frm=a b c\n",
+                 "test.recipe:2: COPY accepts --from, --chown, --chmod, --link, --parents, "
+                 "--exclude, got '--frm=a'");
+  assert_err_contains ("FROM x\nADD --from=a b c\n", "ADD accepts");
+  assert_err_contains ("FROM x\nCOPY --link=maybe a b\n", "--link takes true or false");
+  assert_err_contains ("FROM x\nCOPY --from a b\n", "--from needs a value");
+  assert_err_contains ("FROM x\nCOPY --from= a b\n", "--from needs a value");
+  assert_err_contains ("FROM x\nCOPY --from=a --from=b c d\n", "--from may be given once");
+  assert_err_contains ("FROM x\nRUN --privileged true\n", "RUN accepts --mount");
+  assert_err_contains ("FROM --foo=1 x\n", "test.recipe:1: FROM accepts --platform");
+}
+
+static void
+test_other_instructions (void **state)
+{
+  (void) state;
+  ib_recipe_t *r = parse_ok ("FROM x\n"
+                             "USER 1000:1000\n"
+                             "STOPSIGNAL SIGTERM\n"
+                             "EXPOSE 80/tcp  443 ${PORT}\n"
+                             "VOLUME /data /cache\n"
+                             "VOLUME [\"/a b\"]\n"
+                             "workdir   /opt/app  \n");
+  const ib_instr_t *in = r->stages[0].instrs;
+  assert_string_equal (in[1].text, "1000:1000");
+  assert_null (in[1].args);
+  assert_int_equal (in[2].kind, IB_I_STOPSIGNAL);
+  assert_string_equal (in[2].text, "SIGTERM");
+  assert_strv (in[3].args, "80/tcp", "443", "${PORT}", NULL);
+  assert_false (in[4].json_form);
+  assert_strv (in[4].args, "/data", "/cache", NULL);
+  assert_true (in[5].json_form);
+  assert_strv (in[5].args, "/a b", NULL);
+  assert_string_equal (in[6].text, "/opt/app");
+  ib_recipe_free (r);
+
+  assert_err_is ("FROM x\nWORKDIR\n", "test.recipe:2: WORKDIR needs a path, got 'WORKDIR'");
+  assert_err_contains ("FROM x\nUSER  \n", "test.recipe:2: USER needs");
+  assert_err_contains ("FROM x\nEXPOSE\n", "test.recipe:2: EXPOSE needs at least one port");
+  assert_err_contains ("FROM x\nVOLUME []\n", "test.recipe:2: VOLUME needs at least one path");
+}
+
+static void
+test_output (void **state)
+{
+  (void) state;
+  ib_recipe_t *r = parse_ok ("FROM x\n"
+                             "OUTPUT type=local,dest=dist,src=/wheels\n"
+                             "OUTPUT Type=oci, dest=out/oci ,name=demo:1\n"
+                             "OUTPUT type=registry,\"name=localhost:5000/a:b\",push=true\n"
+                             "OUTPUT type=docker dest=img.tar \"name=a,b\"\n"
+                             "OUTPUT type=tar,dest=rootfs.tar\n"
+                             "OUTPUT type=image,name=\"quoted\"\"q\"\n");
+  const ib_instr_t *in = r->stages[0].instrs;
+  assert_int_equal (in[1].kind, IB_I_OUTPUT);
+  assert_string_equal (in[1].keyword, "OUTPUT");
+  assert_string_equal (in[1].text, "type=local,dest=dist,src=/wheels");
+  assert_int_equal (in[1].n_kvs, 3);
+  assert_string_equal (in[1].kvs[0].key, "type");
+  assert_string_equal (in[1].kvs[0].value, "local");
+  assert_string_equal (in[1].kvs[1].key, "dest");
+  assert_string_equal (in[1].kvs[1].value, "dist");
+  assert_string_equal (in[1].kvs[2].key, "src");
+  assert_string_equal (in[1].kvs[2].value, "/wheels");
+  assert_string_equal (kv (&in[2], "type")->value, "oci");
+  assert_string_equal (kv (&in[2], "dest")->value, "out/oci");
+  assert_string_equal (kv (&in[2], "name")->value, "demo:1");
+  assert_string_equal (kv (&in[3], "name")->value, "localhost:5000/a:b");
+  assert_string_equal (kv (&in[3], "push")->value, "true");
+  assert_string_equal (kv (&in[4], "name")->value, "a,b");
+  assert_string_equal (kv (&in[4], "dest")->value, "img.tar");
+  assert_string_equal (kv (&in[5], "type")->value, "tar");
+  assert_string_equal (kv (&in[6], "name")->value, "quoted\"q");
+  ib_recipe_free (r);
+
+  assert_err_is ("FROM x\nOUTPUT type=zip,dest=a\n",
+                 "test.recipe:2: expected OUTPUT type local, image, oci, docker, registry or "
+                 "tar, got 'zip'");
+  assert_err_contains ("FROM x\nOUTPUT dest=a\n", "test.recipe:2: expected 'OUTPUT type=");
+  assert_err_contains ("FROM x\nOUTPUT\n", "test.recipe:2: expected 'OUTPUT type=");
+  assert_err_is ("FROM x\nOUTPUT type=local,dist\n",
+                 "test.recipe:2: expected OUTPUT option key=value, got 'dist'");
+  assert_err_contains ("FROM x\nOUTPUT type=local\n", "OUTPUT type=local needs dest=");
+  assert_err_contains ("FROM x\nOUTPUT type=image,dest=x\n", "OUTPUT type=image needs name=");
+  assert_err_contains ("FROM x\nOUTPUT type=local,dest=a,dest=b\n", "got 'dest=b' again");
+  assert_err_contains ("FROM x\nOUTPUT type=local,\"dest=a\n", "expected a closing double quote");
+  assert_err_contains ("FROM x\nOUTPUT =x,type=local\n", "expected OUTPUT option key=value");
+}
+
+static void
+test_errors (void **state)
+{
+  (void) state;
+  assert_err_is ("FROM x\n\nFOO bar\n", "test.recipe:3: unknown instruction 'FOO'");
+  assert_err_is ("FROM x\nRUN a \\\n b\nfrobnicate\n",
+                 "test.recipe:4: unknown instruction 'frobnicate'");
+  assert_err_is ("RUN echo\n", "test.recipe:1: expected FROM, got 'RUN'");
+  assert_err_is ("# c\nARG A\nENV B=1\nFROM x\n", "test.recipe:3: expected FROM, got 'ENV'");
+  assert_err_is ("ARG A\nOUTPUT type=local,dest=x\n", "test.recipe:2: expected FROM, got 'OUTPUT'");
+  assert_err_is ("", "test.recipe:1: expected FROM, got end of file");
+  assert_err_is ("# only a comment\n\nARG X\n", "test.recipe:3: expected FROM, got end of file");
+  assert_err_is ("FROM x\nHEALTHCHECK CMD true\n", "test.recipe:2: HEALTHCHECK is not supported yet");
+  assert_err_is ("FROM x\nonbuild RUN true\n", "test.recipe:2: ONBUILD is not supported yet");
+  assert_err_is ("FROM x\nRUN <<EOF\necho hi\nEOF\n",
+                 "test.recipe:2: heredocs are not supported yet, got '<<EOF'");
+  assert_err_contains ("FROM x\nRUN cat <<-'END' > /f\n", "heredocs are not supported yet");
+  assert_err_contains ("FROM x\nCOPY <<EOF /dst\n", "test.recipe:2: heredocs are not supported");
+  assert_err_is ("FROM a b\n",
+                 "test.recipe:1: expected 'FROM [--platform=P] IMAGE [AS NAME]', got 'FROM a b'");
+  assert_err_contains ("FROM a AS b c\n", "test.recipe:1: expected 'FROM");
+  assert_err_contains ("FROM\n", "test.recipe:1: expected 'FROM");
+  assert_err_contains ("FROM a AS 1st\n", "a stage name starts with a letter");
+  assert_err_contains ("FROM a AS b/c\n", "got 'b/c'");
+  assert_err_is ("FROM a AS b\nFROM c AS B\n",
+                 "test.recipe:2: a stage name must be unique, got 'B' twice");
+
+  /* Not heredocs. */
+  ib_recipe_t *r = parse_ok ("FROM x\n"
+                             "RUN echo $((1<<2)) \"a <<EOF\" '<<X' && x=$((3 << 1))\n");
+  ib_recipe_free (r);
+
+  /* Control characters in offending text are masked: one line. */
+  char *msg = parse_err ("FROM x\nBAD\x01\x1b[31m\n");
+  assert_null (strchr (msg, '\x1b'));
+  assert_non_null (strstr (msg, "unknown instruction 'BAD??[31m'"));
+  free (msg);
+
+  /* Long offending text is cut. */
+  char longline[400];
+  memset (longline, 'Z', sizeof longline - 1);
+  longline[sizeof longline - 1] = '\0';
+  char *text = xasprintf ("FROM x\n%s\n", longline);
+  msg = parse_err (text);
+  assert_true (strlen (msg) < 200);
+  assert_non_null (strstr (msg, "...'"));
+  free (msg);
+  free (text);
+
+  /* NULL text; NULL err is allowed. */
+  ib_recipe_t *out = NULL;
+  ib_error_t err = NULL;
+  assert_int_equal (ib_recipe_parse ("p", NULL, &out, &err), -1);
+  assert_null (out);
+  ib_error_free (&err);
+  assert_int_equal (ib_recipe_parse ("p", "RUN x", &out, NULL), -1);
+  assert_null (out);
+  ib_recipe_free (NULL);
+}
+
+/* ------------------------------------------------------------------ */
+/* expansion                                                          */
+/* ------------------------------------------------------------------ */
+
+static void
+test_expand (void **state)
+{
+  (void) state;
+  assert_expand ("", "");
+  assert_expand ("plain", "plain");
+  assert_expand ("$A", "alpha");
+  assert_expand ("${A}", "alpha");
+  assert_expand ("x$A-y", "xalpha-y");
+  assert_expand ("${A}_$B", "alpha_beta");
+  assert_expand ("$Ax", "");
+  assert_expand ("$UNSET|${UNSET}", "|");
+  assert_expand ("$N1$1", "one");
+  /* Substituted values are not re-scanned. */
+  assert_expand ("$Q", "it's \"$A\" ${B}");
+  assert_expand ("\"$Q\"", "\"it's \"$A\" ${B}\"");
+
+  assert_expand ("${A:-def}", "alpha");
+  assert_expand ("${UNSET:-def}", "def");
+  assert_expand ("${EMPTY:-def}", "def");
+  assert_expand ("${EMPTY-def}", "");
+  assert_expand ("${UNSET-def}", "def");
+  assert_expand ("${A:+alt}", "alt");
+  assert_expand ("${EMPTY:+alt}", "");
+  assert_expand ("${EMPTY+alt}", "alt");
+  assert_expand ("${UNSET+alt}", "");
+  assert_expand ("${UNSET:+alt}", "");
+  assert_expand ("${UNSET:-}", "");
+  assert_expand ("${UNSET:-a b c}", "a b c");
+
+  /* Recursive words. */
+  assert_expand ("${UNSET:-${B}}", "beta");
+  assert_expand ("${UNSET:-${UNSET2:-$A}x}", "alphax");
+  assert_expand ("${A:+[${B}]}", "[beta]");
+  assert_expand ("${UNSET:-pre${A}post}", "prealphapost");
+
+  /* Patterns. */
+  assert_expand ("${V#v}", "1.2.3");
+  assert_expand ("${V#*.}", "2.3");
+  assert_expand ("${V##*.}", "3");
+  assert_expand ("${V%.*}", "v1.2");
+  assert_expand ("${V%%.*}", "v1");
+  assert_expand ("${PATHV##*/}", "python3");
+  assert_expand ("${V#nomatch}", "v1.2.3");
+  assert_expand ("${UNSET#x}", "");
+
+  /* Literal '$'. */
+  assert_expand ("$", "$");
+  assert_expand ("a$", "a$");
+  assert_expand ("$ x", "$ x");
+  assert_expand ("$-", "$-");
+  assert_expand ("$$", "$$");
+  assert_expand ("100$/", "100$/");
+  assert_expand ("$(cmd)", "$(cmd)");
+
+  /* Escapes: only before '$' is the escape removed. */
+  assert_expand ("\\$A", "$A");
+  assert_expand ("\\${A}", "${A}");
+  assert_expand ("a\\ b", "a\\ b");
+  assert_expand ("\\\\$A", "\\\\alpha");
+  assert_expand ("C:\\dir", "C:\\dir");
+  assert_expand ("trail\\", "trail\\");
+  assert_expand ("it\\'s $A", "it\\'s alpha");
+
+  /* Quotes are kept; single quotes stop expansion, double quotes do not. */
+  assert_expand ("'$A'", "'$A'");
+  assert_expand ("\"$A\"", "\"alpha\"");
+  assert_expand ("\"it's $A\"", "\"it's alpha\"");
+  assert_expand ("'a'$A'b'", "'a'alpha'b'");
+  assert_expand ("\"\\$A\"", "\"$A\"");
+  assert_expand ("\"q\\\"$A\"", "\"q\\\"alpha\"");
+  assert_expand ("${UNSET:-'$A'}", "'$A'");
+  assert_expand ("${UNSET:-'}'}", "'}'");
+  assert_expand ("${UNSET:-x\\}y}", "x\\}y");
+
+  /* Other escape character. */
+  char *out = NULL;
+  ib_error_t err = NULL;
+  assert_int_equal (ib_expand ("`$A \\$A", '`', lookup_tbl, (void *) vars, &out, &err), 0);
+  assert_string_equal (out, "$A \\alpha");
+  free (out);
+  /* NULL lookup: everything unset. */
+  assert_int_equal (ib_expand ("[$A${B:-b}]", 0, NULL, NULL, &out, &err), 0);
+  assert_string_equal (out, "[b]");
+  free (out);
+
+  /* Errors. */
+  assert_expand_fails ("${A", "expected '}', got end of text");
+  assert_expand_fails ("${", "expected '}'");
+  assert_expand_fails ("x${A:-y", "expected '}'");
+  assert_expand_fails ("${A:-${B}", "expected '}'");
+  assert_expand_fails ("${}", "bad substitution");
+  assert_expand_fails ("${:-x}", "bad substitution");
+  assert_expand_fails ("${A:", "expected '}'");
+  assert_expand_fails ("${A*}", "unsupported modifier");
+  assert_expand_fails ("${A:=x}", "unsupported modifier");
+  assert_expand_fails ("'open", "closing single quote");
+  assert_expand_fails ("\"open $A", "closing double quote");
+  assert_expand_fails ("${UNSET?must be set}", "UNSET: must be set");
+  assert_expand_fails ("${EMPTY:?}", "EMPTY: is unset or empty");
+  assert_expand ("${EMPTY?x}", "");
+  assert_expand ("${A:?x}", "alpha");
+}
+
+static void
+test_expand_word (void **state)
+{
+  (void) state;
+  assert_expand_word ("$A", "alpha");
+  assert_expand_word ("\"$SP\"", "x y");
+  assert_expand_word ("'$A'", "$A");
+  assert_expand_word ("\\$A", "$A");
+  assert_expand_word ("a\\ b", "a b");
+  assert_expand_word ("trail\\", "trail");
+  assert_expand_word ("\"it's $A\"", "it's alpha");
+  assert_expand_word ("it\\'s", "it's");
+  assert_expand_word ("\"a\\\"b\\\\c\\$A\\x\"", "a\"b\\c$A\\x");
+  assert_expand_word ("'a\\b'", "a\\b");
+  assert_expand_word ("${UNSET:-\"d e\"}", "d e");
+  assert_expand_word ("${UNSET:-'$A'}", "$A");
+  assert_expand_word ("pre\"$A\"'$B'post", "prealpha$Bpost");
+  assert_expand_word ("  spaced  out ", "  spaced  out ");
+  assert_expand_word ("\"\"", "");
+  assert_expand_word ("$Q", "it's \"$A\" ${B}");
+
+  char *out = NULL;
+  ib_error_t err = NULL;
+  assert_int_equal (ib_expand_word ("C:\\dir `$A a` b", '`', lookup_tbl, (void *) vars, &out,
+                                    &err),
+                    0);
+  assert_string_equal (out, "C:\\dir $A a b");
+  free (out);
+}
+
+static void
+test_split_words (void **state)
+{
+  (void) state;
+  char **w;
+
+  w = ib_split_words ("  a  b\tc\n");
+  assert_strv (w, "a", "b", "c", NULL);
+  ib_strv_free (w);
+  w = ib_split_words ("\"a b\" 'c d' e\"f g\"h");
+  assert_strv (w, "a b", "c d", "ef gh", NULL);
+  ib_strv_free (w);
+  w = ib_split_words ("\"q\\\"x\" \"b\\\\s\" \"d\\$\" \"k\\ep\" 'n\\o'");
+  assert_strv (w, "q\"x", "b\\s", "d$", "k\\ep", "n\\o", NULL);
+  ib_strv_free (w);
+  w = ib_split_words ("a\\ b c\\");
+  assert_strv (w, "a b", "c", NULL);
+  ib_strv_free (w);
+  w = ib_split_words ("\"\" ''");
+  assert_strv (w, "", "", NULL);
+  ib_strv_free (w);
+  w = ib_split_words ("\"open quote");
+  assert_strv (w, "open quote", NULL);
+  ib_strv_free (w);
+  w = ib_split_words ("$A ${B}");
+  assert_strv (w, "$A", "${B}", NULL);
+  ib_strv_free (w);
+  w = ib_split_words ("");
+  assert_strv (w, NULL);
+  ib_strv_free (w);
+  w = ib_split_words (NULL);
+  assert_strv (w, NULL);
+  ib_strv_free (w);
+}
+
+/* ------------------------------------------------------------------ */
+/* robustness: mutated inputs must parse or fail cleanly              */
+/* ------------------------------------------------------------------ */
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ULL;
+
+static uint64_t
+rng (void)
+{
+  rng_state ^= rng_state << 13;
+  rng_state ^= rng_state >> 7;
+  rng_state ^= rng_state << 17;
+  return rng_state;
+}
+
+static const char *const seeds[] = {
+  "ARG BASE=localhost:5000/debian:bookworm\nFROM ${BASE} AS build\nRUN apt-get update && \\\n"
+  "    apt-get install -y gcc python3-dev\nWORKDIR /src\nRUN python3 setup.py bdist_wheel\n"
+  "OUTPUT type=local,dest=dist,src=/src/dist\nFROM ${BASE} AS client\n"
+  "COPY --from=build /src/dist/ /opt/\nOUTPUT type=image,name=demo-client:latest\n",
+  "# escape=`\nFROM x\nRUN a `\n  b\nENV A=\"x y\" B='z' C=d` e\nLABEL k v w\n",
+  "FROM x\nCMD [\"a\", \"b\"]\nENTRYPOINT [\"e\"]\nSHELL [\"/bin/sh\",\"-c\"]\nVOLUME [\"/v\"]\n"
+  "EXPOSE 80 443\nUSER u:g\nSTOPSIGNAL 9\nMAINTAINER m\n",
+  "FROM --platform=linux/amd64 a AS b\nCOPY --chown=1:1 --link --exclude=x a b /c/\n"
+  "ADD --chmod=755 f /g\nRUN --mount=type=cache,target=/c --network=none make\n",
+  "FROM x\r\nARG A B=1\r\nENV K V\r\nOUTPUT type=oci,dest=o,\"name=a,b\"\r\n",
+};
+
+static const char special[] = "\\`\n\r\"'${}[]#=,- \t<AS:";
+
+static char *
+mutate (const char *seed)
+{
+  ib_buf_t b = { 0 };
+  ib_buf_puts (&b, seed);
+  int rounds = 1 + (int) (rng () % 6);
+  for (int k = 0; k < rounds; k++)
+    {
+      size_t len = b.len;
+      size_t pos = len ? (size_t) (rng () % len) : 0;
+      switch (rng () % 6)
+        {
+        case 0: /* flip a byte */
+          if (len)
+            b.data[pos] = (char) (1 + rng () % 255);
+          break;
+        case 1: /* put a special char */
+          if (len)
+            b.data[pos] = special[rng () % (sizeof special - 1)];
+          break;
+        case 2: /* insert a special char */
+          {
+            char c = special[rng () % (sizeof special - 1)];
+            ib_buf_append (&b, "", 1); /* grow by one (content fixed below) */
+            memmove (b.data + pos + 1, b.data + pos, len - pos);
+            b.data[pos] = c;
+            b.data[b.len] = '\0';
+            break;
+          }
+        case 3: /* delete a chunk */
+          {
+            size_t n = (size_t) (rng () % 16);
+            if (pos + n > len)
+              n = len - pos;
+            memmove (b.data + pos, b.data + pos + n, len - pos - n);
+            b.len -= n;
+            b.data[b.len] = '\0';
+            break;
+          }
+        case 4: /* truncate */
+          b.len = pos;
+          b.data[b.len] = '\0';
+          break;
+        default: /* duplicate a chunk */
+          {
+            size_t n = (size_t) (rng () % 24);
+            if (pos + n > len)
+              n = len - pos;
+            char *chunk = xstrndup (b.data + pos, n);
+            size_t at = len ? (size_t) (rng () % len) : 0;
+            char *tail = xstrdup (b.data + at);
+            b.len = at;
+            b.data[at] = '\0';
+            ib_buf_puts (&b, chunk);
+            ib_buf_puts (&b, tail);
+            free (chunk);
+            free (tail);
+            break;
+          }
+        }
+    }
+  ib_buf_append (&b, "", 0);
+  return ib_buf_steal (&b);
+}
+
+static void
+exercise_expand (const char *s, char esc)
+{
+  char *out = NULL;
+  ib_error_t err = NULL;
+  if (ib_expand (s, esc, lookup_tbl, (void *) vars, &out, &err) == 0)
+    {
+      assert_non_null (out);
+      free (out);
+    }
+  else
+    {
+      assert_null (out);
+      assert_non_null (err);
+      assert_null (strchr (err->msg, '\n'));
+      ib_error_free (&err);
+    }
+  if (ib_expand_word (s, esc, lookup_tbl, (void *) vars, &out, &err) == 0)
+    free (out);
+  else
+    {
+      assert_non_null (err);
+      ib_error_free (&err);
+    }
+  char **w = ib_split_words (s);
+  assert_non_null (w);
+  ib_strv_free (w);
+}
+
+static void
+walk_instr (const ib_recipe_t *r, const ib_instr_t *in)
+{
+  assert_non_null (in->keyword);
+  assert_non_null (in->text);
+  assert_non_null (in->flags);
+  assert_true (in->line >= 1);
+  exercise_expand (in->text, r->escape);
+  for (size_t i = 0; in->args && in->args[i]; i++)
+    exercise_expand (in->args[i], r->escape);
+  for (size_t i = 0; in->flags[i]; i++)
+    assert_true (strncmp (in->flags[i], "--", 2) == 0 && strchr (in->flags[i], '='));
+  for (size_t i = 0; i < in->n_kvs; i++)
+    {
+      assert_non_null (in->kvs[i].key);
+      assert_true ((in->kvs[i].value == NULL) == (in->kvs[i].raw == NULL));
+      if (in->kvs[i].raw)
+        exercise_expand (in->kvs[i].raw, r->escape);
+    }
+  (void) ib_instr_flag (in, "from");
+  char **m = ib_instr_flag_values (in, "mount");
+  ib_strv_free (m);
+}
+
+static void
+test_robustness (void **state)
+{
+  (void) state;
+  int ok = 0, failed = 0;
+
+  for (int iter = 0; iter < 3000; iter++)
+    {
+      const char *seed = seeds[rng () % (sizeof seeds / sizeof seeds[0])];
+      char *text = mutate (seed);
+      ib_recipe_t *r = NULL;
+      ib_error_t err = NULL;
+      int ret = ib_recipe_parse ("fuzz.recipe", text, &r, &err);
+      if (ret == 0)
+        {
+          ok++;
+          assert_non_null (r);
+          assert_null (err);
+          assert_true (r->n_stages >= 1);
+          for (size_t i = 0; i < r->n_global_args; i++)
+            walk_instr (r, &r->global_args[i]);
+          for (size_t s = 0; s < r->n_stages; s++)
+            {
+              assert_int_equal (r->stages[s].instrs[0].kind, IB_I_FROM);
+              for (size_t i = 0; i < r->stages[s].n_instrs; i++)
+                walk_instr (r, &r->stages[s].instrs[i]);
+              assert_ptr_equal (ib_recipe_stage (r, r->stages[s].name ? r->stages[s].name : "0"),
+                                r->stages[s].name ? &r->stages[s] : &r->stages[0]);
+            }
+          ib_recipe_free (r);
+        }
+      else
+        {
+          failed++;
+          assert_int_equal (ret, -1);
+          assert_null (r);
+          assert_non_null (err);
+          assert_non_null (err->msg);
+          assert_true (strncmp (err->msg, "fuzz.recipe:", 12) == 0);
+          assert_null (strchr (err->msg, '\n'));
+          ib_error_free (&err);
+        }
+      /* The raw mutated text through the word functions too. */
+      exercise_expand (text, (rng () & 1) ? '\\' : '`');
+      free (text);
+    }
+  /* Both outcomes must have been exercised. */
+  assert_true (ok > 100);
+  assert_true (failed > 100);
+
+  /* Fully random bytes. */
+  for (int iter = 0; iter < 500; iter++)
+    {
+      char buf[128];
+      size_t n = (size_t) (rng () % sizeof buf);
+      for (size_t i = 0; i < n; i++)
+        buf[i] = (rng () & 1) ? special[rng () % (sizeof special - 1)] : (char) (1 + rng () % 255);
+      buf[n] = '\0';
+      ib_recipe_t *r = NULL;
+      ib_error_t err = NULL;
+      if (ib_recipe_parse ("rand", buf, &r, &err) == 0)
+        ib_recipe_free (r);
+      else
+        {
+          assert_non_null (err);
+          ib_error_free (&err);
+        }
+      exercise_expand (buf, '\\');
+    }
+}
+
+int
+main (void)
+{
+  const struct CMUnitTest tests[] = {
+    cmocka_unit_test (test_demo_recipe),
+    cmocka_unit_test (test_multistage),
+    cmocka_unit_test (test_escape_directive),
+    cmocka_unit_test (test_continuations),
+    cmocka_unit_test (test_crlf),
+    cmocka_unit_test (test_json_and_shell_forms),
+    cmocka_unit_test (test_env),
+    cmocka_unit_test (test_label_and_arg),
+    cmocka_unit_test (test_copy_and_flags),
+    cmocka_unit_test (test_other_instructions),
+    cmocka_unit_test (test_output),
+    cmocka_unit_test (test_errors),
+    cmocka_unit_test (test_expand),
+    cmocka_unit_test (test_expand_word),
+    cmocka_unit_test (test_split_words),
+    cmocka_unit_test (test_robustness),
+  };
+  return cmocka_run_group_tests (tests, NULL, NULL);
+}

@@ -1,0 +1,560 @@
+/* tests/unit/test_sandbox.c — ib_userns_enter + ib_sandbox_run on a tiny
+ * rootfs made of the host's static busybox (Debian: busybox-static).
+ *
+ * The test process enters the user namespace first (mode from
+ * $IMGBUILD_USERNS: root|map|single|auto, default auto), then runs commands
+ * in the sandbox.  Run it as root and as an unprivileged user; set
+ * IB_TEST_DEBUG=1 for the sandbox's debug messages.  Skipped
+ * (exit 0 with a message) when no static busybox is installed. */
+#include "rootfs/sandbox.h"
+#include "common/util.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+static char rootfs[] = "/tmp/ib-sandbox-XXXXXX";
+static ib_userns_mode_t mode;
+static char *env_default[] = { (char *) "PATH=/usr/bin:/bin", (char *) "HOME=/root", NULL };
+
+static const char *const applets[]
+    = { "sh", "cat", "ls", "id", "sleep", "echo", "pwd", "mknod", "unshare", "hostname",
+        "grep", "wc", "test", "true", "stat", "touch", "ps", "env", NULL };
+
+static const char *
+find_busybox (void)
+{
+  static const char *const candidates[] = { "/bin/busybox", "/usr/bin/busybox", NULL };
+  for (int i = 0; candidates[i]; i++)
+    if (access (candidates[i], X_OK) == 0)
+      return candidates[i];
+  return NULL;
+}
+
+static int
+copy_file (const char *from, const char *to, mode_t m)
+{
+  char *data = NULL;
+  size_t len = 0;
+  ib_error_t err = NULL;
+  if (ib_read_file (from, &data, &len, &err) < 0)
+    {
+      ib_error_report (&err);
+      return -1;
+    }
+  int fd = open (to, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, m);
+  if (fd < 0 || write (fd, data, len) != (ssize_t) len)
+    {
+      free (data);
+      return -1;
+    }
+  close (fd);
+  free (data);
+  return 0;
+}
+
+static int
+make_rootfs (const char *busybox)
+{
+  if (mkdtemp (rootfs) == NULL)
+    return -1;
+  chmod (rootfs, 0755);
+  static const char *const dirs[] = { "bin", "proc", "dev", "sys", "etc", "tmp", NULL };
+  for (int i = 0; dirs[i]; i++)
+    {
+      cleanup_free char *d = ib_path_join (rootfs, dirs[i]);
+      if (mkdir (d, 0755) < 0)
+        return -1;
+    }
+  cleanup_free char *tmp = ib_path_join (rootfs, "tmp");
+  chmod (tmp, 01777);
+  cleanup_free char *bb = ib_path_join (rootfs, "bin/busybox");
+  if (copy_file (busybox, bb, 0755) < 0)
+    return -1;
+  for (int i = 0; applets[i]; i++)
+    {
+      cleanup_free char *rel = xasprintf ("bin/%s", applets[i]);
+      cleanup_free char *l = ib_path_join (rootfs, rel);
+      if (symlink ("busybox", l) < 0)
+        return -1;
+    }
+  /* A regular /etc/hosts gets the host's bound onto it; no resolv.conf:
+   * the sandbox must not create one. */
+  cleanup_free char *hosts = ib_path_join (rootfs, "etc/hosts");
+  int fd = open (hosts, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0 || write (fd, "# rootfs hosts\n", 15) != 15)
+    return -1;
+  close (fd);
+  return 0;
+}
+
+/* Run argv; returns ib_sandbox_run's result, fills *status, *out (tail) and
+ * *msg (error message). */
+static int
+run_full (char *const *argv, const char *cwd, uid_t uid, bool net_none, int tail_lines,
+          int *status, char **out, char **msg)
+{
+  ib_sandbox_opts_t o = {
+    .rootfs = rootfs,
+    .argv = argv,
+    .env = env_default,
+    .cwd = cwd,
+    .uid = uid,
+    .gid = uid,
+    .network_none = net_none,
+    .tail_lines = tail_lines,
+    .tail = out,
+  };
+  ib_error_t err = NULL;
+  *status = -12345;
+  int r = ib_sandbox_run (&o, status, &err);
+  if (msg)
+    *msg = err ? xstrdup (err->msg) : NULL;
+  if (err)
+    fprintf (stderr, "sandbox error: %s\n", err->msg);
+  ib_error_free (&err);
+  return r;
+}
+
+/* sh -c SCRIPT as root in "/", output captured. */
+static int
+sh (const char *script, char **out)
+{
+  char *argv[] = { (char *) "sh", (char *) "-c", (char *) script, NULL };
+  int status;
+  int r = run_full (argv, NULL, 0, false, 1000, &status, out, NULL);
+  assert_int_equal (r, 0);
+  return status;
+}
+
+static void
+test_exit_code (void **state)
+{
+  (void) state;
+  cleanup_free char *out = NULL;
+  assert_int_equal (sh ("exit 3", &out), 3);
+  free (out);
+  out = NULL;
+  assert_int_equal (sh ("kill -9 $$", &out), 128 + 9);
+}
+
+static void
+test_pid_namespace (void **state)
+{
+  (void) state;
+  cleanup_free char *out = NULL;
+  char *argv[] = { (char *) "cat", (char *) "/proc/self/status", NULL };
+  int status;
+  assert_int_equal (run_full (argv, NULL, 0, false, 1000, &status, &out, NULL), 0);
+  assert_int_equal (status, 0);
+  /* The command is pid 2 (pid 1 is our init), seen in the fresh /proc. */
+  assert_non_null (strstr (out, "\nNSpid:\t2\n"));
+  assert_non_null (strstr (out, "\nSeccomp:\t2\n"));
+  assert_non_null (strstr (out, "\nNoNewPrivs:\t1\n"));
+  free (out);
+  out = NULL;
+  assert_int_equal (sh ("echo pid=$$; test -d /proc/1 && echo init-ok; hostname", &out), 0);
+  assert_non_null (strstr (out, "pid=2\n"));
+  assert_non_null (strstr (out, "init-ok\n"));
+  assert_non_null (strstr (out, "imgbuild\n"));
+}
+
+static void
+test_dev (void **state)
+{
+  (void) state;
+  cleanup_free char *out = NULL;
+  assert_int_equal (sh ("ls /dev", &out), 0);
+  static const char *const want[] = { "null", "zero", "full", "random", "urandom", "tty",
+                                      "pts", "shm", "ptmx", "fd", "stdout", NULL };
+  for (int i = 0; want[i]; i++)
+    {
+      cleanup_free char *line = xasprintf ("\n%s\n", want[i]);
+      cleanup_free char *padded = xasprintf ("\n%s", out);
+      if (strstr (padded, line) == NULL)
+        fail_msg ("/dev lacks %s: %s", want[i], out);
+    }
+  free (out);
+  out = NULL;
+  assert_int_equal (sh ("echo hi > /dev/null && head -c 4 /dev/zero | wc -c && "
+                        "test -c /dev/urandom && test -d /dev/pts && echo x > /dev/shm/y && "
+                        "echo dev-ok",
+                        &out),
+                    0);
+  assert_non_null (strstr (out, "dev-ok"));
+}
+
+static void
+test_ids (void **state)
+{
+  (void) state;
+  char *argv[] = { (char *) "id", NULL };
+  cleanup_free char *out = NULL;
+  int status;
+  assert_int_equal (run_full (argv, NULL, 0, false, 10, &status, &out, NULL), 0);
+  assert_int_equal (status, 0);
+  assert_true (ib_str_has_prefix (out, "uid=0 gid=0"));
+  free (out);
+  out = NULL;
+  /* As another user: real in ROOT/MAP, emulated (stays 0) in SINGLE. */
+  assert_int_equal (run_full (argv, NULL, 1000, false, 10, &status, &out, NULL), 0);
+  assert_int_equal (status, 0);
+  if (mode == IB_USERNS_SINGLE)
+    assert_true (ib_str_has_prefix (out, "uid=0 gid=0"));
+  else
+    assert_true (ib_str_has_prefix (out, "uid=1000 gid=1000"));
+}
+
+static void
+test_root_is_rootfs (void **state)
+{
+  (void) state;
+  cleanup_free char *out = NULL;
+  assert_int_equal (sh ("ls /", &out), 0);
+  assert_string_equal (out, "bin\ndev\netc\nproc\nsys\ntmp\n");
+}
+
+/* Whether any process on the host has the command line "sleep <n>". */
+static bool
+host_has_sleep (const char *n)
+{
+  DIR *d = opendir ("/proc");
+  if (d == NULL)
+    return false;
+  bool found = false;
+  struct dirent *de;
+  while (!found && (de = readdir (d)))
+    {
+      if (de->d_name[0] < '0' || de->d_name[0] > '9')
+        continue;
+      char path[300];
+      snprintf (path, sizeof path, "/proc/%s/cmdline", de->d_name);
+      char buf[64] = { 0 };
+      int fd = open (path, O_RDONLY | O_CLOEXEC);
+      if (fd < 0)
+        continue;
+      ssize_t k = read (fd, buf, sizeof buf - 1);
+      close (fd);
+      if (k > 0 && strcmp (buf, "sleep") == 0 && strcmp (buf + 6, n) == 0)
+        found = true;
+    }
+  closedir (d);
+  return found;
+}
+
+static void
+test_background_killed (void **state)
+{
+  (void) state;
+  struct timespec t0, t1;
+  clock_gettime (CLOCK_MONOTONIC, &t0);
+  char *argv[] = { (char *) "sh", (char *) "-c", (char *) "sleep 4242 & echo started; exit 0",
+                   NULL };
+  int status;
+  /* No tail: the background sleep holds no pipe of ours. */
+  assert_int_equal (run_full (argv, NULL, 0, false, 0, &status, NULL, NULL), 0);
+  assert_int_equal (status, 0);
+  /* Same with the tail pipe, which the sleep keeps open until it dies. */
+  cleanup_free char *out = NULL;
+  assert_int_equal (run_full (argv, NULL, 0, false, 5, &status, &out, NULL), 0);
+  assert_int_equal (status, 0);
+  clock_gettime (CLOCK_MONOTONIC, &t1);
+  assert_true (t1.tv_sec - t0.tv_sec < 20);
+  bool alive = true;
+  for (int i = 0; i < 50 && (alive = host_has_sleep ("4242")); i++)
+    usleep (100 * 1000);
+  assert_false (alive);
+}
+
+static void
+test_tail (void **state)
+{
+  (void) state;
+  char *argv[] = { (char *) "sh", (char *) "-c",
+                   (char *) "for i in 1 2 3 4; do echo line$i; done; echo err5 >&2; printf x", NULL };
+  cleanup_free char *out = NULL;
+  int status;
+  assert_int_equal (run_full (argv, NULL, 0, false, 2, &status, &out, NULL), 0);
+  assert_int_equal (status, 0);
+  assert_string_equal (out, "err5\nx");
+  free (out);
+  out = NULL;
+  char *argv2[] = { (char *) "sh", (char *) "-c", (char *) "echo a; echo b; echo c", NULL };
+  assert_int_equal (run_full (argv2, NULL, 0, false, 2, &status, &out, NULL), 0);
+  assert_string_equal (out, "b\nc\n");
+}
+
+static void
+test_not_found (void **state)
+{
+  (void) state;
+  char *argv[] = { (char *) "no-such-command", NULL };
+  cleanup_free char *msg = NULL;
+  cleanup_free char *out = NULL;
+  int status;
+  assert_int_equal (run_full (argv, NULL, 0, false, 5, &status, &out, &msg), -1);
+  assert_non_null (msg);
+  assert_non_null (strstr (msg, "command not found: no-such-command"));
+  free (msg);
+  msg = NULL;
+  char *argv2[] = { (char *) "/etc/hosts", NULL }; /* not executable */
+  assert_int_equal (run_full (argv2, NULL, 0, false, 0, &status, NULL, &msg), -1);
+  assert_non_null (strstr (msg, "Permission denied"));
+}
+
+static void
+test_network_none (void **state)
+{
+  (void) state;
+  char *argv[] = { (char *) "cat", (char *) "/proc/net/dev", NULL };
+  cleanup_free char *out = NULL;
+  int status;
+  assert_int_equal (run_full (argv, NULL, 0, true, 100, &status, &out, NULL), 0);
+  assert_int_equal (status, 0);
+  /* two header lines and lo */
+  int lines = 0;
+  for (char *p = out; *p; p++)
+    lines += *p == '\n';
+  assert_int_equal (lines, 3);
+  assert_non_null (strstr (out, "lo:"));
+}
+
+static void
+test_cwd_created (void **state)
+{
+  (void) state;
+  char *argv[] = { (char *) "pwd", NULL };
+  cleanup_free char *out = NULL;
+  int status;
+  assert_int_equal (run_full (argv, "/work/sub", 0, false, 10, &status, &out, NULL), 0);
+  assert_int_equal (status, 0);
+  assert_string_equal (out, "/work/sub\n");
+  cleanup_free char *d = ib_path_join (rootfs, "work/sub");
+  struct stat st;
+  assert_int_equal (stat (d, &st), 0);
+  cleanup_free char *w = ib_path_join (rootfs, "work");
+  ib_error_t err = NULL;
+  assert_int_equal (ib_rm_rf (w, &err), 0);
+}
+
+static void
+test_etc_files (void **state)
+{
+  (void) state;
+  cleanup_free char *out = NULL;
+  /* hosts: the host's copy plus our hostname; writes go to the copy. */
+  assert_int_equal (sh ("cat /etc/hosts; echo 10.9.9.9 scribble >> /etc/hosts && echo wrote", &out),
+                    0);
+  assert_null (strstr (out, "# rootfs hosts"));
+  assert_non_null (strstr (out, "imgbuild"));
+  assert_non_null (strstr (out, "wrote"));
+  char *host = NULL;
+  ib_error_t err = NULL;
+  assert_int_equal (ib_read_file ("/etc/hosts", &host, NULL, &err), 0);
+  assert_null (strstr (host, "scribble"));
+  free (host);
+  cleanup_free char *mine = NULL;
+  cleanup_free char *hosts = ib_path_join (rootfs, "etc/hosts");
+  assert_int_equal (ib_read_file (hosts, &mine, NULL, &err), 0);
+  assert_string_equal (mine, "# rootfs hosts\n");
+  /* resolv.conf is absent in the rootfs: nothing is created. */
+  cleanup_free char *resolv = ib_path_join (rootfs, "etc/resolv.conf");
+  struct stat st;
+  assert_int_equal (lstat (resolv, &st), -1);
+  /* /sys is read-only. */
+  free (out);
+  out = NULL;
+  assert_int_equal (sh ("touch /sys/x 2>/dev/null && echo sys-rw || echo sys-ro", &out), 0);
+  assert_non_null (strstr (out, "sys-ro"));
+}
+
+static void
+test_provide_etc_files (void **state)
+{
+  (void) state;
+  char *argv[] = { (char *) "sh", (char *) "-c", (char *) "cat /etc/resolv.conf; echo end", NULL };
+  ib_sandbox_opts_t o = { .rootfs = rootfs, .argv = argv, .env = env_default,
+                          .tail_lines = 100, .provide_etc_files = true };
+  cleanup_free char *out = NULL;
+  o.tail = &out;
+  int status;
+  ib_error_t err = NULL;
+  assert_int_equal (ib_sandbox_run (&o, &status, &err), 0);
+  assert_int_equal (status, 0);
+  char *host = NULL;
+  if (ib_read_file ("/etc/resolv.conf", &host, NULL, &err) == 0)
+    {
+      cleanup_free char *want = xasprintf ("%send\n", host);
+      assert_string_equal (out, want);
+      free (host);
+    }
+  ib_error_free (&err);
+  /* The placeholder is gone; the rootfs's own hosts is untouched. */
+  cleanup_free char *resolv = ib_path_join (rootfs, "etc/resolv.conf");
+  struct stat st;
+  assert_int_equal (lstat (resolv, &st), -1);
+  cleanup_free char *hosts = ib_path_join (rootfs, "etc/hosts");
+  assert_int_equal (lstat (hosts, &st), 0);
+  assert_int_equal (st.st_size, 15);
+}
+
+static void
+test_stdin (void **state)
+{
+  (void) state;
+  int p[2];
+  assert_int_equal (pipe (p), 0);
+  assert_int_equal (write (p[1], "from-stdin\n", 11), 11);
+  close (p[1]);
+  int saved = dup (0);
+  dup2 (p[0], 0);
+  close (p[0]);
+  char *argv[] = { (char *) "cat", NULL };
+  ib_sandbox_opts_t o = { .rootfs = rootfs, .argv = argv, .env = env_default, .tail_lines = 10 };
+  cleanup_free char *out = NULL;
+  o.tail = &out;
+  int status;
+  ib_error_t err = NULL;
+  assert_int_equal (ib_sandbox_run (&o, &status, &err), 0); /* stdin is /dev/null */
+  assert_string_equal (out, "");
+  free (out);
+  out = NULL;
+  o.keep_stdin = true;
+  assert_int_equal (ib_sandbox_run (&o, &status, &err), 0);
+  assert_string_equal (out, "from-stdin\n");
+  dup2 (saved, 0);
+  close (saved);
+}
+
+static void
+test_single_mode_env (void **state)
+{
+  (void) state;
+  cleanup_free char *out = NULL;
+  assert_int_equal (sh ("echo APT=$APT_CONFIG; cat /dev/.imgbuild/apt.conf 2>/dev/null; "
+                        "mknod /tmp/c c 1 3; echo mknod=$?; mknod /tmp/f p; echo fifo=$?; "
+                        "test -p /tmp/f && echo fifo-real; rm -f /tmp/f /tmp/c; "
+                        "unshare -U true; echo unshare=$?",
+                        &out),
+                    0);
+  if (mode == IB_USERNS_SINGLE)
+    {
+      assert_non_null (strstr (out, "APT=/dev/.imgbuild/apt.conf\n"));
+      assert_non_null (strstr (out, "APT::Sandbox::User \"root\";"));
+      assert_non_null (strstr (out, "mknod=0\n"));
+    }
+  else
+    assert_non_null (strstr (out, "APT=\n"));
+  assert_non_null (strstr (out, "fifo-real\n"));
+  assert_null (strstr (out, "unshare=0\n"));
+}
+
+static void
+test_signal_forwarded (void **state)
+{
+  (void) state;
+  pid_t me = getpid ();
+  pid_t killer = fork ();
+  assert_true (killer >= 0);
+  if (killer == 0)
+    {
+      usleep (500 * 1000);
+      kill (me, SIGTERM);
+      _exit (0);
+    }
+  char *argv[] = { (char *) "sleep", (char *) "4243", NULL };
+  int status;
+  assert_int_equal (run_full (argv, NULL, 0, false, 0, &status, NULL, NULL), 0);
+  assert_int_equal (status, 128 + SIGTERM);
+  waitpid (killer, NULL, 0);
+  /* Our disposition is back to the default afterwards. */
+  struct sigaction sa;
+  sigaction (SIGTERM, NULL, &sa);
+  assert_true (sa.sa_handler == SIG_DFL);
+}
+
+static int
+teardown (void **state)
+{
+  (void) state;
+  ib_error_t err = NULL;
+  ib_rm_rf (rootfs, &err);
+  ib_error_free (&err);
+  return 0;
+}
+
+int
+main (void)
+{
+  const char *busybox = find_busybox ();
+  if (busybox == NULL)
+    {
+      printf ("test_sandbox: SKIP (no busybox; install busybox-static)\n");
+      return 0;
+    }
+  if (make_rootfs (busybox) < 0)
+    {
+      perror ("test_sandbox: make rootfs");
+      return 1;
+    }
+
+  if (getenv ("IB_TEST_DEBUG"))
+    ib_verbosity = 2;
+  ib_userns_mode_t requested = IB_USERNS_AUTO;
+  const char *m = getenv ("IMGBUILD_USERNS");
+  if (m && strcmp (m, "root") == 0)
+    requested = IB_USERNS_ROOT;
+  else if (m && strcmp (m, "map") == 0)
+    requested = IB_USERNS_MAP;
+  else if (m && strcmp (m, "single") == 0)
+    requested = IB_USERNS_SINGLE;
+  ib_error_t err = NULL;
+  if (ib_userns_enter (requested, &mode, &err) < 0)
+    {
+      fprintf (stderr, "test_sandbox: %s\n", err->msg);
+      ib_error_free (&err);
+      teardown (NULL);
+      return 1;
+    }
+  ib_userns_mode_t again;
+  if (ib_userns_enter (IB_USERNS_SINGLE, &again, &err) < 0 || again != mode
+      || ib_userns_mode () != mode)
+    {
+      fprintf (stderr, "test_sandbox: second ib_userns_enter is not a no-op\n");
+      return 1;
+    }
+  printf ("test_sandbox: user namespace mode %s (uid %d)\n", ib_userns_mode_name (mode),
+          (int) getuid ());
+
+  const struct CMUnitTest tests[] = {
+    cmocka_unit_test (test_exit_code),
+    cmocka_unit_test (test_pid_namespace),
+    cmocka_unit_test (test_dev),
+    cmocka_unit_test (test_ids),
+    cmocka_unit_test (test_root_is_rootfs),
+    cmocka_unit_test (test_background_killed),
+    cmocka_unit_test (test_tail),
+    cmocka_unit_test (test_not_found),
+    cmocka_unit_test (test_network_none),
+    cmocka_unit_test (test_cwd_created),
+    cmocka_unit_test (test_etc_files),
+    cmocka_unit_test (test_provide_etc_files),
+    cmocka_unit_test (test_stdin),
+    cmocka_unit_test (test_single_mode_env),
+    cmocka_unit_test (test_signal_forwarded),
+  };
+  return cmocka_run_group_tests (tests, NULL, teardown);
+}
