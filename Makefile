@@ -2,7 +2,8 @@
 PKGS     := libcurl jansson libarchive libcrypto libzstd libseccomp zlib
 CC       ?= cc
 CFLAGS   ?= -O2 -g
-CFLAGS   += -std=gnu11 -Wall -Wextra -Werror -D_GNU_SOURCE -I. $(shell pkg-config --cflags $(PKGS))
+# Project flags stay even when CFLAGS is given on the command line (make asan).
+IB_CFLAGS := -std=gnu11 -Wall -Wextra -Werror -D_GNU_SOURCE -I. $(shell pkg-config --cflags $(PKGS))
 LDLIBS   += $(shell pkg-config --libs $(PKGS)) -lpthread
 BUILD    ?= build
 BIN      ?= bin
@@ -17,18 +18,18 @@ all: $(BIN)/imgbuild
 
 $(BUILD)/%.o: %.c $(wildcard */*.h)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -c -o $@ $<
+	$(CC) $(IB_CFLAGS) $(CFLAGS) -c -o $@ $<
 
 $(BUILD)/libimgbuild.a: $(LIB_OBJ)
 	rm -f $@ && ar rcs $@ $^
 
 $(BIN)/imgbuild: $(BUILD)/builder/main.o $(BUILD)/libimgbuild.a
 	@mkdir -p $(BIN)
-	$(CC) $(CFLAGS) -o $@ $^ $(LDFLAGS) $(LDLIBS)
+	$(CC) $(IB_CFLAGS) $(CFLAGS) -o $@ $^ $(LDFLAGS) $(LDLIBS)
 
 $(BUILD)/tests/%: tests/unit/%.c $(BUILD)/libimgbuild.a
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -o $@ $^ $(LDFLAGS) $(LDLIBS) -lcmocka
+	$(CC) $(IB_CFLAGS) $(CFLAGS) -o $@ $^ $(LDFLAGS) $(LDLIBS) -lcmocka
 
 deps:
 	bash tests/install-deps.sh

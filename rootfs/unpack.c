@@ -716,7 +716,18 @@ struct unpack
   struct src *src;
   ib_unpack_stats_t *stats;
   bool can_chown_warned;
+  ib_buf_t skipped_names;  /* first few skipped entries, for one warning per layer */
 };
+
+/* Count a skipped entry; the names of the first few go into the one warning
+ * ib_unpack_layer prints (images carry /dev nodes that no rootless unpack can
+ * create, and the sandbox provides its own /dev). */
+static void
+note_skipped (struct unpack *u, const char *name)
+{
+  if (u->stats->skipped++ < 4)
+    ib_buf_printf (&u->skipped_names, "%s/%s", u->skipped_names.len ? ", " : "", name);
+}
 
 static void
 unpack_free (struct unpack *u)
@@ -727,6 +738,7 @@ unpack_free (struct unpack *u)
   for (size_t i = 0; i < u->n_dirs; i++)
     free (u->dirs[i].path);
   free (u->dirs);
+  ib_buf_free (&u->skipped_names);
   if (u->rootfd >= 0)
     close (u->rootfd);
 }
@@ -1208,8 +1220,8 @@ apply_entry (struct unpack *u, struct archive *a, struct archive_entry *e, const
           {
             if (errno == EPERM || errno == EACCES)
               {
-                ib_warn ("/%s: device node skipped: %s", name, strerror (errno));
-                u->stats->skipped++;
+                ib_debug ("/%s: device node skipped: %s", name, strerror (errno));
+                note_skipped (u, name);
                 return 0;
               }
             return ib_error_sys (err, errno, "entry %s: mknod", name);
@@ -1223,8 +1235,8 @@ apply_entry (struct unpack *u, struct archive *a, struct archive_entry *e, const
         return 0;
       }
     default:
-      ib_warn ("/%s: entry of type 0%o skipped", name, (unsigned) type);
-      u->stats->skipped++;
+      ib_debug ("/%s: entry of type 0%o skipped", name, (unsigned) type);
+      note_skipped (u, name);
       return 0;
     }
 }
@@ -1348,6 +1360,11 @@ ib_unpack_layer (const char *layer_path, const char *target, char diff_id[IB_DIG
     }
   ret = unpack_stream (&u, a, err);
   stats->bytes = s.total;
+  if (ret == 0 && stats->skipped)
+    ib_warn ("unpack layer %s: %llu device node%s or special file%s skipped (%s%s)", layer_path,
+             (unsigned long long) stats->skipped, stats->skipped > 1 ? "s" : "",
+             stats->skipped > 1 ? "s" : "", u.skipped_names.data,
+             stats->skipped > 4 ? ", ..." : "");
   if (ret == 0 && diff_id)
     {
       ib_sha256_final (s.hash, diff_id);
