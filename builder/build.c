@@ -315,9 +315,21 @@ do_from (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err)
   cleanup_free char *image = NULL;
   if (expand (b, NULL, in->text, &image, err) < 0)
     return -1;
-  if (ib_instr_flag (in, "platform"))
-    ib_warn ("%s:%d: FROM --platform is not supported yet; using the host's platform",
-             b->recipe->path, in->line);
+  const char *platform = ib_instr_flag (in, "platform");
+  if (platform)
+    {
+      const char *os, *arch, *variant;
+      ib_host_platform (&os, &arch, &variant);
+      cleanup_free char *want = NULL;
+      cleanup_free char *host = xasprintf ("%s/%s", os, arch);
+      if (expand (b, NULL, platform, &want, err) < 0)
+        return -1;
+      if (strcmp (want, host) != 0)
+        return ib_error_set (err, ENOTSUP,
+                             "--platform=%s: building for another platform than the host's "
+                             "(%s) is not supported yet",
+                             want, host);
+    }
   if (ib_store_tmp_dir (b->store, "stage", &st->rootfs, err) < 0)
     return -1;
   int idx = stage_index (b, image);
@@ -506,6 +518,17 @@ context_path (build_t *b, const char *src, char **out, ib_error_t *err)
   return ib_root_resolve (b->context, src, true, out, err);
 }
 
+static bool
+is_archive_name (const char *name)
+{
+  static const char *const ext[] = { ".tar", ".tar.gz", ".tgz", ".tar.xz", ".txz", ".tar.bz2",
+                                     ".tbz2", ".tar.zst", NULL };
+  for (size_t i = 0; ext[i]; i++)
+    if (ib_str_has_suffix (name, ext[i]))
+      return true;
+  return false;
+}
+
 static int
 do_copy (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err)
 {
@@ -595,6 +618,20 @@ do_copy (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err)
                        : context_path (b, words[i], &src_host, err);
       if (r < 0)
         goto out;
+      if (in->kind == IB_I_ADD && strstr (words[i], "://"))
+        {
+          ib_error_set (err, ENOTSUP, "%s: ADD of URLs is not supported yet", words[i]);
+          goto out;
+        }
+      if (in->kind == IB_I_ADD && is_archive_name (words[i]))
+        {
+          /* Docker would extract it; copying it instead would differ silently. */
+          ib_error_set (err, ENOTSUP,
+                        "%s: ADD of archives (auto-extraction) is not supported yet; use COPY "
+                        "and RUN tar",
+                        words[i]);
+          goto out;
+        }
       if (access (src_host, F_OK) < 0)
         {
           ib_error_set (err, ENOENT, "%s: no such file or directory in %s", words[i],

@@ -169,3 +169,18 @@ def test_push_to_another_name(registry, base_image, store):
     a = json.loads(sh("skopeo", "inspect", "--tls-verify=false", f"docker://{registry}/debian:bookworm").stdout)
     b = json.loads(sh("skopeo", "inspect", "--tls-verify=false", f"docker://{registry}/copied/debian:pushed").stdout)
     assert a["Layers"] == b["Layers"]
+
+
+def test_unsupported_features_fail_clearly(registry, base_image, store, tmp_path):
+    ctx = tmp_path / "ctx"
+    write(ctx / "a.tar.gz", "not really\n")
+    for line, words in [("ADD a.tar.gz /x/", ["a.tar.gz", "archives"]),
+                        ("ADD http://example.invalid/f /f", ["URLs"]),
+                        ("RUN --mount=type=cache,target=/c true", ["--mount", "not supported"]),
+                        ("FROM --platform=linux/arm64 scratch", ["linux/arm64", "not supported"])]:
+        recipe = write(ctx / "u.recipe", f"FROM {registry}/debian:bookworm\n{line}\n")
+        r = imgbuild(recipe, store=store, cwd=tmp_path)
+        assert r.rc != 0, line
+        assert f"{recipe}:2" in r.err, r
+        for w in words:
+            assert w in r.err, (line, r.err)
