@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # The e2e suite (pytest driving bin/imgbuild), once as the calling user and,
-# when that is root, once more as an unprivileged user created here.
+# when that is root, once more as an unprivileged user created here; the
+# unit test binaries (already run by `make unit` as the caller) run as that
+# user too.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$PWD
@@ -35,6 +37,12 @@ if [ "$(id -u)" -eq 0 ]; then
   # No /etc/subuid range for this user: the single-id mode with seccomp root
   # emulation, the one every unprivileged CI runner has.
   chown -R "$unpriv" "$e2e_dir"
+  echo "== unit tests as unprivileged user $unpriv"
+  mkdir -p "$e2e_dir/unit" && cp build/tests/test_* "$e2e_dir/unit/" && chmod -R a+rX "$e2e_dir/unit"
+  for t in "$e2e_dir"/unit/test_*; do
+    echo "== $(basename "$t") as $unpriv"
+    runuser -u "$unpriv" -- "$t" || status=1
+  done
   run_suite "unprivileged user $unpriv" runuser -u "$unpriv" --
 else
   export IMGBUILD_TEST_CACHE=${IMGBUILD_TEST_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/imgbuild-tests}

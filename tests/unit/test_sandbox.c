@@ -4,8 +4,8 @@
  * The test process enters the user namespace first (mode from
  * $IMGBUILD_USERNS: root|map|single|auto, default auto), then runs commands
  * in the sandbox.  Run it as root and as an unprivileged user; set
- * IB_TEST_DEBUG=1 for the sandbox's debug messages.  Skipped
- * (exit 0 with a message) when no static busybox is installed. */
+ * IB_TEST_DEBUG=1 for the sandbox's debug messages.  Fails
+ * (exit 1 with a message) when no static busybox is installed. */
 #include "rootfs/sandbox.h"
 #include "common/util.h"
 
@@ -502,8 +502,9 @@ main (void)
   const char *busybox = find_busybox ();
   if (busybox == NULL)
     {
-      printf ("test_sandbox: SKIP (no busybox; install busybox-static)\n");
-      return 0;
+      /* A missing dependency is a failure, never a silent pass. */
+      fprintf (stderr, "test_sandbox: no busybox found; run 'make deps' (busybox-static)\n");
+      return 1;
     }
   if (make_rootfs (busybox) < 0)
     {
