@@ -41,7 +41,7 @@ unit: $(UNIT_BIN)
 test: all unit
 	bash tests/run-e2e.sh
 
-e2e: all
+e2e: all $(UNIT_BIN)
 	bash tests/run-e2e.sh
 
 asan:
