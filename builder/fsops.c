@@ -81,44 +81,6 @@ ib_root_resolve (const char *root, const char *path, bool follow_last, char **ho
   return 0;
 }
 
-static int
-copy_file_data (int in, int out, const char *src, ib_error_t *err)
-{
-  for (;;)
-    {
-      ssize_t n = copy_file_range (in, NULL, out, NULL, 1 << 30, 0);
-      if (n == 0)
-        return 0;
-      if (n > 0)
-        continue;
-      if (errno == EINTR)
-        continue;
-      if (errno != EXDEV && errno != EINVAL && errno != ENOSYS && errno != EOPNOTSUPP)
-        return ib_error_sys (err, errno, "copy %s", src);
-      break;
-    }
-  char buf[1 << 16];
-  for (;;)
-    {
-      ssize_t n = read (in, buf, sizeof buf);
-      if (n < 0 && errno == EINTR)
-        continue;
-      if (n < 0)
-        return ib_error_sys (err, errno, "read %s", src);
-      if (n == 0)
-        return 0;
-      for (ssize_t off = 0; off < n;)
-        {
-          ssize_t w = write (out, buf + off, (size_t) (n - off));
-          if (w < 0 && errno == EINTR)
-            continue;
-          if (w < 0)
-            return ib_error_sys (err, errno, "write copy of %s", src);
-          off += w;
-        }
-    }
-}
-
 static void
 apply_meta (const char *dst, const struct stat *st, const ib_copy_opts_t *o)
 {
@@ -201,7 +163,7 @@ copy_entry (const char *src, const char *dst, const ib_copy_opts_t *o, ib_error_
   cleanup_close int out = open (dst, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
   if (out < 0)
     return ib_error_sys (err, errno, "create %s", dst);
-  if (copy_file_data (in, out, src, err) < 0)
+  if (ib_copy_fd_data (in, out, src, err) < 0)
     return -1;
   apply_meta (dst, &st, o);
   return 0;

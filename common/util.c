@@ -6,6 +6,8 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/fs.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -233,6 +235,55 @@ ib_read_file (const char *path, char **data, size_t *len, ib_error_t *err)
 }
 
 int
+ib_write_all (int fd, const void *data, size_t len, const char *shown, ib_error_t *err)
+{
+  const char *p = data;
+  while (len > 0)
+    {
+      ssize_t n = write (fd, p, len);
+      if (n < 0 && errno == EINTR)
+        continue;
+      if (n < 0)
+        return ib_error_sys (err, errno, "write %s", shown);
+      p += n;
+      len -= (size_t) n;
+    }
+  return 0;
+}
+
+int
+ib_copy_fd_data (int in, int out, const char *shown, ib_error_t *err)
+{
+  if (ioctl (out, FICLONE, in) == 0)
+    return 0;
+  for (;;)
+    {
+      ssize_t n = copy_file_range (in, NULL, out, NULL, 1 << 30, 0);
+      if (n > 0 || (n < 0 && errno == EINTR))
+        continue;
+      if (n == 0)
+        return 0;
+      if (errno == EXDEV || errno == EINVAL || errno == ENOSYS || errno == EOPNOTSUPP
+          || errno == EBADF || errno == EPERM)
+        break; /* not for these files: plain copy of what is left */
+      return ib_error_sys (err, errno, "copy %s", shown);
+    }
+  cleanup_free char *buf = xmalloc (1 << 17);
+  for (;;)
+    {
+      ssize_t n = read (in, buf, 1 << 17);
+      if (n < 0 && errno == EINTR)
+        continue;
+      if (n < 0)
+        return ib_error_sys (err, errno, "read %s", shown);
+      if (n == 0)
+        return 0;
+      if (ib_write_all (out, buf, (size_t) n, shown, err) < 0)
+        return -1;
+    }
+}
+
+int
 ib_fsync_dir (const char *dir, ib_error_t *err)
 {
   cleanup_close int fd = open (dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -261,22 +312,11 @@ ib_write_file_atomic (const char *path, const void *data, size_t len, mode_t mod
   int fd = mkostemp (tmp, O_CLOEXEC);
   if (fd < 0)
     return ib_error_sys (err, errno, "create %s", tmp);
-  const char *p = data;
-  size_t left = len;
-  while (left > 0)
+  if (ib_write_all (fd, data, len, path, err) < 0)
     {
-      ssize_t n = write (fd, p, left);
-      if (n < 0 && errno == EINTR)
-        continue;
-      if (n < 0)
-        {
-          int e = errno;
-          close (fd);
-          unlink (tmp);
-          return ib_error_sys (err, e, "write %s", path);
-        }
-      p += n;
-      left -= (size_t) n;
+      close (fd);
+      unlink (tmp);
+      return -1;
     }
   if (fchmod (fd, mode) < 0 || fsync (fd) < 0)
     {

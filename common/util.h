@@ -69,6 +69,15 @@ int ib_read_file (const char *path, char **data, size_t *len, ib_error_t *err);
 int ib_write_file_atomic (const char *path, const void *data, size_t len, mode_t mode,
                           ib_error_t *err);
 
+/* write() all `len` bytes, retrying on EINTR and short writes.  `shown`
+ * names the file in the error. */
+int ib_write_all (int fd, const void *data, size_t len, const char *shown, ib_error_t *err);
+
+/* Copy the rest of `in` to `out` (both regular files): a reflink (FICLONE)
+ * where the filesystem shares extents, else copy_file_range, else
+ * read/write.  `shown` names the source in errors. */
+int ib_copy_fd_data (int in, int out, const char *shown, ib_error_t *err);
+
 /* fsync a directory (after a rename into it). */
 int ib_fsync_dir (const char *dir, ib_error_t *err);
 

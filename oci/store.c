@@ -271,21 +271,10 @@ ib_store_put_blob (ib_store_t *s, const void *data, size_t len, char out_digest[
   cleanup_close int fd = ib_store_tmp_file (s, "blob", &tmp, err);
   if (fd < 0)
     return -1;
-  const char *p = data;
-  size_t left = len;
-  while (left > 0)
+  if (ib_write_all (fd, data, len, tmp, err) < 0)
     {
-      ssize_t n = write (fd, p, left);
-      if (n < 0 && errno == EINTR)
-        continue;
-      if (n < 0)
-        {
-          int e = errno;
-          unlink (tmp);
-          return ib_error_sys (err, e, "write %s", tmp);
-        }
-      p += n;
-      left -= (size_t) n;
+      unlink (tmp);
+      return -1;
     }
   if (ib_store_commit_blob_hashed (s, tmp, d, err) < 0)
     {

@@ -1407,55 +1407,6 @@ copy_xattrs (int sfd, int dfd, const char *shown)
     }
 }
 
-static int
-copy_data (int in, int out, const char *shown, ib_error_t *err)
-{
-  if (ioctl (out, FICLONE, in) == 0)
-    return 0;
-  bool plain = false;
-  for (;;)
-    {
-      ssize_t n = copy_file_range (in, NULL, out, NULL, 1 << 30, 0);
-      if (n == 0)
-        return 0;
-      if (n > 0)
-        continue;
-      if (errno == EINTR)
-        continue;
-      if (errno == EXDEV || errno == EINVAL || errno == ENOSYS || errno == EOPNOTSUPP
-          || errno == EBADF || errno == EPERM)
-        {
-          plain = true;
-          break;
-        }
-      return ib_error_sys (err, errno, "copy %s", shown);
-    }
-  if (plain)
-    {
-      cleanup_free char *buf = xmalloc (1 << 17);
-      for (;;)
-        {
-          ssize_t n = read (in, buf, 1 << 17);
-          if (n < 0 && errno == EINTR)
-            continue;
-          if (n < 0)
-            return ib_error_sys (err, errno, "read %s", shown);
-          if (n == 0)
-            break;
-          for (ssize_t off = 0; off < n;)
-            {
-              ssize_t w = write (out, buf + off, (size_t) (n - off));
-              if (w < 0 && errno == EINTR)
-                continue;
-              if (w < 0)
-                return ib_error_sys (err, errno, "write %s", shown);
-              off += w;
-            }
-        }
-    }
-  return 0;
-}
-
 static int copy_dir (struct copy *c, int sfd, int dfd, const char *rel, const char *shown,
                      ib_error_t *err);
 
@@ -1523,7 +1474,7 @@ copy_entry (struct copy *c, int sfd, int dfd, const char *name, const char *rel,
             = openat (dfd, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
         if (out < 0)
           return ib_error_sys (err, errno, "create copy of %s", shown);
-        if (copy_data (in, out, shown, err) < 0)
+        if (ib_copy_fd_data (in, out, shown, err) < 0)
           return -1;
         if (fchown (out, st.st_uid, st.st_gid) < 0)
           ignore_chown_error (shown);
