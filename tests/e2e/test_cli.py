@@ -184,3 +184,25 @@ def test_unsupported_features_fail_clearly(registry, base_image, store, tmp_path
         assert f"{recipe}:2" in r.err, r
         for w in words:
             assert w in r.err, (line, r.err)
+
+
+def test_cli_tag_output_and_target(registry, base_image, store, tmp_path):
+    ctx = tmp_path / "ctx"
+    write(ctx / "f", "hi\n")
+    recipe = write(ctx / "t.recipe", f"""FROM {registry}/debian:bookworm AS a
+COPY f /data/f
+RUN echo made > /data/g
+FROM a AS b
+RUN echo never > /data/h
+""")
+    r = imgbuild("build", recipe, "--target", "a", "-t", "mytag:1",
+                 "--output", "type=local,dest=outdir,src=/data", store=store, cwd=tmp_path)
+    assert r.rc == 0, r
+    assert sorted(p.name for p in (tmp_path / "outdir").iterdir()) == ["f", "g"]
+    assert (tmp_path / "outdir/g").read_text() == "made\n"
+    info = json.loads(imgbuild("inspect", "mytag:1", store=store).out)
+    assert len(info["manifest"]["layers"]) == 2 + 1  # base + COPY + RUN; stage b not built
+    r = imgbuild("build", recipe, "--target", "nope", store=store, cwd=tmp_path)
+    assert r.rc != 0 and "nope" in r.err
+    r = imgbuild("build", recipe, "--output", "type=bogus,dest=x", store=store, cwd=tmp_path)
+    assert r.rc != 0 and "bogus" in r.err
