@@ -1,10 +1,10 @@
 /* rootfs/unpack.c — apply image layers beneath a directory (image-spec
  * layer.md), copy trees, keep unpacked snapshots per chain id.
  *
- * The layer blob is decompressed here (zlib / libzstd streaming APIs) so
- * that the sha256 of the uncompressed tar stream (the diff_id) is computed
- * in the same single pass that feeds libarchive, which only ever sees a
- * plain tar.
+ * The layer blob is decompressed here (ISA-L igzip / libzstd streaming
+ * APIs), in a decoder thread, so that the sha256 of the uncompressed tar
+ * stream (the diff_id) is computed in the same single pass that feeds
+ * libarchive, which only ever sees a plain tar.
  *
  * Every path of an entry is resolved beneath the target with
  * openat2(RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS): symlinks planted by
@@ -34,7 +34,8 @@
 #include <sys/sysmacros.h>
 #include <sys/xattr.h>
 #include <unistd.h>
-#include <zlib.h>
+#include <isa-l/igzip_lib.h>
+#include <pthread.h>
 #include <zstd.h>
 
 #ifndef FICLONE
@@ -200,12 +201,23 @@ enum src_kind
   SRC_ZSTD
 };
 
+/* The decoding half of the unpack pipeline.  A worker thread reads the
+ * layer's bytes through `read`, decompresses them (gzip with ISA-L's
+ * igzip, several times faster than zlib's inflate; zstd with libzstd),
+ * hashes the tar stream (the diff_id) and hands it over in PIPE_BUF_SIZE
+ * buffers through a ring of PIPE_NBUF; libarchive, in the calling thread,
+ * parses the tar and the files are written there.  Decoding and writing
+ * thus run on two cores, and memory stays bounded (PIPE_NBUF MiB). */
+#define PIPE_BUF_SIZE (1 << 20)
+#define PIPE_NBUF 4
+
 struct src
 {
-  int fd;
+  ib_layer_read_fn read;
+  void *ud;
   enum src_kind kind;
-  z_stream z;
-  bool z_live;
+  bool kind_known;
+  struct inflate_state *gz;
   bool gz_between;       /* a gzip member ended; another may follow */
   ZSTD_DStream *zs;
   size_t zret;           /* last ZSTD_decompressStream result: 0 = frame complete */
@@ -213,11 +225,22 @@ struct src
   size_t in_len, in_pos;
   bool in_eof;
   bool end;              /* uncompressed stream finished */
-  unsigned char *out;
   ib_sha256_t *hash;
   uint64_t total, limit;
   int status;            /* pipeline error: reported in preference to libarchive's */
   char *msg;
+
+  /* The ring between the decoder thread and the tar reader. */
+  pthread_t thread;
+  bool thread_live;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  unsigned char *buf[PIPE_NBUF];
+  size_t len[PIPE_NBUF];
+  unsigned head, count;  /* buf[head] is the next (or current) buffer to read */
+  bool holding;          /* the reader holds buf[head] */
+  bool done;             /* the decoder stopped: end of stream or s->msg */
+  bool cancel;           /* the reader gave up: stop decoding */
 };
 
 static ssize_t
@@ -231,122 +254,156 @@ src_fail (struct src *s, int status, const char *msg)
   return -1;
 }
 
+/* Read more input into s->in after what is there (compacting first). */
+static int
+src_read_more (struct src *s)
+{
+  if (s->in_pos > 0)
+    {
+      memmove (s->in, s->in + s->in_pos, s->in_len - s->in_pos);
+      s->in_len -= s->in_pos;
+      s->in_pos = 0;
+    }
+  if (s->in_len == SRC_BUF_SIZE)
+    return 0;
+  ib_error_t e = NULL;
+  ssize_t n = s->read (s->ud, s->in + s->in_len, SRC_BUF_SIZE - s->in_len, &e);
+  if (n < 0)
+    {
+      src_fail (s, e && e->status ? e->status : EIO, e ? e->msg : "read failed");
+      ib_error_free (&e);
+      return -1;
+    }
+  if (n == 0)
+    s->in_eof = true;
+  s->in_len += (size_t) n;
+  return 0;
+}
+
 static int
 src_fill (struct src *s)
 {
   if (s->in_pos < s->in_len || s->in_eof)
     return 0;
-  for (;;)
-    {
-      ssize_t n = read (s->fd, s->in, SRC_BUF_SIZE);
-      if (n < 0 && errno == EINTR)
-        continue;
-      if (n < 0)
-        {
-          int e = errno;
-          cleanup_free char *m = xasprintf ("read: %s", strerror (e));
-          return (int) src_fail (s, e, m);
-        }
-      s->in_len = (size_t) n;
-      s->in_pos = 0;
-      if (n == 0)
-        s->in_eof = true;
-      return 0;
-    }
+  return src_read_more (s);
 }
 
-/* Next chunk of the uncompressed tar into s->out: its length, 0 at the end,
- * -1 on error (s->msg set). */
+static int
+src_detect (struct src *s)
+{
+  while (s->in_len < 4 && !s->in_eof)
+    if (src_read_more (s) < 0)
+      return -1;
+  const unsigned char *m = s->in;
+  if (s->in_len >= 2 && m[0] == 0x1f && m[1] == 0x8b)
+    {
+      s->kind = SRC_GZIP;
+      s->gz = xmalloc (sizeof *s->gz);
+      isal_inflate_init (s->gz);
+      s->gz->crc_flag = ISAL_GZIP;
+    }
+  else if (s->in_len >= 4 && m[0] == 0x28 && m[1] == 0xb5 && m[2] == 0x2f && m[3] == 0xfd)
+    {
+      s->kind = SRC_ZSTD;
+      s->zs = ZSTD_createDStream ();
+      if (s->zs == NULL)
+        return (int) src_fail (s, ENOMEM, "ZSTD_createDStream failed");
+      ZSTD_initDStream (s->zs);
+      s->zret = 1;
+    }
+  else
+    s->kind = SRC_TAR;
+  s->kind_known = true;
+  return 0;
+}
+
+/* Decode up to `cap` bytes of the tar stream into `out`: the count, 0 at
+ * the end, -1 on error (s->msg set).  Counts and limits s->total. */
 static ssize_t
-src_next (struct src *s)
+src_produce (struct src *s, unsigned char *out, size_t cap)
 {
   if (s->msg)
+    return -1;
+  if (!s->kind_known && src_detect (s) < 0)
     return -1;
   while (!s->end)
     {
       size_t produced = 0;
+      if (src_fill (s) < 0)
+        return -1;
+      bool no_input = s->in_pos == s->in_len && s->in_eof;
       if (s->kind == SRC_TAR)
         {
-          ssize_t n;
-          do
-            n = read (s->fd, s->out, SRC_BUF_SIZE);
-          while (n < 0 && errno == EINTR);
-          if (n < 0)
+          if (no_input)
             {
-              int e = errno;
-              cleanup_free char *m = xasprintf ("read: %s", strerror (e));
-              return src_fail (s, e, m);
+              s->end = true;
+              break;
             }
-          if (n == 0)
-            s->end = true;
-          produced = (size_t) n;
+          produced = s->in_len - s->in_pos < cap ? s->in_len - s->in_pos : cap;
+          memcpy (out, s->in + s->in_pos, produced);
+          s->in_pos += produced;
         }
-      else
+      else if (s->kind == SRC_GZIP)
         {
-          if (src_fill (s) < 0)
-            return -1;
-          bool no_input = s->in_pos == s->in_len && s->in_eof;
-          if (s->kind == SRC_GZIP)
-            {
-              if (s->gz_between)
-                {
-                  if (no_input)
-                    {
-                      s->end = true;
-                      break;
-                    }
-                  if (s->in[s->in_pos] != 0x1f)
-                    {
-                      ib_debug ("trailing bytes after the gzip stream ignored");
-                      s->end = true;
-                      break;
-                    }
-                  inflateReset (&s->z);
-                  s->gz_between = false;
-                }
-              s->z.next_in = s->in + s->in_pos;
-              s->z.avail_in = (uInt) (s->in_len - s->in_pos);
-              s->z.next_out = s->out;
-              s->z.avail_out = SRC_BUF_SIZE;
-              int r = inflate (&s->z, Z_NO_FLUSH);
-              s->in_pos = s->in_len - s->z.avail_in;
-              produced = SRC_BUF_SIZE - s->z.avail_out;
-              if (r == Z_STREAM_END)
-                s->gz_between = true;
-              else if (r == Z_BUF_ERROR || (r == Z_OK && produced == 0))
-                {
-                  if (no_input)
-                    return src_fail (s, EIO, "gzip stream is truncated");
-                }
-              else if (r != Z_OK)
-                {
-                  cleanup_free char *m
-                      = xasprintf ("gzip stream is corrupt: %s", s->z.msg ? s->z.msg : "inflate error");
-                  return src_fail (s, EIO, m);
-                }
-            }
-          else
+          if (s->gz_between)
             {
               if (no_input)
                 {
-                  if (s->zret != 0)
-                    return src_fail (s, EIO, "zstd stream is truncated");
                   s->end = true;
                   break;
                 }
-              ZSTD_inBuffer ib = { s->in, s->in_len, s->in_pos };
-              ZSTD_outBuffer ob = { s->out, SRC_BUF_SIZE, 0 };
-              size_t r = ZSTD_decompressStream (s->zs, &ob, &ib);
-              if (ZSTD_isError (r))
+              if (s->in[s->in_pos] != 0x1f)
                 {
-                  cleanup_free char *m
-                      = xasprintf ("zstd stream is corrupt: %s", ZSTD_getErrorName (r));
-                  return src_fail (s, EIO, m);
+                  ib_debug ("trailing bytes after the gzip stream ignored");
+                  s->end = true;
+                  break;
                 }
-              s->zret = r;
-              s->in_pos = ib.pos;
-              produced = ob.pos;
+              isal_inflate_reset (s->gz);
+              s->gz->crc_flag = ISAL_GZIP;
+              s->gz_between = false;
             }
+          s->gz->next_in = s->in + s->in_pos;
+          s->gz->avail_in = (uint32_t) (s->in_len - s->in_pos);
+          s->gz->next_out = out;
+          s->gz->avail_out = (uint32_t) cap;
+          int r = isal_inflate (s->gz);
+          s->in_pos = s->in_len - s->gz->avail_in;
+          produced = cap - s->gz->avail_out;
+          if (r < 0)
+            {
+              cleanup_free char *m = xasprintf (
+                  "gzip stream is corrupt: %s",
+                  r == ISAL_INCORRECT_CHECKSUM ? "checksum mismatch"
+                  : r == ISAL_INVALID_WRAPPER  ? "bad gzip header"
+                                               : "invalid deflate data");
+              return src_fail (s, EIO, m);
+            }
+          if (s->gz->block_state == ISAL_BLOCK_FINISH)
+            s->gz_between = true;
+          else if (produced == 0 && no_input)
+            return src_fail (s, EIO, "gzip stream is truncated");
+        }
+      else
+        {
+          if (no_input)
+            {
+              if (s->zret != 0)
+                return src_fail (s, EIO, "zstd stream is truncated");
+              s->end = true;
+              break;
+            }
+          ZSTD_inBuffer ib = { s->in, s->in_len, s->in_pos };
+          ZSTD_outBuffer ob = { out, cap, 0 };
+          size_t r = ZSTD_decompressStream (s->zs, &ob, &ib);
+          if (ZSTD_isError (r))
+            {
+              cleanup_free char *m
+                  = xasprintf ("zstd stream is corrupt: %s", ZSTD_getErrorName (r));
+              return src_fail (s, EIO, m);
+            }
+          s->zret = r;
+          s->in_pos = ib.pos;
+          produced = ob.pos;
         }
       if (produced > 0)
         {
@@ -359,84 +416,139 @@ src_next (struct src *s)
                   s->limit);
               return src_fail (s, EFBIG, m);
             }
-          ib_sha256_update (s->hash, s->out, produced);
           return (ssize_t) produced;
         }
     }
   return 0;
 }
 
+static void *
+src_decoder (void *arg)
+{
+  struct src *s = arg;
+  for (;;)
+    {
+      pthread_mutex_lock (&s->mu);
+      while (s->count == PIPE_NBUF && !s->cancel)
+        pthread_cond_wait (&s->cv, &s->mu);
+      bool cancel = s->cancel;
+      unsigned slot = (s->head + s->count) % PIPE_NBUF;
+      pthread_mutex_unlock (&s->mu);
+      if (cancel)
+        break;
+
+      size_t n = 0;
+      ssize_t r = 1;
+      while (n < PIPE_BUF_SIZE && (r = src_produce (s, s->buf[slot] + n, PIPE_BUF_SIZE - n)) > 0)
+        n += (size_t) r;
+      if (n > 0)
+        ib_sha256_update (s->hash, s->buf[slot], n);
+
+      pthread_mutex_lock (&s->mu);
+      if (n > 0)
+        {
+          s->len[slot] = n;
+          s->count++;
+        }
+      if (r <= 0)
+        s->done = true;
+      pthread_cond_broadcast (&s->cv);
+      pthread_mutex_unlock (&s->mu);
+      if (r <= 0)
+        break;
+    }
+  return NULL;
+}
+
+/* The next buffer of the tar stream: its length, 0 at the end, -1 on error
+ * (s->msg set).  Releases the buffer returned before. */
+static ssize_t
+src_next (struct src *s, const void **out)
+{
+  pthread_mutex_lock (&s->mu);
+  if (s->holding)
+    {
+      s->head = (s->head + 1) % PIPE_NBUF;
+      s->count--;
+      s->holding = false;
+      pthread_cond_broadcast (&s->cv);
+    }
+  while (s->count == 0 && !s->done)
+    pthread_cond_wait (&s->cv, &s->mu);
+  ssize_t n;
+  if (s->count > 0)
+    {
+      s->holding = true;
+      *out = s->buf[s->head];
+      n = (ssize_t) s->len[s->head];
+    }
+  else
+    n = s->msg ? -1 : 0;
+  pthread_mutex_unlock (&s->mu);
+  return n;
+}
+
 static la_ssize_t
 src_read_cb (struct archive *a, void *ud, const void **buf)
 {
   struct src *s = ud;
-  ssize_t n = src_next (s);
+  ssize_t n = src_next (s, buf);
   if (n < 0)
     {
       archive_set_error (a, s->status ? s->status : EIO, "%s", s->msg);
       return -1;
     }
-  *buf = s->out;
   return n;
 }
 
 static int
-src_open (struct src *s, const char *path, ib_error_t *err)
+src_open (struct src *s, ib_layer_read_fn read_fn, void *ud, ib_error_t *err)
 {
   memset (s, 0, sizeof *s);
-  s->fd = open (path, O_RDONLY | O_CLOEXEC);
-  if (s->fd < 0)
-    return ib_error_sys (err, errno, "open");
-  unsigned char m[4] = { 0 };
-  ssize_t n = pread (s->fd, m, sizeof m, 0);
-  if (n < 0)
-    return ib_error_sys (err, errno, "read");
-  if (n >= 2 && m[0] == 0x1f && m[1] == 0x8b)
-    s->kind = SRC_GZIP;
-  else if (n == 4 && m[0] == 0x28 && m[1] == 0xb5 && m[2] == 0x2f && m[3] == 0xfd)
-    s->kind = SRC_ZSTD;
-  else
-    s->kind = SRC_TAR;
-  s->out = xmalloc (SRC_BUF_SIZE);
-  if (s->kind != SRC_TAR)
-    s->in = xmalloc (SRC_BUF_SIZE);
-  if (s->kind == SRC_GZIP)
-    {
-      if (inflateInit2 (&s->z, 15 + 16) != Z_OK)
-        return ib_error_set (err, ENOMEM, "inflateInit2 failed");
-      s->z_live = true;
-    }
-  else if (s->kind == SRC_ZSTD)
-    {
-      s->zs = ZSTD_createDStream ();
-      if (s->zs == NULL)
-        return ib_error_set (err, ENOMEM, "ZSTD_createDStream failed");
-      ZSTD_initDStream (s->zs);
-      s->zret = 1;
-    }
+  s->read = read_fn;
+  s->ud = ud;
+  s->in = xmalloc (SRC_BUF_SIZE);
+  for (int i = 0; i < PIPE_NBUF; i++)
+    s->buf[i] = xmalloc (PIPE_BUF_SIZE);
   s->hash = ib_sha256_new ();
   s->limit = ib_unpack_max_bytes ();
+  pthread_mutex_init (&s->mu, NULL);
+  pthread_cond_init (&s->cv, NULL);
+  int r = pthread_create (&s->thread, NULL, src_decoder, s);
+  if (r != 0)
+    return ib_error_sys (err, r, "start the decoder thread");
+  s->thread_live = true;
   return 0;
 }
 
 static void
 src_close (struct src *s)
 {
-  if (s->fd >= 0)
-    close (s->fd);
-  s->fd = -1;
-  if (s->z_live)
-    inflateEnd (&s->z);
-  s->z_live = false;
+  if (s->thread_live)
+    {
+      pthread_mutex_lock (&s->mu);
+      s->cancel = true;
+      pthread_cond_broadcast (&s->cv);
+      pthread_mutex_unlock (&s->mu);
+      pthread_join (s->thread, NULL);
+      s->thread_live = false;
+    }
+  pthread_mutex_destroy (&s->mu);
+  pthread_cond_destroy (&s->cv);
+  free (s->gz);
+  s->gz = NULL;
   ZSTD_freeDStream (s->zs);
   s->zs = NULL;
   free (s->in);
-  free (s->out);
-  s->in = s->out = NULL;
-  ib_sha256_free (s->hash);
-  s->hash = NULL;
+  s->in = NULL;
+  for (int i = 0; i < PIPE_NBUF; i++)
+    {
+      free (s->buf[i]);
+      s->buf[i] = NULL;
+    }
   free (s->msg);
   s->msg = NULL;
+  /* s->hash stays: the caller reads the diff_id from it, then frees it. */
 }
 
 /* ---------------------------------------------------------------------- */
@@ -1314,7 +1426,8 @@ unpack_stream (struct unpack *u, struct archive *a, ib_error_t *err)
   /* Hash what follows the end-of-archive blocks too: diff_id covers it all. */
   for (;;)
     {
-      ssize_t n = src_next (u->src);
+      const void *buf;
+      ssize_t n = src_next (u->src, &buf);
       if (n < 0)
         return ib_error_set (err, u->src->status, "%s", u->src->msg);
       if (n == 0)
@@ -1323,9 +1436,34 @@ unpack_stream (struct unpack *u, struct archive *a, ib_error_t *err)
   return apply_dirmeta (u, err);
 }
 
+static ssize_t
+fd_read (void *ud, void *buf, size_t len, ib_error_t *err)
+{
+  int fd = *(int *) ud;
+  for (;;)
+    {
+      ssize_t n = read (fd, buf, len);
+      if (n >= 0)
+        return n;
+      if (errno != EINTR)
+        return ib_error_sys (err, errno, "read");
+    }
+}
+
 int
 ib_unpack_layer (const char *layer_path, const char *target, char diff_id[IB_DIGEST_LEN],
                  ib_unpack_stats_t *stats, ib_error_t *err)
+{
+  cleanup_close int fd = open (layer_path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return ib_error_sys (err, errno, "unpack layer %s: open", layer_path);
+  posix_fadvise (fd, 0, 0, POSIX_FADV_SEQUENTIAL);
+  return ib_unpack_layer_stream (layer_path, fd_read, &fd, target, diff_id, stats, err);
+}
+
+int
+ib_unpack_layer_stream (const char *name, ib_layer_read_fn read_fn, void *ud, const char *target,
+                        char diff_id[IB_DIGEST_LEN], ib_unpack_stats_t *stats, ib_error_t *err)
 {
   ib_unpack_stats_t local;
   if (stats == NULL)
@@ -1333,11 +1471,6 @@ ib_unpack_layer (const char *layer_path, const char *target, char diff_id[IB_DIG
   memset (stats, 0, sizeof *stats);
 
   struct src s;
-  if (src_open (&s, layer_path, err) < 0)
-    {
-      src_close (&s);
-      return ib_error_prefix (err, "unpack layer %s", layer_path);
-    }
   struct unpack u = { .rootfd = -1, .src = &s, .stats = stats };
   int ret = -1;
   struct archive *a = NULL;
@@ -1346,8 +1479,11 @@ ib_unpack_layer (const char *layer_path, const char *target, char diff_id[IB_DIG
   if (u.rootfd < 0 || fstat (u.rootfd, &u.root_st) < 0)
     {
       ib_error_sys (err, errno, "open target %s", target);
-      goto out;
+      unpack_free (&u);
+      return ib_error_prefix (err, "unpack layer %s", name);
     }
+  if (src_open (&s, read_fn, ud, err) < 0)
+    goto out;
   a = archive_read_new ();
   if (a == NULL)
     abort ();
@@ -1359,24 +1495,26 @@ ib_unpack_layer (const char *layer_path, const char *target, char diff_id[IB_DIG
       goto out;
     }
   ret = unpack_stream (&u, a, err);
-  stats->bytes = s.total;
   if (ret == 0 && stats->skipped)
-    ib_warn ("unpack layer %s: %llu device node%s or special file%s skipped (%s%s)", layer_path,
+    ib_warn ("unpack layer %s: %llu device node%s or special file%s skipped (%s%s)", name,
              (unsigned long long) stats->skipped, stats->skipped > 1 ? "s" : "",
              stats->skipped > 1 ? "s" : "", u.skipped_names.data,
              stats->skipped > 4 ? ", ..." : "");
+out:
+  if (a)
+    archive_read_free (a);
+  unpack_free (&u);
+  src_close (&s); /* joins the decoder: s.total and s.hash are final */
+  stats->bytes = s.total;
   if (ret == 0 && diff_id)
     {
       ib_sha256_final (s.hash, diff_id);
       s.hash = NULL;
     }
-out:
-  if (a)
-    archive_read_free (a);
-  unpack_free (&u);
-  src_close (&s);
+  ib_sha256_free (s.hash);
+  s.hash = NULL;
   if (ret < 0)
-    return ib_error_prefix (err, "unpack layer %s", layer_path);
+    return ib_error_prefix (err, "unpack layer %s", name);
   return 0;
 }
 

@@ -16,6 +16,7 @@
 #include "oci/store.h"
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 typedef struct ib_unpack_stats
 {
@@ -52,6 +53,23 @@ typedef struct ib_unpack_stats
  * the tar entries seen and uncompressed bytes read. */
 int ib_unpack_layer (const char *layer_path, const char *target, char diff_id[IB_DIGEST_LEN],
                      ib_unpack_stats_t *stats, ib_error_t *err);
+
+/* A source of a layer blob's bytes for ib_unpack_layer_stream: read up to
+ * `len` bytes into `buf`; return the count (may be short), 0 at the end of
+ * the blob, or -1 with *err set.  Called from the unpack's decoder thread,
+ * never concurrently with itself. */
+typedef ssize_t (*ib_layer_read_fn) (void *ud, void *buf, size_t len, ib_error_t *err);
+
+/* ib_unpack_layer over bytes that `read_fn` delivers as they arrive (e.g.
+ * from a download in progress), so that a layer is unpacked while it is
+ * still being fetched.  `name` names the layer in messages.  The
+ * compression is detected from the first bytes.  Decoding (and the
+ * diff_id hash) runs in a second thread, overlapped with writing; memory
+ * used is bounded (about 5 MiB) whatever the layer's size.  A read error
+ * fails the unpack with the reader's message. */
+int ib_unpack_layer_stream (const char *name, ib_layer_read_fn read_fn, void *ud,
+                            const char *target, char diff_id[IB_DIGEST_LEN],
+                            ib_unpack_stats_t *stats, ib_error_t *err);
 
 /* Make `dest` (must not exist) a rootfs of the stored image whose layers are
  * `layer_digests` (blobs in the store) with `diff_ids` from its config.

@@ -29,6 +29,7 @@
 #include <sys/sysmacros.h>
 #include <sys/xattr.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #define MTIME 1234567890
 
@@ -741,6 +742,149 @@ test_copy_tree (void **state)
   ib_error_free (&err);
 }
 
+/* A tar (in memory) holding big/file: 3 MiB of varied bytes, so that the
+ * decoder hands over several pipe buffers. */
+static unsigned char *
+big_tar (size_t *len, unsigned char **content, size_t *content_len)
+{
+  size_t n = 3u << 20;
+  unsigned char *data = xmalloc (n);
+  uint32_t x = 12345;
+  for (size_t i = 0; i < n; i++)
+    {
+      x = x * 1103515245u + 12345u;
+      data[i] = (unsigned char) ((x >> 16) % 17 + 'a');
+    }
+  size_t cap = n + (64 << 10), used = 0;
+  unsigned char *buf = xmalloc (cap);
+  struct archive *a = archive_write_new ();
+  assert_int_equal (archive_write_set_format_pax_restricted (a), ARCHIVE_OK);
+  assert_int_equal (archive_write_open_memory (a, buf, cap, &used), ARCHIVE_OK);
+  struct archive_entry *e = archive_entry_new ();
+  archive_entry_set_pathname (e, "big/file");
+  archive_entry_set_filetype (e, AE_IFREG);
+  archive_entry_set_perm (e, 0644);
+  archive_entry_set_size (e, (la_int64_t) n);
+  assert_int_equal (archive_write_header (a, e), ARCHIVE_OK);
+  assert_int_equal (archive_write_data (a, data, n), (la_ssize_t) n);
+  archive_entry_free (e);
+  tw_close (a);
+  *len = used;
+  *content = data;
+  *content_len = n;
+  return buf;
+}
+
+/* gzip members (RFC 1952) of in[0..len), split at `split` into two members
+ * when split < len. */
+static unsigned char *
+gzip_members (const unsigned char *in, size_t len, size_t split, size_t *out_len)
+{
+  size_t cap = len + 4096, used = 0;
+  unsigned char *out = xmalloc (cap);
+  size_t starts[2] = { 0, split }, ends[2] = { split, len };
+  for (int m = 0; m < 2; m++)
+    {
+      if (starts[m] >= ends[m])
+        continue;
+      z_stream z = { 0 };
+      assert_int_equal (deflateInit2 (&z, 6, Z_DEFLATED, 31, 8, Z_DEFAULT_STRATEGY), Z_OK);
+      z.next_in = (unsigned char *) in + starts[m];
+      z.avail_in = (uInt) (ends[m] - starts[m]);
+      z.next_out = out + used;
+      z.avail_out = (uInt) (cap - used);
+      assert_int_equal (deflate (&z, Z_FINISH), Z_STREAM_END);
+      used = cap - z.avail_out;
+      deflateEnd (&z);
+    }
+  *out_len = used;
+  return out;
+}
+
+struct mem_reader
+{
+  const unsigned char *data;
+  size_t len, pos, step;
+  size_t fail_at; /* 0: never */
+};
+
+static ssize_t
+mem_read (void *ud, void *buf, size_t len, ib_error_t *err)
+{
+  struct mem_reader *m = ud;
+  if (m->fail_at && m->pos >= m->fail_at)
+    return ib_error_set (err, ECONNRESET, "connection lost at byte %zu", m->pos);
+  size_t n = m->len - m->pos;
+  if (n > len)
+    n = len;
+  if (n > m->step)
+    n = m->step;
+  memcpy (buf, m->data + m->pos, n);
+  m->pos += n;
+  return (ssize_t) n;
+}
+
+static void
+stream_case (struct fx *f, const unsigned char *data, size_t len, size_t step, size_t fail_at,
+             const char *want_error, const char *want_diff_id, const unsigned char *content,
+             size_t content_len)
+{
+  static int k;
+  cleanup_free char *dest = xasprintf ("%s/s%d", f->target, k++);
+  assert_int_equal (mkdir (dest, 0755), 0);
+  struct mem_reader m = { data, len, 0, step, fail_at };
+  char id[IB_DIGEST_LEN];
+  ib_error_t err = NULL;
+  int r = ib_unpack_layer_stream ("mem", mem_read, &m, dest, id, NULL, &err);
+  if (want_error)
+    {
+      assert_int_equal (r, -1);
+      assert_non_null (err);
+      if (strstr (err->msg, want_error) == NULL)
+        fail_msg ("error '%s' lacks '%s'", err->msg, want_error);
+      assert_non_null (strstr (err->msg, "unpack layer mem"));
+      ib_error_free (&err);
+      return;
+    }
+  if (r < 0)
+    fail_msg ("%s", err->msg);
+  assert_string_equal (id, want_diff_id);
+  cleanup_free char *p = xasprintf ("%s/big/file", dest);
+  cleanup_free char *got = NULL;
+  size_t got_len = 0;
+  assert_int_equal (ib_read_file (p, &got, &got_len, &err), 0);
+  assert_int_equal (got_len, content_len);
+  assert_memory_equal (got, content, content_len);
+}
+
+/* The streaming reader: byte-sized reads, multi-member gzip, truncated and
+ * corrupt gzip, a reader that fails midway; diff_id always that of the tar. */
+static void
+test_stream (void **state)
+{
+  struct fx *f = *state;
+  size_t tar_len, content_len;
+  cleanup_free unsigned char *content = NULL;
+  cleanup_free unsigned char *tar = big_tar (&tar_len, &content, &content_len);
+  char tar_id[IB_DIGEST_LEN];
+  ib_digest_buf (tar, tar_len, tar_id);
+
+  size_t gz_len, gz2_len;
+  cleanup_free unsigned char *gz = gzip_members (tar, tar_len, tar_len, &gz_len);
+  cleanup_free unsigned char *gz2 = gzip_members (tar, tar_len, tar_len / 3, &gz2_len);
+
+  stream_case (f, tar, tar_len, 1 << 20, 0, NULL, tar_id, content, content_len);
+  stream_case (f, gz, gz_len, 7, 0, NULL, tar_id, content, content_len);
+  stream_case (f, gz, gz_len, 1 << 20, 0, NULL, tar_id, content, content_len);
+  stream_case (f, gz2, gz2_len, 4093, 0, NULL, tar_id, content, content_len);
+  stream_case (f, gz, gz_len / 2, 65536, 0, "gzip stream is truncated", NULL, NULL, 0);
+  stream_case (f, gz, gz_len, 65536, gz_len / 2, "connection lost at byte", NULL, NULL, 0);
+  /* the CRC32 in the gzip trailer (RFC 1952 2.3.1), one bit flipped */
+  gz[gz_len - 8] ^= 1;
+  stream_case (f, gz, gz_len, 65536, 0, "checksum mismatch", NULL, NULL, 0);
+  assert_outside_unchanged (f);
+}
+
 static void
 test_rootfs_prepare (void **state)
 {
@@ -830,6 +974,7 @@ main (void)
     cmocka_unit_test_setup_teardown (test_whiteouts, setup, teardown),
     cmocka_unit_test_setup_teardown (test_whiteouts_fallback, setup, teardown),
     cmocka_unit_test_setup_teardown (test_compression, setup, teardown),
+    cmocka_unit_test_setup_teardown (test_stream, setup, teardown),
     cmocka_unit_test_setup_teardown (test_bad_names, setup, teardown),
     cmocka_unit_test_setup_teardown (test_symlink_attacks, setup, teardown),
     cmocka_unit_test_setup_teardown (test_symlink_attacks_fallback, setup, teardown),
