@@ -245,12 +245,15 @@ from_image (build_t *b, stage_state_t *st, const char *image, ib_error_t *err)
   ib_descriptor_t desc = { 0 };
   ib_manifest_t *m = NULL;
   json_t *config = NULL;
+  bool pulled = false;
   if (ib_store_load_image (b->store, image, &desc, &m, &config, err) < 0)
     {
+      /* not stored: pull it, unpacking each layer while it downloads */
       ib_error_free (err);
-      if (ib_pull (b->store, image, NULL, NULL, NULL, NULL, err) < 0
+      if (ib_rootfs_pull (b->store, image, NULL, NULL, NULL, st->rootfs, true, err) < 0
           || ib_store_load_image (b->store, image, &desc, &m, &config, err) < 0)
         return -1;
+      pulled = true;
     }
   int ret = -1;
   cleanup_strv char **diff_ids = NULL;
@@ -265,7 +268,7 @@ from_image (build_t *b, stage_state_t *st, const char *image, ib_error_t *err)
     }
   for (size_t i = 0; i < m->n_layers; i++)
     ib_strv_push (&digests, m->layers[i].digest);
-  if (ib_rootfs_prepare (b->store, digests, diff_ids, st->rootfs, err) < 0)
+  if (!pulled && ib_rootfs_prepare (b->store, digests, diff_ids, st->rootfs, err) < 0)
     goto out;
   st->config = config;
   config = NULL;

@@ -93,20 +93,6 @@ enter_userns (ib_error_t *err)
   return 0;
 }
 
-/* Resolve a stored image by name, pulling it when absent. */
-static int
-ensure_image (ib_store_t *store, const char *name, ib_error_t *err)
-{
-  ib_descriptor_t d = { 0 };
-  if (ib_store_resolve (store, name, &d, err) == 0)
-    {
-      ib_descriptor_clear (&d);
-      return 0;
-    }
-  ib_error_free (err);
-  return ib_pull (store, name, NULL, NULL, NULL, NULL, err);
-}
-
 static int
 image_rootfs (ib_store_t *store, const char *name, const char *dest, json_t **config_out,
               ib_error_t *err)
@@ -114,15 +100,24 @@ image_rootfs (ib_store_t *store, const char *name, const char *dest, json_t **co
   ib_descriptor_t desc = { 0 };
   ib_manifest_t *m = NULL;
   json_t *config = NULL;
-  if (ensure_image (store, name, err) < 0
-      || ib_store_load_image (store, name, &desc, &m, &config, err) < 0)
+  bool pulled = false;
+  if (ib_store_resolve (store, name, &desc, err) < 0)
+    {
+      /* not stored: pull it, unpacking each layer while it downloads */
+      ib_error_free (err);
+      if (ib_rootfs_pull (store, name, NULL, NULL, NULL, dest, false, err) < 0)
+        return -1;
+      pulled = true;
+    }
+  ib_descriptor_clear (&desc);
+  if (ib_store_load_image (store, name, &desc, &m, &config, err) < 0)
     return -1;
   cleanup_strv char **diff_ids = NULL;
   cleanup_strv char **digests = NULL;
   int ret = ib_config_diff_ids (config, &diff_ids, err);
   for (size_t i = 0; ret == 0 && i < m->n_layers; i++)
     ib_strv_push (&digests, m->layers[i].digest);
-  if (ret == 0)
+  if (ret == 0 && !pulled)
     ret = ib_rootfs_prepare (store, digests, diff_ids, dest, err);
   ib_descriptor_clear (&desc);
   ib_manifest_free (m);

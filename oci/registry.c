@@ -24,6 +24,7 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #define MANIFEST_MAX (4 << 20)  /* bytes; as containerd limits manifests */
@@ -553,11 +554,23 @@ url_host (const char *url)
   return r;
 }
 
+static int curl_failure_on (CURL *handle, const char *errbuf, xfer_t *x, CURLcode c,
+                            const char *url, ib_error_t *err);
+
 static int
 curl_failure (ib_registry_t *r, xfer_t *x, CURLcode c, const char *url, ib_error_t *err)
 {
+  return curl_failure_on (r->curl, r->errbuf, x, c, url, err);
+}
+
+/* An error in words for a failed transfer on `handle` (its error buffer
+ * `errbuf`); sets x->transient when a retry may succeed. */
+static int
+curl_failure_on (CURL *handle, const char *errbuf, xfer_t *x, CURLcode c, const char *url,
+                 ib_error_t *err)
+{
   cleanup_free char *host = url_host (url);
-  const char *detail = r->errbuf[0] ? r->errbuf : curl_easy_strerror (c);
+  const char *detail = errbuf[0] ? errbuf : curl_easy_strerror (c);
   if (x->sink_errno)
     return ib_error_sys (err, x->sink_errno, "write downloaded data");
   if (x->overflow)
@@ -567,7 +580,7 @@ curl_failure (ib_registry_t *r, xfer_t *x, CURLcode c, const char *url, ib_error
     case CURLE_COULDNT_CONNECT:
       {
         long oe = 0;
-        curl_easy_getinfo (r->curl, CURLINFO_OS_ERRNO, &oe);
+        curl_easy_getinfo (handle, CURLINFO_OS_ERRNO, &oe);
         switch (oe)
           {
           case ECONNREFUSED:
@@ -1204,48 +1217,737 @@ ib_registry_blob_exists (ib_registry_t *r, const char *repo, const char *digest,
   return ret;
 }
 
-/* Open (creating) tmp/blob-<hex>.partial and flock it: one download of a
- * blob at a time, across processes; what an earlier, interrupted download
- * left there is resumed.  Returns the fd, or 0 via *done when the blob
- * appeared in the store meanwhile. */
-static int
-open_partial (ib_store_t *store, const char *digest, const char *path, bool *done,
-              ib_error_t *err)
-{
-  *done = false;
-  for (;;)
-    {
-      int fd = open (path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-      if (fd < 0)
-        return ib_error_sys (err, errno, "open %s", path);
-      while (flock (fd, LOCK_EX) < 0)
-        if (errno != EINTR)
-          {
-            int e = errno;
-            close (fd);
-            return ib_error_sys (err, e, "lock %s", path);
-          }
-      struct stat a, b;
-      bool same = fstat (fd, &a) == 0 && stat (path, &b) == 0 && a.st_dev == b.st_dev
-                  && a.st_ino == b.st_ino;
-      if (ib_store_has_blob (store, digest))
-        {
-          if (same)
-            unlink (path);
-          close (fd);
-          *done = true;
-          return 0;
-        }
-      if (same)
-        return fd;
-      close (fd); /* renamed or removed under us: start again */
-    }
-}
-
 static void
 short_digest (const char *digest, char out[24])
 {
   snprintf (out, 24, "sha256:%.8s..", ib_digest_hex (digest));
+}
+
+/* ---------- parallel blob downloads (curl multi) ---------- */
+
+#define FETCH_MAX_ACTIVE 6      /* transfers at once; also the per-host connection bound */
+#define FETCH_ATTEMPTS 6        /* per blob, counting connection errors, 5xx, 429, mismatches */
+#define FETCH_BUFFER (512 * 1024)
+
+enum job_state
+{
+  JOB_WAITING,  /* not started, or waiting for its retry time */
+  JOB_ACTIVE,
+  JOB_DONE,     /* verified and committed to the store (or there already) */
+  JOB_FAILED
+};
+
+typedef struct fetch_job
+{
+  ib_descriptor_t desc;
+  struct ib_fetch *f;
+  enum job_state state;
+  int fd;                 /* the partial file (later: the committed blob) */
+  char *path;             /* <store>/tmp/blob-<hex>.partial */
+  int attempt;            /* failed attempts so far */
+  int redirects;
+  bool auth_retried;
+  int64_t not_before_ms;  /* monotonic time before which no retry starts */
+  char *url;              /* current URL (after redirects) */
+  bool own;               /* url is on the registry's origin: send Authorization */
+  bool resumed;           /* this download continued what an earlier run left */
+  CURL *easy;
+  struct curl_slist *hdrs;
+  char errbuf[CURL_ERROR_SIZE];
+  xfer_t x;               /* headers, status, and the sink (fd, hash, bytes written) */
+  char *retry_after;      /* Retry-After of the last response */
+  /* shared with readers, under f->mu */
+  uint64_t published;     /* bytes of the partial file readers may read */
+  unsigned generation;    /* +1 whenever the file starts over from byte 0 */
+  ib_error_t err;
+} fetch_job_t;
+
+struct ib_fetch
+{
+  ib_registry_t *r;
+  ib_store_t *store;
+  char *repo, *scope, *shown;
+  fetch_job_t *jobs;
+  size_t n;
+  CURLM *multi;
+  pthread_t thread;
+  bool thread_live;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  bool cancel;            /* under mu */
+  bool finished;          /* under mu: the loop thread has ended */
+  int64_t stall_s;
+};
+
+static int64_t
+now_ms (void)
+{
+  struct timespec ts;
+  clock_gettime (CLOCK_MONOTONIC, &ts);
+  return (int64_t) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Backoff before retry `attempt` (1-based): exponential from 250 ms with
+ * jitter, capped at 8 s; a Retry-After (RFC 9110 section 10.2.3: seconds
+ * or an HTTP-date) overrides it, capped at 60 s. */
+static int64_t
+fetch_retry_delay_ms (int attempt, const char *retry_after)
+{
+  if (retry_after && *retry_after)
+    {
+      char *end;
+      long s = strtol (retry_after, &end, 10);
+      int64_t ms = -1;
+      if (end != retry_after && *end == '\0' && s >= 0)
+        ms = (int64_t) s * 1000;
+      else
+        {
+          time_t when = curl_getdate (retry_after, NULL);
+          if (when != -1)
+            ms = ((int64_t) when - (int64_t) time (NULL)) * 1000;
+          if (ms < 0 && when != -1)
+            ms = 0;
+        }
+      if (ms >= 0)
+        return ms > 60000 ? 60000 : ms;
+    }
+  int64_t base = 250LL << (attempt > 5 ? 5 : attempt - 1);
+  if (base > 8000)
+    base = 8000;
+  return base / 2 + (int64_t) (random () % (base / 2 + 1));
+}
+
+static void
+job_wake (struct ib_fetch *f)
+{
+  pthread_cond_broadcast (&f->cv);
+}
+
+/* Start the partial file over from byte 0 (the server ignored Range, the
+ * bytes did not match the digest, ...): readers see a new generation. */
+static int
+job_restart_file (fetch_job_t *j)
+{
+  pthread_mutex_lock (&j->f->mu);
+  j->generation++;
+  j->published = 0;
+  pthread_mutex_unlock (&j->f->mu);
+  ib_sha256_free (j->x.sink_hash);
+  j->x.sink_hash = ib_sha256_new ();
+  j->x.sink_written = 0;
+  j->resumed = false;
+  if (ftruncate (j->fd, 0) < 0 || lseek (j->fd, 0, SEEK_SET) < 0)
+    return -1;
+  return 0;
+}
+
+static size_t
+job_on_header (char *line, size_t size, size_t nmemb, void *ud)
+{
+  fetch_job_t *j = ud;
+  size_t n = size * nmemb;
+  const char *v;
+  size_t vn;
+  if (n >= 5 && strncmp (line, "HTTP/", 5) == 0)
+    {
+      free (j->retry_after);
+      j->retry_after = NULL;
+    }
+  else if (header_is (line, n, "Retry-After", &v, &vn))
+    {
+      free (j->retry_after);
+      j->retry_after = trim_dup (v, vn);
+    }
+  return on_header (line, size, nmemb, &j->x);
+}
+
+static size_t
+job_on_write (char *data, size_t size, size_t nmemb, void *ud)
+{
+  fetch_job_t *j = ud;
+  xfer_t *x = &j->x;
+  if (x->sink_fd >= 0 && (x->status == 200 || x->status == 206) && !x->sink_started
+      && x->status == 200 && x->sink_written > 0)
+    {
+      /* the server ignored our Range: on_write starts the file over */
+      pthread_mutex_lock (&j->f->mu);
+      j->generation++;
+      j->published = 0;
+      pthread_mutex_unlock (&j->f->mu);
+      j->resumed = false;
+    }
+  size_t r = on_write (data, size, nmemb, x);
+  if (x->sink_fd >= 0 && (x->status == 200 || x->status == 206))
+    {
+      pthread_mutex_lock (&j->f->mu);
+      j->published = x->sink_written;
+      job_wake (j->f);
+      pthread_mutex_unlock (&j->f->mu);
+    }
+  return r;
+}
+
+static void
+job_fail (fetch_job_t *j, ib_error_t *e)
+{
+  pthread_mutex_lock (&j->f->mu);
+  j->err = *e;
+  *e = NULL;
+  ib_error_prefix (&j->err, "blob %s", j->desc.digest);
+  j->state = JOB_FAILED;
+  job_wake (j->f);
+  pthread_mutex_unlock (&j->f->mu);
+}
+
+static void
+job_done (fetch_job_t *j)
+{
+  pthread_mutex_lock (&j->f->mu);
+  j->state = JOB_DONE;
+  job_wake (j->f);
+  pthread_mutex_unlock (&j->f->mu);
+}
+
+/* First start of a job: the blob may be in the store already, or partly
+ * downloaded by an earlier run (resumed).  Returns 1 when done, 0 to
+ * download, 2 when another process holds the partial file (try later). */
+static int
+job_open (fetch_job_t *j, ib_error_t *err)
+{
+  struct ib_fetch *f = j->f;
+  if (ib_store_has_blob (f->store, j->desc.digest))
+    goto in_store;
+  if (j->path == NULL)
+    j->path = xasprintf ("%s/tmp/blob-%s.partial", f->store->root, ib_digest_hex (j->desc.digest));
+  for (;;)
+    {
+      int fd = open (j->path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+      if (fd < 0)
+        return ib_error_sys (err, errno, "open %s", j->path);
+      if (flock (fd, LOCK_EX | LOCK_NB) < 0)
+        {
+          int e = errno;
+          close (fd);
+          if (e == EWOULDBLOCK || e == EINTR)
+            return 2;
+          return ib_error_sys (err, e, "lock %s", j->path);
+        }
+      struct stat a, b;
+      bool same = fstat (fd, &a) == 0 && stat (j->path, &b) == 0 && a.st_dev == b.st_dev
+                  && a.st_ino == b.st_ino;
+      if (ib_store_has_blob (f->store, j->desc.digest))
+        {
+          if (same)
+            unlink (j->path);
+          close (fd);
+          goto in_store;
+        }
+      if (!same)
+        {
+          close (fd); /* renamed or removed under us: again */
+          continue;
+        }
+      pthread_mutex_lock (&f->mu);
+      j->fd = fd;
+      pthread_mutex_unlock (&f->mu);
+      break;
+    }
+  /* hash what an earlier, interrupted download left */
+  j->x.sink_fd = j->fd;
+  j->x.sink_hash = ib_sha256_new ();
+  char *buf = xmalloc (1 << 16);
+  for (;;)
+    {
+      ssize_t n = read (j->fd, buf, 1 << 16);
+      if (n < 0 && errno == EINTR)
+        continue;
+      if (n <= 0)
+        break;
+      ib_sha256_update (j->x.sink_hash, buf, (size_t) n);
+      j->x.sink_written += (uint64_t) n;
+    }
+  free (buf);
+  if (j->desc.size >= 0 && j->x.sink_written > (uint64_t) j->desc.size)
+    {
+      if (job_restart_file (j) < 0)
+        return ib_error_sys (err, errno, "truncate %s", j->path);
+    }
+  else if (lseek (j->fd, (off_t) j->x.sink_written, SEEK_SET) < 0)
+    return ib_error_sys (err, errno, "seek %s", j->path);
+  if (j->x.sink_written > 0)
+    {
+      j->resumed = true;
+      ib_debug ("blob %s: resuming at byte %llu", j->desc.digest,
+                (unsigned long long) j->x.sink_written);
+    }
+  pthread_mutex_lock (&f->mu);
+  j->published = j->x.sink_written;
+  pthread_mutex_unlock (&f->mu);
+  return 0;
+
+in_store:;
+  cleanup_free char *p = ib_store_blob_path (f->store, j->desc.digest);
+  int fd = open (p, O_RDONLY | O_CLOEXEC);
+  struct stat st;
+  if (fd < 0 || fstat (fd, &st) < 0)
+    {
+      int e = errno;
+      if (fd >= 0)
+        close (fd);
+      return ib_error_sys (err, e, "open %s", p);
+    }
+  pthread_mutex_lock (&f->mu);
+  j->fd = fd;
+  j->published = (uint64_t) st.st_size;
+  pthread_mutex_unlock (&f->mu);
+  return 1;
+}
+
+static void
+job_release_easy (fetch_job_t *j)
+{
+  if (j->easy)
+    {
+      curl_multi_remove_handle (j->f->multi, j->easy);
+      curl_easy_cleanup (j->easy);
+      j->easy = NULL;
+    }
+  curl_slist_free_all (j->hdrs);
+  j->hdrs = NULL;
+}
+
+/* Start (or restart) the transfer of job j on the multi handle. */
+static int
+job_start (fetch_job_t *j, ib_error_t *err)
+{
+  struct ib_fetch *f = j->f;
+  if (j->fd < 0)
+    {
+      int r = job_open (j, err);
+      if (r < 0)
+        return -1;
+      if (r == 1)
+        {
+          job_done (j);
+          return 0;
+        }
+      if (r == 2)
+        {
+          j->not_before_ms = now_ms () + 200;
+          return 0;
+        }
+    }
+  if (j->url == NULL)
+    {
+      j->url = xasprintf ("%s/v2/%s/blobs/%s", f->r->base, f->repo, j->desc.digest);
+      j->own = true;
+    }
+  cleanup_free char *auth = NULL;
+  if (j->own && auth_header (f->r, f->scope, &auth, err) < 0)
+    return -1;
+
+  xfer_reset_response (&j->x);
+  j->x.sink_started = false;
+  j->errbuf[0] = '\0';
+  CURL *c = curl_easy_init ();
+  if (c == NULL)
+    return ib_error_set (err, ENOMEM, "curl_easy_init failed");
+  j->easy = c;
+  if (j->x.sink_written > 0)
+    {
+      char range[64];
+      snprintf (range, sizeof range, "Range: bytes=%llu-", (unsigned long long) j->x.sink_written);
+      j->hdrs = curl_slist_append (j->hdrs, range);
+    }
+  if (auth)
+    j->hdrs = curl_slist_append (j->hdrs, auth);
+  curl_easy_setopt (c, CURLOPT_URL, j->url);
+  curl_easy_setopt (c, CURLOPT_HTTPHEADER, j->hdrs);
+  curl_easy_setopt (c, CURLOPT_USERAGENT, USER_AGENT);
+  curl_easy_setopt (c, CURLOPT_ERRORBUFFER, j->errbuf);
+  curl_easy_setopt (c, CURLOPT_NOSIGNAL, 1L);
+  curl_easy_setopt (c, CURLOPT_FOLLOWLOCATION, 0L);
+  curl_easy_setopt (c, CURLOPT_UNRESTRICTED_AUTH, 0L);
+  curl_easy_setopt (c, CURLOPT_PROTOCOLS_STR, "http,https");
+  curl_easy_setopt (c, CURLOPT_CONNECTTIMEOUT, 30L);
+  curl_easy_setopt (c, CURLOPT_LOW_SPEED_LIMIT, 1L);
+  curl_easy_setopt (c, CURLOPT_LOW_SPEED_TIME, (long) f->stall_s);
+  curl_easy_setopt (c, CURLOPT_BUFFERSIZE, (long) FETCH_BUFFER);
+  curl_easy_setopt (c, CURLOPT_HEADERFUNCTION, job_on_header);
+  curl_easy_setopt (c, CURLOPT_HEADERDATA, j);
+  curl_easy_setopt (c, CURLOPT_WRITEFUNCTION, job_on_write);
+  curl_easy_setopt (c, CURLOPT_WRITEDATA, j);
+  curl_easy_setopt (c, CURLOPT_PRIVATE, j);
+  ib_debug ("GET %s%s", j->url, j->x.sink_written ? " (resuming)" : "");
+  CURLMcode mc = curl_multi_add_handle (f->multi, c);
+  if (mc != CURLM_OK)
+    return ib_error_set (err, EIO, "curl_multi_add_handle: %s", curl_multi_strerror (mc));
+  j->state = JOB_ACTIVE;
+  return 0;
+}
+
+/* Give up now, or schedule another attempt of a transient failure. */
+static void
+job_retry_or_fail (fetch_job_t *j, ib_error_t *e, bool transient)
+{
+  j->attempt++;
+  if (!transient || j->attempt >= FETCH_ATTEMPTS)
+    {
+      if (transient)
+        ib_error_prefix (e, "gave up after %d attempts", j->attempt);
+      job_fail (j, e);
+      return;
+    }
+  int64_t delay = fetch_retry_delay_ms (j->attempt, j->retry_after);
+  ib_warn ("%s: blob %.19s..: %s; retrying in %.1f s (%llu bytes so far)", j->f->shown,
+           j->desc.digest, (*e)->msg, (double) delay / 1000.0,
+           (unsigned long long) j->x.sink_written);
+  ib_error_free (e);
+  j->not_before_ms = now_ms () + delay;
+  j->state = JOB_WAITING;
+}
+
+/* A transfer of job j ended with `rc`. */
+static void
+job_finished (fetch_job_t *j, CURLcode rc)
+{
+  struct ib_fetch *f = j->f;
+  ib_error_t e = NULL;
+  long st = 0;
+  curl_easy_getinfo (j->easy, CURLINFO_RESPONSE_CODE, &st);
+  if (rc != CURLE_OK)
+    {
+      j->x.transient = false;
+      curl_failure_on (j->easy, j->errbuf, &j->x, rc, j->url, &e);
+      job_release_easy (j);
+      if (j->x.sink_errno)
+        {
+          job_fail (j, &e);
+          return;
+        }
+      job_retry_or_fail (j, &e, j->x.transient);
+      return;
+    }
+  job_release_easy (j);
+  j->x.status = st;
+  j->state = JOB_WAITING;
+  j->not_before_ms = 0;
+  if (st == 401 && j->own && !j->auth_retried)
+    {
+      j->auth_retried = true;
+      j->x.scope = f->scope;
+      if (handle_401 (f->r, &j->x, &e) < 0)
+        job_fail (j, &e);
+      return;
+    }
+  if (j->x.location && (st == 301 || st == 302 || st == 303 || st == 307 || st == 308))
+    {
+      if (++j->redirects > MAX_REDIRECTS)
+        {
+          ib_error_set (&e, ELOOP, "%s: too many redirects", f->r->host);
+          job_fail (j, &e);
+          return;
+        }
+      char *next = resolve_url (j->url, j->x.location);
+      free (j->url);
+      j->url = next;
+      j->own = same_origin (next, f->r->base);
+      return;
+    }
+  if (st == 416 && j->x.sink_written > 0)
+    {
+      /* nothing past our offset, or a bad partial file: start over */
+      if (job_restart_file (j) < 0)
+        {
+          ib_error_sys (&e, errno, "truncate %s", j->path);
+          job_fail (j, &e);
+        }
+      return;
+    }
+  if (st != 200 && st != 206)
+    {
+      j->x.transient = false;
+      status_error (&j->x, &e);
+      if (st == 404)
+        ib_error_prefix (&e, "the registry does not have it");
+      job_retry_or_fail (j, &e, j->x.transient);
+      return;
+    }
+  /* a redirect target may be a fresh URL per request (signed): start at the registry again */
+  free (j->url);
+  j->url = NULL;
+  j->redirects = 0;
+  j->auth_retried = false;
+  ib_sha256_t *h = j->x.sink_hash;
+  j->x.sink_hash = NULL;
+  char got[IB_DIGEST_LEN];
+  ib_sha256_final (h, got);
+  if (strcmp (got, j->desc.digest) != 0
+      || (j->desc.size >= 0 && j->x.sink_written != (uint64_t) j->desc.size))
+    {
+      bool was_resumed = j->resumed;
+      uint64_t got_size = j->x.sink_written;
+      if (job_restart_file (j) < 0)
+        {
+          ib_error_sys (&e, errno, "truncate %s", j->path);
+          job_fail (j, &e);
+          return;
+        }
+      if (was_resumed)
+        {
+          ib_warn ("%s: blob %.19s..: the resumed download does not match its digest; "
+                   "downloading it again", f->shown, j->desc.digest);
+          return;
+        }
+      ib_error_set (&e, EBADMSG, "digest mismatch: %llu bytes received that hash to %s",
+                    (unsigned long long) got_size, got);
+      job_retry_or_fail (j, &e, true);
+      return;
+    }
+  if (ib_store_commit_blob_hashed (f->store, j->path, j->desc.digest, &e) < 0)
+    {
+      job_fail (j, &e);
+      return;
+    }
+  job_done (j); /* the fd stays open for readers: the blob file, now committed */
+}
+
+static void *
+fetch_loop (void *arg)
+{
+  struct ib_fetch *f = arg;
+  for (;;)
+    {
+      pthread_mutex_lock (&f->mu);
+      bool cancel = f->cancel;
+      pthread_mutex_unlock (&f->mu);
+      if (cancel)
+        break;
+      int64_t now = now_ms ();
+      size_t active = 0, open_jobs = 0;
+      int64_t next_wake = -1;
+      for (size_t i = 0; i < f->n; i++)
+        if (f->jobs[i].state == JOB_ACTIVE)
+          active++;
+      for (size_t i = 0; i < f->n; i++)
+        {
+          fetch_job_t *j = &f->jobs[i];
+          if (j->state == JOB_WAITING)
+            {
+              if (j->not_before_ms > now)
+                {
+                  if (next_wake < 0 || j->not_before_ms < next_wake)
+                    next_wake = j->not_before_ms;
+                }
+              else if (active < FETCH_MAX_ACTIVE)
+                {
+                  ib_error_t e = NULL;
+                  if (job_start (j, &e) < 0)
+                    {
+                      job_release_easy (j);
+                      job_fail (j, &e);
+                    }
+                  else if (j->state == JOB_ACTIVE)
+                    active++;
+                  else if (j->state == JOB_WAITING
+                           && (next_wake < 0 || j->not_before_ms < next_wake))
+                    next_wake = j->not_before_ms;
+                }
+            }
+          if (j->state == JOB_WAITING || j->state == JOB_ACTIVE)
+            open_jobs++;
+        }
+      if (open_jobs == 0)
+        break;
+      int running = 0;
+      curl_multi_perform (f->multi, &running);
+      CURLMsg *msg;
+      int left;
+      bool progressed = false;
+      while ((msg = curl_multi_info_read (f->multi, &left)))
+        if (msg->msg == CURLMSG_DONE)
+          {
+            fetch_job_t *j = NULL;
+            curl_easy_getinfo (msg->easy_handle, CURLINFO_PRIVATE, (char **) &j);
+            job_finished (j, msg->data.result);
+            progressed = true;
+          }
+      if (progressed)
+        continue;
+      int timeout = 200;
+      if (next_wake >= 0)
+        {
+          int64_t d = next_wake - now_ms ();
+          if (d < timeout)
+            timeout = d < 0 ? 0 : (int) d;
+        }
+      curl_multi_poll (f->multi, NULL, 0, timeout, NULL);
+    }
+  /* cancelled: stop what runs */
+  for (size_t i = 0; i < f->n; i++)
+    job_release_easy (&f->jobs[i]);
+  pthread_mutex_lock (&f->mu);
+  f->finished = true;
+  job_wake (f);
+  pthread_mutex_unlock (&f->mu);
+  return NULL;
+}
+
+int
+ib_fetch_start (ib_registry_t *r, ib_store_t *store, const char *repo, const char *shown,
+                const ib_descriptor_t *blobs, size_t n, ib_fetch_t **out, ib_error_t *err)
+{
+  *out = NULL;
+  for (size_t i = 0; i < n; i++)
+    if (!ib_digest_valid (blobs[i].digest))
+      return ib_error_set (err, EINVAL, "blob \"%s\": not a sha256 digest", blobs[i].digest);
+  if (ping (r, err) < 0)
+    return -1;
+  struct ib_fetch *f = xmalloc (sizeof *f);
+  f->r = r;
+  f->store = store;
+  f->repo = xstrdup (repo);
+  f->scope = pull_scope (repo);
+  f->shown = xstrdup (shown ? shown : repo);
+  f->n = n;
+  f->jobs = xmalloc ((n ? n : 1) * sizeof *f->jobs);
+  const char *stall = getenv ("IMGBUILD_STALL_TIMEOUT");
+  f->stall_s = stall && atol (stall) > 0 ? atol (stall) : 60;
+  for (size_t i = 0; i < n; i++)
+    {
+      fetch_job_t *j = &f->jobs[i];
+      j->f = f;
+      j->fd = -1;
+      memcpy (j->desc.digest, blobs[i].digest, IB_DIGEST_LEN);
+      j->desc.size = blobs[i].size > 0 ? blobs[i].size : -1;
+      xfer_init (&j->x, "GET");
+      j->x.scope = f->scope;
+    }
+  pthread_mutex_init (&f->mu, NULL);
+  pthread_cond_init (&f->cv, NULL);
+  f->multi = curl_multi_init ();
+  curl_multi_setopt (f->multi, CURLMOPT_MAX_HOST_CONNECTIONS, (long) FETCH_MAX_ACTIVE);
+  int rc = pthread_create (&f->thread, NULL, fetch_loop, f);
+  if (rc != 0)
+    {
+      ib_fetch_free (f);
+      return ib_error_sys (err, rc, "start the download thread");
+    }
+  f->thread_live = true;
+  *out = f;
+  return 0;
+}
+
+ssize_t
+ib_fetch_read (ib_fetch_t *f, size_t i, ib_fetch_cursor_t *cur, void *buf, size_t len,
+               ib_error_t *err)
+{
+  fetch_job_t *j = &f->jobs[i];
+  pthread_mutex_lock (&f->mu);
+  for (;;)
+    {
+      if (j->state == JOB_FAILED)
+        {
+          int st = j->err ? j->err->status : EIO;
+          ib_error_set (err, st ? st : EIO, "%s", j->err ? j->err->msg : "download failed");
+          pthread_mutex_unlock (&f->mu);
+          return -1;
+        }
+      if (cur->started && cur->generation != j->generation)
+        {
+          pthread_mutex_unlock (&f->mu);
+          return ib_error_set (err, ESTALE, "blob %s: the download started over", j->desc.digest);
+        }
+      if (j->fd >= 0 && cur->pos < j->published)
+        break;
+      if (j->state == JOB_DONE || (f->finished && j->state != JOB_FAILED))
+        {
+          pthread_mutex_unlock (&f->mu);
+          if (j->state != JOB_DONE)
+            return ib_error_set (err, ECANCELED, "blob %s: download cancelled", j->desc.digest);
+          return 0;
+        }
+      pthread_cond_wait (&f->cv, &f->mu);
+    }
+  if (!cur->started)
+    {
+      cur->started = true;
+      cur->generation = j->generation;
+    }
+  uint64_t avail = j->published - cur->pos;
+  size_t want = len < avail ? len : (size_t) avail;
+  int fd = j->fd;
+  unsigned gen = j->generation;
+  pthread_mutex_unlock (&f->mu);
+  ssize_t n;
+  do
+    n = pread (fd, buf, want, (off_t) cur->pos);
+  while (n < 0 && errno == EINTR);
+  if (n < 0)
+    return ib_error_sys (err, errno, "blob %s: read", j->desc.digest);
+  pthread_mutex_lock (&f->mu);
+  bool stale = j->generation != gen;
+  pthread_mutex_unlock (&f->mu);
+  if (stale)
+    return ib_error_set (err, ESTALE, "blob %s: the download started over", j->desc.digest);
+  cur->pos += (uint64_t) n;
+  return n;
+}
+
+int
+ib_fetch_wait (ib_fetch_t *f, ib_error_t *err)
+{
+  pthread_mutex_lock (&f->mu);
+  while (!f->finished)
+    pthread_cond_wait (&f->cv, &f->mu);
+  pthread_mutex_unlock (&f->mu);
+  for (size_t i = 0; i < f->n; i++)
+    if (f->jobs[i].state == JOB_FAILED)
+      {
+        *err = f->jobs[i].err;
+        f->jobs[i].err = NULL;
+        return -1;
+      }
+    else if (f->jobs[i].state != JOB_DONE)
+      return ib_error_set (err, ECANCELED, "blob %s: download cancelled", f->jobs[i].desc.digest);
+  return 0;
+}
+
+void
+ib_fetch_free (ib_fetch_t *f)
+{
+  if (f == NULL)
+    return;
+  if (f->thread_live)
+    {
+      pthread_mutex_lock (&f->mu);
+      f->cancel = true;
+      pthread_mutex_unlock (&f->mu);
+      curl_multi_wakeup (f->multi);
+      pthread_join (f->thread, NULL);
+    }
+  for (size_t i = 0; i < f->n; i++)
+    {
+      fetch_job_t *j = &f->jobs[i];
+      job_release_easy (j);
+      if (j->fd >= 0)
+        close (j->fd); /* releases the partial file's lock */
+      free (j->path);
+      free (j->url);
+      free (j->retry_after);
+      ib_sha256_free (j->x.sink_hash);
+      xfer_free (&j->x);
+      ib_error_free (&j->err);
+    }
+  if (f->multi)
+    curl_multi_cleanup (f->multi);
+  pthread_mutex_destroy (&f->mu);
+  pthread_cond_destroy (&f->cv);
+  free (f->jobs);
+  free (f->repo);
+  free (f->scope);
+  free (f->shown);
+  free (f);
 }
 
 int
@@ -1256,124 +1958,14 @@ ib_registry_fetch_blob (ib_registry_t *r, const char *repo, const char *digest, 
     return ib_error_set (err, EINVAL, "blob \"%s\": not a sha256 digest", digest);
   if (ib_store_has_blob (store, digest))
     return 0;
-  cleanup_free char *path = xasprintf ("%s/tmp/blob-%s.partial", store->root, ib_digest_hex (digest));
-  bool done;
-  cleanup_close int fd = open_partial (store, digest, path, &done, err);
-  if (fd < 0)
-    return ib_error_prefix (err, "blob %s", digest);
-  if (done)
-    {
-      fd = -1;
-      return 0;
-    }
-
-  /* hash what an earlier attempt left */
-  xfer_t x;
-  xfer_init (&x, "GET");
-  x.sink_fd = fd;
-  x.sink_hash = ib_sha256_new ();
-  {
-    char *buf = xmalloc (1 << 16);
-    for (;;)
-      {
-        ssize_t n = read (fd, buf, 1 << 16);
-        if (n < 0 && errno == EINTR)
-          continue;
-        if (n <= 0)
-          break;
-        ib_sha256_update (x.sink_hash, buf, (size_t) n);
-        x.sink_written += (uint64_t) n;
-      }
-    free (buf);
-    if (lseek (fd, (off_t) x.sink_written, SEEK_SET) < 0)
-      {
-        ib_sha256_free (x.sink_hash);
-        return ib_error_sys (err, errno, "blob %s: seek %s", digest, path);
-      }
-  }
-  if (x.sink_written > 0)
-    ib_debug ("blob %s: resuming at byte %llu", digest, (unsigned long long) x.sink_written);
-
-  cleanup_free char *scope = pull_scope (repo);
-  cleanup_free char *url = xasprintf ("%s/v2/%s/blobs/%s", r->base, repo, digest);
-  x.scope = scope;
-  uint64_t resumed_from = x.sink_written;
-  int ret;
-again:
-  ret = -1;
-  for (int attempt = 1;; attempt++)
-    {
-      x.range_from = x.sink_written;
-      x.transient = false;
-      ib_error_t e = NULL;
-      uint64_t before = x.sink_written;
-      int rc = registry_do (r, &x, url, &e);
-      if (rc == 0 && x.status == 416 && x.sink_written > 0)
-        {
-          /* nothing left past our offset, or a bad partial file: start over */
-          if (ftruncate (fd, 0) < 0 || lseek (fd, 0, SEEK_SET) < 0)
-            {
-              ret = ib_error_sys (err, errno, "truncate %s", path);
-              break;
-            }
-          ib_sha256_free (x.sink_hash);
-          x.sink_hash = ib_sha256_new ();
-          x.sink_written = 0;
-          if (attempt < BLOB_ATTEMPTS)
-            continue;
-        }
-      if (rc == 0 && x.status != 200 && x.status != 206)
-        rc = status_error (&x, &e);
-      if (rc == 0)
-        {
-          ret = 0;
-          break;
-        }
-      if (!x.transient || attempt >= BLOB_ATTEMPTS)
-        {
-          *err = e;
-          break;
-        }
-      ib_warn ("blob %s: %s; retrying (%llu bytes so far)", digest, e->msg,
-               (unsigned long long) x.sink_written);
-      ib_error_free (&e);
-      if (x.sink_written == before)
-        sleep ((unsigned) attempt);
-    }
-  if (ret < 0)
-    {
-      ib_sha256_free (x.sink_hash);
-      xfer_free (&x);
-      return ib_error_prefix (err, "blob %s", digest);
-    }
-  char got[IB_DIGEST_LEN];
-  ib_sha256_final (x.sink_hash, got);
-  xfer_free (&x);
-  if (strcmp (got, digest) != 0 && resumed_from > 0)
-    {
-      /* what an earlier run left was bad: once more from the start */
-      ib_warn ("blob %s: the resumed download does not match its digest; downloading it again",
-               digest);
-      if (ftruncate (fd, 0) < 0 || lseek (fd, 0, SEEK_SET) < 0)
-        {
-          int e = errno;
-          unlink (path);
-          return ib_error_sys (err, e, "blob %s: truncate %s", digest, path);
-        }
-      x.sink_hash = ib_sha256_new ();
-      x.sink_written = 0;
-      resumed_from = 0;
-      goto again;
-    }
-  if (strcmp (got, digest) != 0)
-    {
-      unlink (path);
-      return ib_error_set (err, EINVAL, "blob %s: digest mismatch (the bytes received hash to %s)",
-                           digest, got);
-    }
-  if (ib_store_commit_blob_hashed (store, path, digest, err) < 0)
-    return ib_error_prefix (err, "blob %s", digest);
-  return 0; /* closing fd releases the partial file's lock */
+  ib_descriptor_t d = { .size = -1 };
+  memcpy (d.digest, digest, IB_DIGEST_LEN);
+  ib_fetch_t *f = NULL;
+  int ret = ib_fetch_start (r, store, repo, NULL, &d, 1, &f, err);
+  if (ret == 0)
+    ret = ib_fetch_wait (f, err);
+  ib_fetch_free (f);
+  return ret;
 }
 
 /* POST uploads/ then a monolithic PUT <location>?digest= of the stored blob. */
@@ -1480,12 +2072,41 @@ is_config_media_type (const char *mt)
   return strcmp (mt, IB_MT_OCI_CONFIG) == 0 || strcmp (mt, IB_MT_DOCKER_CONFIG) == 0;
 }
 
-int
-ib_pull (ib_store_t *store, const char *ref_string, const char *os, const char *arch,
-         const char *variant, ib_descriptor_t *out, ib_error_t *err)
+struct ib_pull_session
 {
-  if (out)
-    memset (out, 0, sizeof *out);
+  ib_store_t *store;
+  ib_ref_t ref;
+  char *shown;
+  ib_registry_t *r;
+  char *data;                 /* the image manifest's bytes as the registry sent them */
+  size_t len;
+  char mdigest[IB_DIGEST_LEN];
+  ib_manifest_t *m;
+  json_t *config;
+  ib_fetch_t *fetch;
+};
+
+static void
+pull_session_free (ib_pull_session_t *s)
+{
+  if (s == NULL)
+    return;
+  ib_fetch_free (s->fetch);
+  ib_registry_free (s->r);
+  ib_manifest_free (s->m);
+  if (s->config)
+    json_decref (s->config);
+  free (s->data);
+  free (s->shown);
+  ib_ref_free (&s->ref);
+  free (s);
+}
+
+int
+ib_pull_begin (ib_store_t *store, const char *ref_string, const char *os, const char *arch,
+               const char *variant, ib_pull_session_t **out, ib_error_t *err)
+{
+  *out = NULL;
   ib_ref_t ref;
   if (ib_ref_parse (ref_string, &ref, err) < 0)
     return ib_error_prefix (err, "pull");
@@ -1505,7 +2126,7 @@ ib_pull (ib_store_t *store, const char *ref_string, const char *os, const char *
     }
 
   ib_registry_t *r = NULL;
-  cleanup_free char *data = NULL;
+  char *data = NULL;
   cleanup_free char *ctype = NULL;
   size_t len = 0;
   char mdigest[IB_DIGEST_LEN];
@@ -1556,43 +2177,140 @@ ib_pull (ib_store_t *store, const char *ref_string, const char *os, const char *
     }
   if (pull_blob (r, store, ref.repository, shown, "config", &m->config, err) < 0)
     goto out;
-  for (size_t i = 0; i < m->n_layers; i++)
-    if (pull_blob (r, store, ref.repository, shown, "layer", &m->layers[i], err) < 0)
+  json_t *config = NULL;
+  {
+    cleanup_free char *cdata = NULL;
+    size_t clen = 0;
+    if (ib_store_read_blob (store, m->config.digest, &cdata, &clen, err) < 0)
       goto out;
-  if (ib_store_put_blob (store, data, len, NULL, err) < 0)
+    json_error_t je;
+    config = json_loadb (cdata, clen, 0, &je);
+    if (!json_is_object (config))
+      {
+        if (config)
+          json_decref (config);
+        ib_error_set (err, EINVAL, "config %s: not a JSON object (%s)", m->config.digest, je.text);
+        goto out;
+      }
+  }
+  for (size_t i = 0; i < m->n_layers; i++)
+    {
+      char sd[24], sz[32];
+      short_digest (m->layers[i].digest, sd);
+      human_size (m->layers[i].size, sz);
+      ib_info ("pull %s: layer %s %s%s", shown, sd, sz,
+               ib_store_has_blob (store, m->layers[i].digest) ? " (already in store)" : "");
+    }
+  ib_fetch_t *fetch = NULL;
+  if (ib_fetch_start (r, store, ref.repository, shown, m->layers, m->n_layers, &fetch, err) < 0)
+    {
+      json_decref (config);
+      goto out;
+    }
+  ib_pull_session_t *s = xmalloc (sizeof *s);
+  s->store = store;
+  s->ref = ref;
+  memset (&ref, 0, sizeof ref);
+  s->shown = steal_pointer (&shown);
+  s->r = steal_pointer (&r);
+  s->data = steal_pointer (&data);
+  s->len = len;
+  memcpy (s->mdigest, mdigest, IB_DIGEST_LEN);
+  s->m = steal_pointer (&m);
+  s->config = config;
+  s->fetch = fetch;
+  *out = s;
+  ret = 0;
+
+out:
+  if (ret < 0)
+    ib_error_prefix (err, "pull %s", shown);
+  free (data);
+  ib_manifest_free (m);
+  ib_registry_free (r);
+  ib_ref_free (&ref);
+  return ret;
+}
+
+const ib_manifest_t *
+ib_pull_session_manifest (const ib_pull_session_t *s)
+{
+  return s->m;
+}
+
+json_t *
+ib_pull_session_config (const ib_pull_session_t *s)
+{
+  return s->config;
+}
+
+ssize_t
+ib_pull_session_read (ib_pull_session_t *s, size_t layer, ib_fetch_cursor_t *cur, void *buf,
+                      size_t len, ib_error_t *err)
+{
+  return ib_fetch_read (s->fetch, layer, cur, buf, len, err);
+}
+
+void
+ib_pull_abort (ib_pull_session_t *s)
+{
+  pull_session_free (s);
+}
+
+int
+ib_pull_end (ib_pull_session_t *s, ib_descriptor_t *out, ib_error_t *err)
+{
+  if (out)
+    memset (out, 0, sizeof *out);
+  ib_store_t *store = s->store;
+  const char *shown = s->shown;
+  ib_manifest_t *m = s->m;
+  int ret = -1;
+  if (ib_fetch_wait (s->fetch, err) < 0)
+    goto out;
+  if (ib_store_put_blob (store, s->data, s->len, NULL, err) < 0)
     goto out;
   if (strcmp (m->media_type, IB_MT_DOCKER_MANIFEST) == 0)
     {
       /* skopeo's oci: transport reads only OCI descriptors from index.json:
        * tag an OCI rendering of the same config and layers. */
       char *oci = ib_manifest_serialize (&m->config, m->layers, m->n_layers, NULL);
-      ib_info ("pull %s: manifest %s (Docker schema 2, stored as OCI)", shown, mdigest);
-      free (data);
-      data = oci;
-      len = strlen (oci);
+      ib_info ("pull %s: manifest %s (Docker schema 2, stored as OCI)", shown, s->mdigest);
+      free (s->data);
+      s->data = oci;
+      s->len = strlen (oci);
       free (m->media_type);
       m->media_type = xstrdup (IB_MT_OCI_MANIFEST);
-      if (ib_store_put_blob (store, data, len, mdigest, err) < 0)
+      if (ib_store_put_blob (store, s->data, s->len, s->mdigest, err) < 0)
         goto out;
     }
-  if (ib_store_tag (store, shown, m->media_type, mdigest, (int64_t) len, err) < 0)
+  if (ib_store_tag (store, shown, m->media_type, s->mdigest, (int64_t) s->len, err) < 0)
     goto out;
-  ib_info ("pull %s: manifest %s", shown, mdigest);
+  ib_info ("pull %s: manifest %s", shown, s->mdigest);
   if (out)
     {
       out->media_type = xstrdup (m->media_type);
-      memcpy (out->digest, mdigest, IB_DIGEST_LEN);
-      out->size = (int64_t) len;
+      memcpy (out->digest, s->mdigest, IB_DIGEST_LEN);
+      out->size = (int64_t) s->len;
     }
   ret = 0;
-
 out:
   if (ret < 0)
     ib_error_prefix (err, "pull %s", shown);
-  ib_manifest_free (m);
-  ib_registry_free (r);
-  ib_ref_free (&ref);
+  pull_session_free (s);
   return ret;
+}
+
+int
+ib_pull (ib_store_t *store, const char *ref_string, const char *os, const char *arch,
+         const char *variant, ib_descriptor_t *out, ib_error_t *err)
+{
+  if (out)
+    memset (out, 0, sizeof *out);
+  ib_pull_session_t *s = NULL;
+  if (ib_pull_begin (store, ref_string, os, arch, variant, &s, err) < 0)
+    return -1;
+  return ib_pull_end (s, out, err);
 }
 
 /* Push one stored image manifest's blobs, then the manifest under `reference`. */

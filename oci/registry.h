@@ -12,9 +12,13 @@
 #define IB_OCI_REGISTRY_H
 
 #include "common/error.h"
+#include "oci/manifest.h"
 #include "oci/ref.h"
+#include <jansson.h>
 #include "oci/store.h"
 #include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
 
 typedef struct ib_registry ib_registry_t;
 
@@ -67,6 +71,56 @@ int ib_registry_get_manifest (ib_registry_t *r, const char *repo, const char *re
 int ib_registry_fetch_blob (ib_registry_t *r, const char *repo, const char *digest,
                             ib_store_t *store, ib_error_t *err);
 
+/* Parallel blob downloads (distribution-spec "Pulling blobs").
+ *
+ * ib_fetch_start downloads `n` blobs of `repo` into the store on a
+ * background thread that drives libcurl's multi interface: at most 6
+ * transfers (and connections to one host) at once, each streamed into
+ * <store>/tmp/blob-<hex>.partial (flock'ed, so two processes never write
+ * one blob) and through sha256; committed to the store only when the
+ * digest (and the descriptor's size, when > 0) match.  What an earlier
+ * run left in a partial file is resumed with a Range request; connection
+ * errors, stalls (no byte for $IMGBUILD_STALL_TIMEOUT seconds, default
+ * 60), 5xx and 429 are retried with exponential backoff (250 ms doubling,
+ * capped at 8 s, jittered) or after the response's Retry-After, resuming
+ * from the bytes received; a blob whose bytes do not match its digest is
+ * discarded and downloaded again; 6 attempts per blob in all.  Redirects
+ * (to blob storage) are followed by hand, sending Authorization only to
+ * the registry's own origin.  Blobs already in the store are not fetched.
+ * `shown` (may be NULL) names the image in messages.  `blobs` is copied.
+ * The registry client `r` must not be used by the caller until
+ * ib_fetch_wait returned. */
+typedef struct ib_fetch ib_fetch_t;
+int ib_fetch_start (ib_registry_t *r, ib_store_t *store, const char *repo, const char *shown,
+                    const ib_descriptor_t *blobs, size_t n, ib_fetch_t **out, ib_error_t *err);
+
+/* A reader's position in one blob of a fetch; zero-initialise. */
+typedef struct ib_fetch_cursor
+{
+  uint64_t pos;          /* bytes read so far */
+  unsigned generation;   /* of the partial file when reading started */
+  bool started;
+} ib_fetch_cursor_t;
+
+/* Read blob `i`'s bytes as they arrive (from the partial file, or the
+ * stored blob): blocks until bytes past cur->pos are there; returns their
+ * count (<= len), 0 once the blob is complete and verified, -1 with *err
+ * when its download failed, or ESTALE when the download had to start over
+ * from byte 0 after this cursor read (the caller must then discard what
+ * it made of the bytes and, after ib_fetch_wait, read the stored blob).
+ * Bytes are returned before the digest is verified: a consumer must not
+ * publish its result before this returned 0.  Thread-safe; one cursor
+ * per reader. */
+ssize_t ib_fetch_read (ib_fetch_t *f, size_t i, ib_fetch_cursor_t *cur, void *buf, size_t len,
+                       ib_error_t *err);
+
+/* Wait until every blob is stored or failed: 0, or the first failure. */
+int ib_fetch_wait (ib_fetch_t *f, ib_error_t *err);
+
+/* Stop the downloads still running (partial files stay, for resuming)
+ * and free f.  NULL ok. */
+void ib_fetch_free (ib_fetch_t *f);
+
 /* HEAD /v2/<repo>/blobs/<digest>. */
 int ib_registry_blob_exists (ib_registry_t *r, const char *repo, const char *digest,
                              bool *exists, ib_error_t *err);
@@ -92,6 +146,26 @@ int ib_registry_put_manifest (ib_registry_t *r, const char *repo, const char *re
  * through ib_info.  Errors start "pull REF: ". */
 int ib_pull (ib_store_t *store, const char *ref_string, const char *os, const char *arch,
              const char *variant, ib_descriptor_t *out, ib_error_t *err);
+
+/* ib_pull in two halves, for a caller that unpacks layers while they
+ * download.  ib_pull_begin resolves the manifest (index -> platform
+ * manifest), stores and parses the config, and starts the layer downloads
+ * (ib_fetch_start); ib_pull_session_read reads layer i's compressed bytes
+ * as they arrive (ib_fetch_read's contract); ib_pull_end waits for every
+ * layer, stores the manifest and tags it (as ib_pull does), and frees the
+ * session whatever the outcome; ib_pull_abort stops and frees it (the
+ * partial downloads stay, to be resumed).  The manifest and config
+ * (borrowed, valid until end/abort) give the layers and diff_ids.  Errors
+ * start "pull REF: ". */
+typedef struct ib_pull_session ib_pull_session_t;
+int ib_pull_begin (ib_store_t *store, const char *ref_string, const char *os, const char *arch,
+                   const char *variant, ib_pull_session_t **out, ib_error_t *err);
+const ib_manifest_t *ib_pull_session_manifest (const ib_pull_session_t *s);
+json_t *ib_pull_session_config (const ib_pull_session_t *s);
+ssize_t ib_pull_session_read (ib_pull_session_t *s, size_t layer, ib_fetch_cursor_t *cur,
+                              void *buf, size_t len, ib_error_t *err);
+int ib_pull_end (ib_pull_session_t *s, ib_descriptor_t *out, ib_error_t *err);
+void ib_pull_abort (ib_pull_session_t *s);
 
 /* Push stored image `src_name` (name or digest) to `dst_ref`: blobs then the
  * manifest (its stored bytes and media type, so its digest is kept), tagged

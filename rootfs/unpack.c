@@ -17,6 +17,7 @@
 #include "rootfs/unpack.h"
 #include "common/util.h"
 #include "oci/manifest.h"
+#include "oci/registry.h"
 
 #include <archive.h>
 #include <archive_entry.h>
@@ -1846,6 +1847,116 @@ ib_rootfs_prepare (ib_store_t *store, char *const *layer_digests, char *const *d
       ib_chain_id (diff_ids, n - 1, chain);
       cleanup_free char *snap = ib_path_join (snaps, ib_digest_hex (chain));
       record_snapshot (store, dest, snap);
+    }
+  return 0;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Pull and unpack in one pass.                                           */
+
+struct pull_reader
+{
+  ib_pull_session_t *s;
+  size_t layer;
+  ib_fetch_cursor_t cur;
+};
+
+static ssize_t
+pull_read (void *ud, void *buf, size_t len, ib_error_t *err)
+{
+  struct pull_reader *pr = ud;
+  return ib_pull_session_read (pr->s, pr->layer, &pr->cur, buf, len, err);
+}
+
+static void
+remove_quietly (const char *path)
+{
+  ib_error_t e = NULL;
+  if (ib_rm_rf (path, &e) < 0)
+    ib_error_free (&e);
+}
+
+int
+ib_rootfs_pull (ib_store_t *store, const char *ref, const char *os, const char *arch,
+                const char *variant, const char *dest, bool snapshot, ib_error_t *err)
+{
+  ib_pull_session_t *s = NULL;
+  if (ib_pull_begin (store, ref, os, arch, variant, &s, err) < 0)
+    return -1;
+  const ib_manifest_t *m = ib_pull_session_manifest (s);
+  cleanup_strv char **diff_ids = NULL;
+  cleanup_strv char **digests = NULL;
+  size_t n = m->n_layers;
+  if (ib_config_diff_ids (ib_pull_session_config (s), &diff_ids, err) < 0)
+    {
+      ib_pull_abort (s);
+      return ib_error_prefix (err, "pull %s", ref);
+    }
+  if (ib_strv_len (diff_ids) != n)
+    {
+      ib_pull_abort (s);
+      return ib_error_set (err, EINVAL,
+                           "pull %s: the config lists %zu diff_ids but the manifest %zu layers",
+                           ref, ib_strv_len (diff_ids), n);
+    }
+  for (size_t i = 0; i < n; i++)
+    ib_strv_push (&digests, m->layers[i].digest);
+  if (mkdir (dest, 0755) < 0)
+    {
+      int e = errno;
+      ib_pull_abort (s);
+      return ib_error_sys (err, e, "unpack %s into %s", ref, dest);
+    }
+
+  /* Layers unpack in order, each while it (and the ones after it) download. */
+  bool start_over = false;
+  for (size_t i = 0; i < n; i++)
+    {
+      struct pull_reader pr = { .s = s, .layer = i };
+      char got[IB_DIGEST_LEN];
+      char name[64];
+      snprintf (name, sizeof name, "%zu (%.19s..)", i, digests[i]);
+      ib_error_t e = NULL;
+      int r = ib_unpack_layer_stream (name, pull_read, &pr, dest, got, NULL, &e);
+      if (r < 0 && e->status == ESTALE)
+        {
+          /* the download of this layer started over: unpack from the store once it is there */
+          ib_debug ("%s", e->msg);
+          ib_error_free (&e);
+          start_over = true;
+          break;
+        }
+      if (r == 0 && strcmp (got, diff_ids[i]) != 0)
+        r = ib_error_set (&e, EINVAL,
+                          "layer %zu (%s): diff_id mismatch: the image config says %s, the "
+                          "layer's content is %s",
+                          i, digests[i], diff_ids[i], got);
+      if (r < 0)
+        {
+          ib_pull_abort (s);
+          remove_quietly (dest);
+          *err = e;
+          return ib_error_prefix (err, "pull %s", ref);
+        }
+    }
+  if (ib_pull_end (s, NULL, err) < 0)
+    {
+      remove_quietly (dest);
+      return -1;
+    }
+  if (start_over)
+    {
+      remove_quietly (dest);
+      return ib_rootfs_prepare (store, digests, diff_ids, dest, err);
+    }
+  if (snapshot && n > 0)
+    {
+      char chain[IB_DIGEST_LEN];
+      ib_chain_id (diff_ids, n - 1, chain);
+      cleanup_free char *snaps = ib_path_join (store->root, "snapshots");
+      cleanup_free char *snap = ib_path_join (snaps, ib_digest_hex (chain));
+      if (!is_dir (snap))
+        record_snapshot (store, dest, snap);
     }
   return 0;
 }

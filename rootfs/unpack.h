@@ -84,6 +84,20 @@ int ib_unpack_layer_stream (const char *name, ib_layer_read_fn read_fn, void *ud
 int ib_rootfs_prepare (ib_store_t *store, char *const *layer_digests, char *const *diff_ids,
                        const char *dest, ib_error_t *err);
 
+/* Pull image `ref` (os/arch/variant as ib_pull; NULL = the host's) and
+ * make `dest` (must not exist) its rootfs in the same pass: each layer is
+ * unpacked while it downloads (ib_pull_begin / ib_pull_session_read), in
+ * order, while the later layers download in parallel; every diff_id is
+ * verified; the image is stored and tagged as ib_pull does.  When a
+ * download had to start over from byte 0 (a digest mismatch, a server
+ * ignoring Range) the rootfs is made again from the stored blobs.  With
+ * `snapshot` the result is also recorded as the image's snapshot (a copy,
+ * for later builds).  On failure dest is removed and the store holds no
+ * wrong blob; what downloaded completely stays (verified).  Errors start
+ * "pull REF: ". */
+int ib_rootfs_pull (ib_store_t *store, const char *ref, const char *os, const char *arch,
+                    const char *variant, const char *dest, bool snapshot, ib_error_t *err);
+
 /* Limit on the uncompressed bytes of one layer (a guard against decompression
  * bombs): ib_unpack_layer fails with EFBIG, naming the limit, once the tar
  * stream grows past it.  `max` in bytes; 0 restores the default, which is
