@@ -830,7 +830,26 @@ struct unpack
   ib_unpack_stats_t *stats;
   bool can_chown_warned;
   ib_buf_t skipped_names;  /* first few skipped entries, for one warning per layer */
+  /* The parent directory of the last regular file, reused while regular
+   * files follow in the same directory (tars list files directory by
+   * directory): saves resolving it again.  Dropped by any other entry,
+   * since only those can change the directory structure. */
+  char *pc_dir;
+  int pc_fd;
+  struct stat pc_st;
+  uid_t euid;
+  gid_t egid;
 };
+
+static void
+parent_cache_drop (struct unpack *u)
+{
+  if (u->pc_fd >= 0)
+    close (u->pc_fd);
+  u->pc_fd = -1;
+  free (u->pc_dir);
+  u->pc_dir = NULL;
+}
 
 /* Count a skipped entry; the names of the first few go into the one warning
  * ib_unpack_layer prints (images carry /dev nodes that no rootless unpack can
@@ -852,6 +871,7 @@ unpack_free (struct unpack *u)
     free (u->dirs[i].path);
   free (u->dirs);
   ib_buf_free (&u->skipped_names);
+  parent_cache_drop (u);
   if (u->rootfd >= 0)
     close (u->rootfd);
 }
@@ -1231,18 +1251,40 @@ apply_entry (struct unpack *u, struct archive *a, struct archive_entry *e, const
 {
   const char *base;
   cleanup_free char *dir = split_path (name, &base);
+  bool plain_file = archive_entry_filetype (e) == AE_IFREG && !archive_entry_hardlink (e);
+  if (!plain_file)
+    parent_cache_drop (u);
   if (ib_str_has_prefix (base, ".wh."))
     return apply_whiteout (u, name, dir, base, err);
 
-  cleanup_close int pfd = resolve_dir (u, dir, true, err);
-  if (pfd < 0)
-    return ib_error_prefix (err, "entry %s", name);
+  int pfd;
   struct stat pst;
-  if (fstat (pfd, &pst) < 0)
-    return ib_error_sys (err, errno, "entry %s", name);
-  if (make_writable (u, dir, pfd, &pst, err) < 0)
-    return ib_error_prefix (err, "entry %s", name);
-  mark_holders (u, pfd, &pst);
+  cleanup_close int own_pfd = -1;
+  if (plain_file && u->pc_fd >= 0 && strcmp (u->pc_dir, dir) == 0)
+    {
+      pfd = u->pc_fd;
+      pst = u->pc_st;
+    }
+  else
+    {
+      parent_cache_drop (u);
+      own_pfd = resolve_dir (u, dir, true, err);
+      if (own_pfd < 0)
+        return ib_error_prefix (err, "entry %s", name);
+      if (fstat (own_pfd, &pst) < 0)
+        return ib_error_sys (err, errno, "entry %s", name);
+      if (make_writable (u, dir, own_pfd, &pst, err) < 0)
+        return ib_error_prefix (err, "entry %s", name);
+      mark_holders (u, own_pfd, &pst);
+      pfd = own_pfd;
+      if (plain_file)
+        {
+          u->pc_fd = steal_fd (&own_pfd);
+          u->pc_dir = xstrdup (dir);
+          u->pc_st = pst;
+          pfd = u->pc_fd;
+        }
+    }
   cleanup_free char *nk = name_key (&pst, base);
   hmap_put (&u->names, nk, NULL);
 
@@ -1257,7 +1299,8 @@ apply_entry (struct unpack *u, struct archive *a, struct archive_entry *e, const
   entry_times (e, ts);
   bool has_mtime = archive_entry_mtime_is_set (e);
   struct stat est;
-  bool exists = fstatat (pfd, base, &est, AT_SYMLINK_NOFOLLOW) == 0;
+  /* a regular file is created first and only looked at when something is in its way */
+  bool exists = !plain_file && fstatat (pfd, base, &est, AT_SYMLINK_NOFOLLOW) == 0;
 
   if (type == AE_IFDIR)
     {
@@ -1296,15 +1339,27 @@ apply_entry (struct unpack *u, struct archive *a, struct archive_entry *e, const
     {
     case AE_IFREG:
       {
-        cleanup_close int fd
-            = openat (pfd, base, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+        /* The file is born with its mode (the unpack runs with umask 0)
+         * and its owner when that is us; otherwise chown, then chmod
+         * (chown clears setuid/setgid). */
+        bool chown_needed = uid != u->euid || gid != u->egid || (pst.st_mode & S_ISGID);
+        bool chmod_needed = chown_needed || (perm & 07000);
+        mode_t create_mode = chmod_needed ? 0600 : perm;
+        int flags = O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC;
+        cleanup_close int fd = openat (pfd, base, flags, create_mode);
+        if (fd < 0 && errno == EEXIST)
+          {
+            if (remove_at (pfd, base, name, err) < 0)
+              return ib_error_prefix (err, "entry %s", name);
+            fd = openat (pfd, base, flags, create_mode);
+          }
         if (fd < 0)
           return ib_error_sys (err, errno, "entry %s: create", name);
         if (write_file_data (u, a, fd, name, archive_entry_size (e), err) < 0)
           return -1;
-        if (fchown (fd, uid, gid) < 0)
+        if (chown_needed && fchown (fd, uid, gid) < 0)
           ignore_chown_error (name);
-        if (fchmod (fd, perm) < 0)
+        if (chmod_needed && fchmod (fd, perm) < 0)
           return ib_error_sys (err, errno, "entry %s: chmod", name);
         apply_xattrs (e, fd, name);
         if (has_mtime && futimens (fd, ts) < 0)
@@ -1472,7 +1527,8 @@ ib_unpack_layer_stream (const char *name, ib_layer_read_fn read_fn, void *ud, co
   memset (stats, 0, sizeof *stats);
 
   struct src s;
-  struct unpack u = { .rootfd = -1, .src = &s, .stats = stats };
+  struct unpack u = { .rootfd = -1, .src = &s, .stats = stats, .pc_fd = -1,
+                      .euid = geteuid (), .egid = getegid () };
   int ret = -1;
   struct archive *a = NULL;
 
@@ -1483,6 +1539,9 @@ ib_unpack_layer_stream (const char *name, ib_layer_read_fn read_fn, void *ud, co
       unpack_free (&u);
       return ib_error_prefix (err, "unpack layer %s", name);
     }
+  /* Files are created with their final modes; the process umask (shared
+   * by all threads) is 0 for the time of the unpack. */
+  mode_t old_umask = umask (0);
   if (src_open (&s, read_fn, ud, err) < 0)
     goto out;
   a = archive_read_new ();
@@ -1506,6 +1565,7 @@ out:
     archive_read_free (a);
   unpack_free (&u);
   src_close (&s); /* joins the decoder: s.total and s.hash are final */
+  umask (old_umask);
   stats->bytes = s.total;
   if (ret == 0 && diff_id)
     {
