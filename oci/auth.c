@@ -256,6 +256,9 @@ run_helper (const char *name, const char *action, const char *input, char **outp
       close (out[0]);
       if (rc == ENOENT)
         return ib_error_set (err, ENOENT, "credential helper %s not found in PATH", prog);
+      if (rc == EACCES) /* a PATH directory we may not search, or a file we may not run */
+        return ib_error_set (err, EACCES, "credential helper %s not found in PATH (or not "
+                             "executable: permission denied)", prog);
       return ib_error_sys (err, rc, "run credential helper %s", prog);
     }
   /* The helper may exit without reading: no SIGPIPE for us. */

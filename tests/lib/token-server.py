@@ -21,8 +21,9 @@ JWTs are RS256, signed with --key; the header carries the certificate
 (--cert, self-signed, also the registry's rootcertbundle) as `x5c`, which is
 how distribution 2.8 finds the signing key.  distribution accepts a token
 up to 60 s after its `exp` (leeway), so `exp` is set to
-iat + expires_in - 60: the registry refuses a token exactly expires_in
-seconds after it was issued, which lets a test see expiry.
+iat + expires_in + 1 - 60: the registry refuses a token expires_in to
+expires_in + 1 seconds after it was issued (iat and issued_at are whole
+seconds, rounded down), which lets a test see expiry.
 
 Every request is appended as one JSON line to --log (method, user, scopes
 asked, actions granted).  Listens on 127.0.0.1 on a free port (written to
@@ -79,7 +80,7 @@ def make_jwt(user, access):
     now = int(time.time())
     header = {"typ": "JWT", "alg": "RS256", "x5c": [CFG.cert_b64]}
     claims = {"iss": CFG.issuer, "sub": user or "", "aud": CFG.service,
-              "exp": now + CFG.expires_in - LEEWAY, "nbf": now - 1, "iat": now,
+              "exp": now + CFG.expires_in + 1 - LEEWAY, "nbf": now - 1, "iat": now,
               "jti": secrets.token_hex(16), "access": access}
     signing_input = (b64url(json.dumps(header).encode()) + "." +
                      b64url(json.dumps(claims).encode())).encode()
