@@ -4,6 +4,7 @@
 #include "builder/build.h"
 #include "builder/fsops.h"
 #include "common/util.h"
+#include "oci/auth.h"
 #include "oci/manifest.h"
 #include "oci/ref.h"
 #include "oci/registry.h"
@@ -11,6 +12,7 @@
 #include "rootfs/sandbox.h"
 #include "rootfs/unpack.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <getopt.h>
 #include <jansson.h>
@@ -18,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <termios.h>
 #include <unistd.h>
 
 #ifndef IMGBUILD_VERSION
@@ -35,8 +38,14 @@ static const char usage_text[] =
   "Commands:\n"
   "  [build] RECIPE [--build-arg K=V] [--target STAGE] [--output SPEC] [-t REF] [--context DIR]\n"
   "                         build a recipe (a Dockerfile with OUTPUT)\n"
-  "  pull REF [--platform OS/ARCH[/VARIANT]]   pull an image into the store\n"
-  "  push SRC DST           push a stored image to a registry\n"
+  "  pull REF [--platform OS/ARCH[/VARIANT]] [--authfile FILE] [--creds USER:PASS]\n"
+  "                         pull an image into the store\n"
+  "  push SRC DST [--authfile FILE] [--creds USER:PASS]\n"
+  "                         push a stored image to a registry\n"
+  "  login REGISTRY [-u USER] [-p PASS | --password-stdin] [--authfile FILE]\n"
+  "                         check credentials with the registry and store them\n"
+  "  logout (REGISTRY | --all) [--authfile FILE]\n"
+  "                         remove stored credentials\n"
   "  unpack REF DIR         unpack an image's rootfs into DIR\n"
   "  run [-e K=V] [-w DIR] [--network host|none] (REF | --rootfs DIR) [-- CMD...]\n"
   "                         run a command in the sandbox; exits with its status\n"
@@ -135,7 +144,7 @@ cmd_build (int argc, char **argv, ib_error_t *err)
     { "build-arg", required_argument, NULL, 'a' }, { "target", required_argument, NULL, 'T' },
     { "output", required_argument, NULL, 'o' },    { "tag", required_argument, NULL, 't' },
     { "context", required_argument, NULL, 'C' },   { "file", required_argument, NULL, 'f' },
-    { NULL, 0, NULL, 0 },
+    { "authfile", required_argument, NULL, 'A' },  { NULL, 0, NULL, 0 },
   };
   cleanup_strv char **args = NULL, **outputs = NULL, **tags = NULL;
   const char *target = NULL, *context = NULL, *file = NULL;
@@ -150,6 +159,7 @@ cmd_build (int argc, char **argv, ib_error_t *err)
       case 't': ib_strv_push (&tags, optarg); break;
       case 'C': context = optarg; break;
       case 'f': file = optarg; break;
+      case 'A': ib_auth_set_authfile (optarg); break;
       default: exit (2);
       }
   const char *recipe = file;
@@ -191,19 +201,51 @@ parse_platform (const char *s, char **os, char **arch, char **variant)
   return 0;
 }
 
+/* --creds USER:PASSWORD for the registry of `ref_string` (skopeo's option). */
+static int
+set_creds (const char *cmd, const char *creds, const char *ref_string, ib_error_t *err)
+{
+  const char *colon = strchr (creds, ':');
+  if (colon == NULL || colon == creds)
+    {
+      fprintf (stderr, "imgbuild: %s: --creds takes USER:PASSWORD\nTry 'imgbuild --help'.\n", cmd);
+      exit (2);
+    }
+  ib_ref_t ref;
+  if (ib_ref_parse (ref_string, &ref, err) < 0)
+    return ib_error_prefix (err, "%s", cmd);
+  cleanup_free char *user = xstrndup (creds, (size_t) (colon - creds));
+  ib_auth_set_override (ref.registry, user, colon + 1);
+  ib_ref_free (&ref);
+  return 0;
+}
+
 static int
 cmd_pull (int argc, char **argv, ib_error_t *err)
 {
   static const struct option opts[] = { { "platform", required_argument, NULL, 'p' },
+                                        { "authfile", required_argument, NULL, 'A' },
+                                        { "creds", required_argument, NULL, 'c' },
                                         { NULL, 0, NULL, 0 } };
   cleanup_free char *os = NULL, *arch = NULL, *variant = NULL;
+  const char *creds = NULL;
   int c;
   optind = 0; /* 0: GNU getopt re-reads the optstring's ordering flag */
   while ((c = getopt_long (argc, argv, "+", opts, NULL)) != -1)
-    if (c != 'p' || parse_platform (optarg, &os, &arch, &variant) < 0)
-      usage_error ("pull: --platform takes OS/ARCH[/VARIANT], got '%s'", optarg ? optarg : "");
+    switch (c)
+      {
+      case 'p':
+        if (parse_platform (optarg, &os, &arch, &variant) < 0)
+          usage_error ("pull: --platform takes OS/ARCH[/VARIANT], got '%s'", optarg);
+        break;
+      case 'A': ib_auth_set_authfile (optarg); break;
+      case 'c': creds = optarg; break;
+      default: exit (2);
+      }
   if (argc - optind != 1)
     usage_error ("%s", "pull: expected one image reference");
+  if (creds && set_creds ("pull", creds, argv[optind], err) < 0)
+    return -1;
   ib_store_t *store = NULL;
   if (open_store (&store, err) < 0)
     return -1;
@@ -219,14 +261,200 @@ cmd_pull (int argc, char **argv, ib_error_t *err)
 static int
 cmd_push (int argc, char **argv, ib_error_t *err)
 {
-  if (argc != 3)
+  static const struct option opts[] = { { "authfile", required_argument, NULL, 'A' },
+                                        { "creds", required_argument, NULL, 'c' },
+                                        { NULL, 0, NULL, 0 } };
+  const char *creds = NULL;
+  int c;
+  optind = 0;
+  while ((c = getopt_long (argc, argv, "+", opts, NULL)) != -1)
+    switch (c)
+      {
+      case 'A': ib_auth_set_authfile (optarg); break;
+      case 'c': creds = optarg; break;
+      default: exit (2);
+      }
+  if (argc - optind != 2)
     usage_error ("%s", "push: expected SRC DST");
+  if (creds && set_creds ("push", creds, argv[optind + 1], err) < 0)
+    return -1;
   ib_store_t *store = NULL;
   if (open_store (&store, err) < 0)
     return -1;
-  int r = ib_push (store, argv[1], argv[2], err);
+  int r = ib_push (store, argv[optind], argv[optind + 1], err);
   ib_store_close (store);
   return r;
+}
+
+/* The registry part of a login argument ("host[:port][/path]", scheme
+ * already dropped), checked for characters a host cannot have. */
+static char *
+login_host (const char *cmd, const char *key)
+{
+  char *host = xstrndup (key, strcspn (key, "/"));
+  bool ok = *host != '\0';
+  for (const char *p = host; *p && ok; p++)
+    ok = isalnum ((unsigned char) *p) || strchr (".-:[]_", *p);
+  if (!ok)
+    {
+      fprintf (stderr, "imgbuild: %s: '%s' is not a registry (HOST[:PORT])\nTry 'imgbuild --help'.\n",
+               cmd, key);
+      exit (2);
+    }
+  return host;
+}
+
+/* One line from stdin without its newline; NULL at EOF.  Echo off while
+ * reading when `secret` (stdin is a terminal). */
+static char *
+prompt_line (const char *prompt, bool secret)
+{
+  struct termios old, quiet;
+  bool restore = false;
+  fputs (prompt, stderr);
+  fflush (stderr);
+  if (secret && tcgetattr (STDIN_FILENO, &old) == 0)
+    {
+      quiet = old;
+      quiet.c_lflag &= ~(tcflag_t) ECHO;
+      quiet.c_lflag |= ECHONL;
+      restore = tcsetattr (STDIN_FILENO, TCSAFLUSH, &quiet) == 0;
+    }
+  char *line = NULL;
+  size_t cap = 0;
+  ssize_t n = getline (&line, &cap, stdin);
+  if (restore)
+    tcsetattr (STDIN_FILENO, TCSAFLUSH, &old);
+  if (n < 0)
+    {
+      free (line);
+      return NULL;
+    }
+  while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r'))
+    line[--n] = '\0';
+  return line;
+}
+
+static void
+free_secret (char *s)
+{
+  if (s)
+    {
+      explicit_bzero (s, strlen (s));
+      free (s);
+    }
+}
+
+static int
+cmd_login (int argc, char **argv, ib_error_t *err)
+{
+  static const struct option opts[] = {
+    { "username", required_argument, NULL, 'u' }, { "password", required_argument, NULL, 'p' },
+    { "password-stdin", no_argument, NULL, 'S' }, { "authfile", required_argument, NULL, 'A' },
+    { NULL, 0, NULL, 0 },
+  };
+  const char *user_arg = NULL, *pass_arg = NULL;
+  bool pass_stdin = false;
+  int c;
+  optind = 0;
+  while ((c = getopt_long (argc, argv, "+u:p:", opts, NULL)) != -1)
+    switch (c)
+      {
+      case 'u': user_arg = optarg; break;
+      case 'p': pass_arg = optarg; break;
+      case 'S': pass_stdin = true; break;
+      case 'A': ib_auth_set_authfile (optarg); break;
+      default: exit (2);
+      }
+  if (argc - optind != 1)
+    usage_error ("%s", "login: expected one REGISTRY");
+  if (pass_arg && pass_stdin)
+    usage_error ("%s", "login: -p and --password-stdin exclude each other");
+  cleanup_free char *key = ib_auth_normalize_key (argv[optind]);
+  cleanup_free char *host = login_host ("login", key);
+  char *user = xstrdup (user_arg), *pass = xstrdup (pass_arg);
+  bool tty = isatty (STDIN_FILENO);
+  if (pass_stdin)
+    {
+      if (user == NULL)
+        usage_error ("%s", "login: --password-stdin needs -u USER");
+      ib_buf_t b = { 0 };
+      char buf[4096];
+      size_t n;
+      while ((n = fread (buf, 1, sizeof buf, stdin)) > 0)
+        ib_buf_append (&b, buf, n);
+      explicit_bzero (buf, sizeof buf);
+      while (b.len > 0 && (b.data[b.len - 1] == '\n' || b.data[b.len - 1] == '\r'))
+        b.data[--b.len] = '\0';
+      pass = ib_buf_steal (&b);
+    }
+  else if (pass == NULL || user == NULL)
+    {
+      if (!tty)
+        usage_error ("%s", "login: stdin is not a terminal: give -u USER with -p PASSWORD or "
+                     "--password-stdin");
+      if (user == NULL)
+        user = prompt_line ("Username: ", false);
+      if (pass == NULL && user)
+        pass = prompt_line ("Password: ", true);
+    }
+  else
+    ib_warn ("login: a password on the command line is visible to other users; prefer "
+             "--password-stdin");
+  int ret = 0;
+  if (user == NULL || *user == '\0' || strchr (user, ':'))
+    ret = ib_error_set (err, EINVAL, "login %s: the user name is empty or contains ':'", host);
+  else if (pass == NULL || *pass == '\0')
+    ret = ib_error_set (err, EINVAL, "login %s: the password is empty", host);
+  cleanup_free char *file = NULL;
+  if (ret == 0 && (file = ib_auth_default_file (err)) == NULL)
+    ret = -1;
+  if (ret == 0 && ib_registry_login (host, user, pass, err) < 0)
+    ret = ib_error_prefix (err, "login %s", host);
+  if (ret == 0 && ib_auth_store (file, key, user, pass, err) < 0)
+    ret = ib_error_prefix (err, "login %s", host);
+  free_secret (user);
+  free_secret (pass);
+  if (ret == 0)
+    printf ("Login Succeeded (credentials for %s stored in %s)\n", key, file);
+  return ret;
+}
+
+static int
+cmd_logout (int argc, char **argv, ib_error_t *err)
+{
+  static const struct option opts[] = { { "all", no_argument, NULL, 'a' },
+                                        { "authfile", required_argument, NULL, 'A' },
+                                        { NULL, 0, NULL, 0 } };
+  bool all = false;
+  int c;
+  optind = 0;
+  while ((c = getopt_long (argc, argv, "+a", opts, NULL)) != -1)
+    switch (c)
+      {
+      case 'a': all = true; break;
+      case 'A': ib_auth_set_authfile (optarg); break;
+      default: exit (2);
+      }
+  if (all ? argc - optind != 0 : argc - optind != 1)
+    usage_error ("%s", "logout: expected one REGISTRY, or --all");
+  cleanup_free char *key = all ? NULL : ib_auth_normalize_key (argv[optind]);
+  if (key)
+    free (login_host ("logout", key));
+  cleanup_free char *file = ib_auth_default_file (err);
+  if (file == NULL)
+    return -1;
+  bool removed;
+  if (ib_auth_remove (file, key, &removed, err) < 0)
+    return ib_error_prefix (err, "logout %s", all ? "--all" : key);
+  if (all)
+    printf ("Removed all credentials from %s\n", file);
+  else if (removed)
+    printf ("Removed credentials for %s from %s\n", key, file);
+  else
+    return ib_error_set (err, ENOENT, "logout %s: not logged in (no credentials for it in %s)", key,
+                         file);
+  return 0;
 }
 
 static int
@@ -476,6 +704,10 @@ main (int argc, char **argv)
     r = cmd_pull (sub_argc, sub_argv, &err);
   else if (strcmp (cmd, "push") == 0)
     r = cmd_push (sub_argc, sub_argv, &err);
+  else if (strcmp (cmd, "login") == 0)
+    r = cmd_login (sub_argc, sub_argv, &err);
+  else if (strcmp (cmd, "logout") == 0)
+    r = cmd_logout (sub_argc, sub_argv, &err);
   else if (strcmp (cmd, "unpack") == 0)
     r = cmd_unpack (sub_argc, sub_argv, &err);
   else if (strcmp (cmd, "inspect") == 0)

@@ -10,6 +10,7 @@
  */
 #include "oci/registry.h"
 #include "common/util.h"
+#include "oci/auth.h"
 #include "oci/digest.h"
 #include "oci/manifest.h"
 
@@ -18,7 +19,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
-#include <openssl/evp.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,8 +43,9 @@ enum auth_kind
 
 struct token
 {
-  char *scope;
-  char *value;
+  char *scope;                     /* as requested; "" for none */
+  char *value;                     /* the bearer token (a secret) */
+  int64_t expires_ms, lifetime_ms; /* oci/auth.h: ib_auth_token_t */
 };
 
 struct ib_registry
@@ -55,7 +56,10 @@ struct ib_registry
   bool pinged;
   enum auth_kind auth;
   char *realm, *service; /* Bearer challenge from the ping */
-  char *creds;           /* "user:password" from an auth file, or NULL */
+  char *repo;            /* repository of the reference: picks repo-scoped credentials */
+  ib_auth_creds_t creds; /* looked up when the registry first asks for auth */
+  bool creds_loaded;
+  bool login;            /* ib_registry_login: errors say "wrong username or password" only */
   struct token *tokens;
   size_t n_tokens;
   CURL *curl;
@@ -249,87 +253,6 @@ ib_auth_challenge_parse (const char *h, ib_auth_challenge_t *out, ib_error_t *er
     }
 }
 
-/* ---------- credentials ---------- */
-
-static char *
-base64_decode (const char *in)
-{
-  size_t n = strlen (in);
-  unsigned char *out = xmalloc (n / 4 * 3 + 4);
-  int r = EVP_DecodeBlock (out, (const unsigned char *) in, (int) n);
-  if (r < 0)
-    {
-      free (out);
-      return NULL;
-    }
-  /* EVP_DecodeBlock counts padding bytes as output: drop them */
-  while (n > 0 && in[n - 1] == '=' && r > 0)
-    {
-      n--;
-      r--;
-    }
-  out[r] = '\0';
-  return (char *) out;
-}
-
-static char *
-base64_encode (const char *in)
-{
-  size_t n = strlen (in);
-  char *out = xmalloc ((n + 2) / 3 * 4 + 1);
-  EVP_EncodeBlock ((unsigned char *) out, (const unsigned char *) in, (int) n);
-  return out;
-}
-
-static char *
-creds_from_file (const char *path, const char *registry)
-{
-  json_t *j = json_load_file (path, 0, NULL);
-  if (j == NULL)
-    return NULL;
-  json_t *auths = json_object_get (j, "auths");
-  json_t *e = json_object_get (auths, registry);
-  if (e == NULL && strcmp (registry, "docker.io") == 0)
-    e = json_object_get (auths, "https://index.docker.io/v1/");
-  if (e == NULL)
-    {
-      cleanup_free char *https = xasprintf ("https://%s", registry);
-      e = json_object_get (auths, https);
-    }
-  const char *a = json_string_value (json_object_get (e, "auth"));
-  char *r = a && *a ? base64_decode (a) : NULL;
-  if (r && strchr (r, ':') == NULL)
-    {
-      free (r);
-      r = NULL;
-    }
-  json_decref (j);
-  return r;
-}
-
-static char *
-find_credentials (const char *registry)
-{
-  const char *e = getenv ("REGISTRY_AUTH_FILE");
-  char *r = NULL;
-  if (e && *e && (r = creds_from_file (e, registry)))
-    return r;
-  e = getenv ("XDG_RUNTIME_DIR");
-  if (e && *e)
-    {
-      cleanup_free char *p = xasprintf ("%s/containers/auth.json", e);
-      if ((r = creds_from_file (p, registry)))
-        return r;
-    }
-  e = getenv ("DOCKER_CONFIG");
-  cleanup_free char *p = NULL;
-  if (e && *e)
-    p = xasprintf ("%s/config.json", e);
-  else if ((e = getenv ("HOME")) && *e)
-    p = xasprintf ("%s/.docker/config.json", e);
-  return p ? creds_from_file (p, registry) : NULL;
-}
-
 /* ---------- client ---------- */
 
 static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
@@ -350,7 +273,7 @@ ib_registry_new (const ib_ref_t *ref, ib_registry_t **out, ib_error_t *err)
   r->host = xstrdup (ib_ref_api_host (ref));
   bool plain = ib_ref_plain_http (ref) || is_insecure (ref->registry);
   r->base = xasprintf ("%s://%s", plain ? "http" : "https", r->host);
-  r->creds = find_credentials (ref->registry);
+  r->repo = xstrdup (ref->repository);
   r->curl = curl_easy_init ();
   if (r->curl == NULL)
     {
@@ -371,19 +294,17 @@ ib_registry_free (ib_registry_t *r)
   for (size_t i = 0; i < r->n_tokens; i++)
     {
       free (r->tokens[i].scope);
+      explicit_bzero (r->tokens[i].value, strlen (r->tokens[i].value));
       free (r->tokens[i].value);
     }
   free (r->tokens);
+  free (r->repo);
+  ib_auth_creds_clear (&r->creds);
   free (r->name);
   free (r->host);
   free (r->base);
   free (r->realm);
   free (r->service);
-  if (r->creds)
-    {
-      explicit_bzero (r->creds, strlen (r->creds));
-      free (r->creds);
-    }
   free (r);
 }
 
@@ -874,30 +795,47 @@ http_once (ib_registry_t *r, xfer_t *x, const char *url, const char *auth, ib_er
   return 0;
 }
 
+/* ---------- authentication ---------- */
+
+/* The token for `scope` ("" for none) while it is fresh (oci/auth.h:
+ * ib_auth_token_fresh), else NULL. */
 static const char *
 token_find (ib_registry_t *r, const char *scope)
 {
+  int64_t now = ib_auth_now_ms ();
   for (size_t i = 0; i < r->n_tokens; i++)
     if (strcmp (r->tokens[i].scope, scope ? scope : "") == 0)
-      return r->tokens[i].value;
+      return ib_auth_token_fresh (r->tokens[i].expires_ms, r->tokens[i].lifetime_ms, now)
+                 ? r->tokens[i].value
+                 : NULL;
   return NULL;
 }
 
 static void
-token_put (ib_registry_t *r, const char *scope, const char *value)
+token_put (ib_registry_t *r, const char *scope, const char *value, int64_t expires_ms,
+           int64_t lifetime_ms)
 {
   scope = scope ? scope : "";
-  for (size_t i = 0; i < r->n_tokens; i++)
+  struct token *t = NULL;
+  for (size_t i = 0; i < r->n_tokens && t == NULL; i++)
     if (strcmp (r->tokens[i].scope, scope) == 0)
-      {
-        free (r->tokens[i].value);
-        r->tokens[i].value = xstrdup (value);
-        return;
-      }
-  r->tokens = xrealloc (r->tokens, (r->n_tokens + 1) * sizeof *r->tokens);
-  r->tokens[r->n_tokens].scope = xstrdup (scope);
-  r->tokens[r->n_tokens].value = xstrdup (value);
-  r->n_tokens++;
+      t = &r->tokens[i];
+  if (t == NULL)
+    {
+      r->tokens = xrealloc (r->tokens, (r->n_tokens + 1) * sizeof *r->tokens);
+      t = &r->tokens[r->n_tokens++];
+      t->scope = xstrdup (scope);
+      t->value = NULL;
+    }
+  char *v = xstrdup (value); /* value may be t->value itself */
+  if (t->value)
+    {
+      explicit_bzero (t->value, strlen (t->value));
+      free (t->value);
+    }
+  t->value = v;
+  t->expires_ms = expires_ms;
+  t->lifetime_ms = lifetime_ms;
 }
 
 static char *
@@ -909,63 +847,122 @@ url_escape (CURL *c, const char *s)
   return r;
 }
 
-/* Docker token auth: GET realm?service=S&scope=X, Basic-authenticated when
- * we have credentials; the JSON answer has "token" or "access_token". */
+/* The credentials for this registry (oci/auth.h lookup order), looked up
+ * once, when the registry first asks for authentication. */
+static int
+load_creds (ib_registry_t *r, ib_error_t *err)
+{
+  if (r->creds_loaded)
+    return 0;
+  if (ib_auth_find (r->name, r->repo, &r->creds, err) < 0)
+    return -1;
+  r->creds_loaded = true;
+  return 0;
+}
+
+static bool
+have_password (const ib_registry_t *r)
+{
+  return r->creds.username != NULL && r->creds.password != NULL;
+}
+
+static int
+login_needed (ib_registry_t *r, ib_error_t *err)
+{
+  return ib_error_set (err, EACCES, "%s requires authentication: run imgbuild login %s", r->name,
+                       r->name);
+}
+
+static int
+wrong_password (ib_registry_t *r, ib_error_t *err)
+{
+  if (r->login)
+    return ib_error_set (err, EACCES, "wrong username or password");
+  return ib_error_set (err, EACCES, "wrong username or password for %s (credentials from %s)",
+                       r->name, r->creds.source ? r->creds.source : "?");
+}
+
+/* Distribution token spec: GET realm?service=S&scope=A&scope=B, with
+ * Basic credentials when we have a user and password (anonymous
+ * otherwise); with an identity token, the OAuth2 form POST
+ * (grant_type=refresh_token).  The answer's token is cached for `scope`
+ * until shortly before it expires.  A 401 from the token server means the
+ * credentials are wrong (or, anonymous, that the registry wants some). */
 static int
 fetch_token (ib_registry_t *r, const char *realm, const char *service, const char *scope,
              ib_error_t *err)
 {
   if (realm == NULL || *realm == '\0')
     return ib_error_set (err, EPROTO, "registry %s: Bearer challenge without a realm", r->host);
-  ib_buf_t url = { 0 };
-  ib_buf_puts (&url, realm);
-  char sep = strchr (realm, '?') ? '&' : '?';
-  if (service)
-    {
-      cleanup_free char *e = url_escape (r->curl, service);
-      ib_buf_printf (&url, "%cservice=%s", sep, e);
-      sep = '&';
-    }
-  if (scope && *scope)
-    {
-      cleanup_free char *e = url_escape (r->curl, scope);
-      ib_buf_printf (&url, "%cscope=%s", sep, e);
-    }
-  cleanup_free char *u = ib_buf_steal (&url);
+  if (load_creds (r, err) < 0)
+    return -1;
+  bool oauth = r->creds.identity_token != NULL;
+  cleanup_free char *u = NULL;
   cleanup_free char *auth = NULL;
-  if (r->creds)
-    {
-      cleanup_free char *b = base64_encode (r->creds);
-      auth = xasprintf ("Authorization: Basic %s", b);
-    }
+  cleanup_free char *form = NULL;
   xfer_t x;
-  xfer_init (&x, "GET");
+  if (oauth)
+    {
+      u = xstrdup (realm);
+      form = ib_auth_oauth_form (service, scope, r->creds.identity_token);
+      xfer_init (&x, "POST");
+      x.content_type = "application/x-www-form-urlencoded";
+      x.body = form;
+      x.body_len = strlen (form);
+    }
+  else
+    {
+      u = ib_auth_token_url (realm, service, scope, r->creds.username);
+      auth = ib_auth_basic_header (&r->creds);
+      xfer_init (&x, "GET");
+    }
   x.body_max = TOKEN_BODY_MAX;
+  int64_t asked = ib_auth_now_ms ();
   int ret = http_once (r, &x, u, auth, err);
-  if (ret == 0 && x.status != 200)
+  if (auth)
+    explicit_bzero (auth, strlen (auth));
+  if (form)
+    explicit_bzero (form, strlen (form));
+  if (ret == 0 && x.status == 401 && (have_password (r) || oauth))
+    ret = oauth ? ib_error_set (err, EACCES, "the identity token for %s was refused: run imgbuild "
+                                "login %s", r->name, r->name)
+                : wrong_password (r, err);
+  else if (ret == 0 && x.status == 401)
+    ret = login_needed (r, err);
+  else if (ret == 0 && x.status == 400 && oauth)
+    ret = ib_error_set (err, EACCES, "the identity token for %s was refused (%.200s): run "
+                        "imgbuild login %s", r->name, x.resp.data ? x.resp.data : "", r->name);
+  else if (ret == 0 && x.status != 200)
     {
       status_error (&x, err);
+      cleanup_free char *h = url_host (realm);
+      ib_error_prefix (err, "get a token for %s from %s", scope && *scope ? scope : r->host, h);
       ret = -1;
     }
   if (ret == 0)
     {
-      json_t *j = json_loadb (x.resp.data ? x.resp.data : "", x.resp.len, 0, NULL);
-      const char *t = json_string_value (json_object_get (j, "token"));
-      if (t == NULL || *t == '\0')
-        t = json_string_value (json_object_get (j, "access_token"));
-      if (t && *t)
-        token_put (r, scope, t);
+      ib_auth_token_t t;
+      if (ib_auth_token_parse (x.resp.data, x.resp.len, asked, &t, err) < 0)
+        {
+          cleanup_free char *h = url_host (realm);
+          ib_error_prefix (err, "get a token for %s from %s", scope && *scope ? scope : r->host, h);
+          ret = -1;
+        }
       else
-        ret = ib_error_set (err, EPROTO, "the answer has no token");
-      if (j)
-        json_decref (j);
+        {
+          token_put (r, scope, t.token, t.expires_ms, t.lifetime_ms);
+          if (t.refresh_token && oauth)
+            {
+              explicit_bzero (r->creds.identity_token, strlen (r->creds.identity_token));
+              free (r->creds.identity_token);
+              r->creds.identity_token = steal_pointer (&t.refresh_token);
+            }
+          ib_auth_token_clear (&t);
+        }
     }
+  if (x.resp.data)
+    explicit_bzero (x.resp.data, x.resp.len);
   xfer_free (&x);
-  if (ret < 0)
-    {
-      cleanup_free char *h = url_host (realm);
-      ib_error_prefix (err, "get a token for %s from %s", scope ? scope : r->host, h);
-    }
   return ret;
 }
 
@@ -1012,8 +1009,12 @@ ping (ib_registry_t *r, ib_error_t *err)
   return ret;
 }
 
-/* "Authorization: ..." for a request needing `scope`, fetching a token when
- * the registry uses Bearer and we have none yet; NULL when none is needed. */
+/* *out = the full header line "Authorization: Bearer ..." / "Authorization:
+ * Basic ..." for a request needing `scope` (NULL: none), fetching a token
+ * when the registry uses Bearer and none is cached or the cached one is
+ * about to expire; NULL when the request goes anonymous.  Caller frees.
+ * Called from one thread at a time (the fetch engine's loop thread, or the
+ * caller of the ib_registry_* functions). */
 static int
 auth_header (ib_registry_t *r, const char *scope, char **out, ib_error_t *err)
 {
@@ -1022,29 +1023,61 @@ auth_header (ib_registry_t *r, const char *scope, char **out, ib_error_t *err)
     {
       if (token_find (r, scope) == NULL && fetch_token (r, r->realm, r->service, scope, err) < 0)
         return -1;
-      *out = xasprintf ("Authorization: Bearer %s", token_find (r, scope));
+      const char *t = token_find (r, scope);
+      if (t == NULL) /* a token whose lifetime is already spent: use it once all the same */
+        for (size_t i = 0; i < r->n_tokens && t == NULL; i++)
+          if (strcmp (r->tokens[i].scope, scope ? scope : "") == 0)
+            t = r->tokens[i].value;
+      *out = xasprintf ("Authorization: Bearer %s", t);
     }
-  else if (r->auth == AUTH_BASIC && r->creds)
+  else if (r->auth == AUTH_BASIC)
     {
-      cleanup_free char *b = base64_encode (r->creds);
-      *out = xasprintf ("Authorization: Basic %s", b);
+      if (load_creds (r, err) < 0)
+        return -1;
+      *out = ib_auth_basic_header (&r->creds);
     }
   return 0;
 }
 
-/* After a 401: learn from its challenge so that one retry can succeed. */
-static int
-handle_401 (ib_registry_t *r, xfer_t *x, ib_error_t *err)
+/* Is `part` one of the space-separated scopes of `scopes`? */
+static bool
+scope_has (const char *scopes, const char *part)
 {
-  if (x->www_auth == NULL)
-    return status_error (x, err);
+  size_t n = strlen (part);
+  for (const char *p = scopes; p && *p;)
+    {
+      size_t l = strcspn (p, " ");
+      if (l == n && strncmp (p, part, n) == 0)
+        return true;
+      p += l;
+      while (*p == ' ')
+        p++;
+    }
+  return false;
+}
+
+/* React to a 401 answer's WWW-Authenticate value for a request that needed
+ * `scope` (may be NULL), so that the next auth_header (r, scope) gives a
+ * usable header: Bearer -> fetch a new token (the cached one was refused or
+ * expired) for `scope` plus the challenge's scope when that is another one
+ * (cross-repository mounts ask for several); Basic -> send the user's
+ * credentials from now on.  Errors: no credentials for a Basic registry
+ * ("REGISTRY requires authentication: run imgbuild login REGISTRY"), Basic
+ * credentials already sent and refused ("wrong username or password for
+ * REGISTRY"), token server errors (fetch_token).  One thread at a time. */
+static int
+auth_challenge (ib_registry_t *r, const char *www_authenticate, const char *scope,
+                ib_error_t *err)
+{
+  if (www_authenticate == NULL)
+    return ib_error_set (err, EACCES, "%s: unauthorized (HTTP 401 without a WWW-Authenticate "
+                         "challenge)", r->name);
   ib_auth_challenge_t ch;
-  if (ib_auth_challenge_parse (x->www_auth, &ch, err) < 0)
+  if (ib_auth_challenge_parse (www_authenticate, &ch, err) < 0)
     return -1;
   int ret = 0;
   if (strcasecmp (ch.scheme, "Bearer") == 0)
     {
-      const char *scope = ch.scope ? ch.scope : x->scope;
       r->auth = AUTH_BEARER;
       if (ch.realm)
         {
@@ -1056,21 +1089,81 @@ handle_401 (ib_registry_t *r, xfer_t *x, ib_error_t *err)
           free (r->service);
           r->service = xstrdup (ch.service);
         }
-      ret = fetch_token (r, r->realm, r->service, scope, err);
-      if (ret == 0 && x->scope && strcmp (scope, x->scope) != 0)
-        token_put (r, x->scope, token_find (r, scope));
+      cleanup_free char *want = NULL;
+      if (scope && *scope && ch.scope && !scope_has (scope, ch.scope))
+        want = xasprintf ("%s %s", scope, ch.scope);
+      else
+        want = xstrdup (scope && *scope ? scope : ch.scope);
+      ret = fetch_token (r, r->realm, r->service, want, err);
+      if (ret == 0 && strcmp (want ? want : "", scope ? scope : "") != 0)
+        for (size_t i = 0; i < r->n_tokens; i++)
+          if (strcmp (r->tokens[i].scope, want ? want : "") == 0)
+            {
+              struct token t = r->tokens[i];
+              token_put (r, scope, t.value, t.expires_ms, t.lifetime_ms);
+              break;
+            }
     }
   else if (strcasecmp (ch.scheme, "Basic") == 0)
     {
-      if (r->creds == NULL || r->auth == AUTH_BASIC)
-        ret = ib_error_set (err, EACCES, "unauthorized (the registry wants a user name and "
-                            "password%s)", r->creds ? "; the configured ones were refused" : "");
+      if (load_creds (r, err) < 0)
+        ret = -1;
+      else if (!have_password (r))
+        ret = login_needed (r, err);
+      else if (r->auth == AUTH_BASIC)
+        ret = wrong_password (r, err);
       r->auth = AUTH_BASIC;
     }
   else
-    ret = ib_error_set (err, EACCES, "unauthorized (unsupported auth scheme %s)", ch.scheme);
+    ret = ib_error_set (err, EACCES, "%s: unauthorized (unsupported auth scheme %s)", r->name,
+                        ch.scheme);
   ib_auth_challenge_clear (&ch);
   return ret;
+}
+
+/* The error for a 401 that persists after auth_challenge: a Bearer token
+ * without the access asked for (the token server grants what it will;
+ * Docker Hub answers so for repositories that do not exist, too), or
+ * refused Basic credentials. */
+static int
+auth_refused (ib_registry_t *r, const char *www_authenticate, const char *scope,
+              ib_error_t *err)
+{
+  bool basic = false;
+  ib_auth_challenge_t ch;
+  if (www_authenticate && ib_auth_challenge_parse (www_authenticate, &ch, NULL) == 0)
+    {
+      basic = strcasecmp (ch.scheme, "Basic") == 0;
+      ib_auth_challenge_clear (&ch);
+    }
+  if (basic)
+    return have_password (r) ? wrong_password (r, err) : login_needed (r, err);
+  /* "repository:NAME:ACTIONS" -> NAME */
+  cleanup_free char *what = NULL;
+  if (scope && strncmp (scope, "repository:", 11) == 0)
+    {
+      const char *name = scope + 11;
+      const char *end = strchr (name, ':');
+      what = end ? xstrndup (name, (size_t) (end - name)) : xstrdup (name);
+    }
+  else
+    what = xstrdup (r->repo ? r->repo : r->name);
+  if (ib_auth_creds_empty (&r->creds))
+    return ib_error_set (err, EACCES, "%s requires authentication: run imgbuild login %s "
+                         "(anonymous access to %s: not found or access denied)", r->name, r->name,
+                         what);
+  return ib_error_set (err, EACCES, "%s: not found or access denied for %s (credentials from %s)",
+                       what, r->creds.username ? r->creds.username : "the identity token",
+                       r->creds.source ? r->creds.source : "?");
+}
+
+/* After a 401: learn from its challenge so that one retry can succeed. */
+static int
+handle_401 (ib_registry_t *r, xfer_t *x, ib_error_t *err)
+{
+  if (x->www_auth == NULL)
+    return status_error (x, err);
+  return auth_challenge (r, x->www_auth, x->scope, err);
 }
 
 /* A request to the registry: ping first, authenticate (retrying once after
@@ -1093,7 +1186,9 @@ registry_do (ib_registry_t *r, xfer_t *x, const char *url, ib_error_t *err)
         return -1;
       if (http_once (r, x, cur, auth, err) < 0)
         return -1;
-      if (x->status == 401 && own && !retried_auth)
+      if (x->status == 401 && own && retried_auth)
+        return auth_refused (r, x->www_auth, x->scope, err);
+      if (x->status == 401 && own)
         {
           retried_auth = true;
           if (handle_401 (r, x, err) < 0)
@@ -1114,6 +1209,41 @@ registry_do (ib_registry_t *r, xfer_t *x, const char *url, ib_error_t *err)
         }
       return 0;
     }
+}
+
+int
+ib_registry_login (const char *registry, const char *user, const char *password, ib_error_t *err)
+{
+  ib_ref_t ref = { .registry = (char *) registry };
+  ib_registry_t *r = NULL;
+  if (ib_registry_new (&ref, &r, err) < 0)
+    return -1;
+  r->login = true;
+  r->creds_loaded = true;
+  r->creds.username = xstrdup (user);
+  r->creds.password = xstrdup (password);
+  r->creds.source = xstrdup ("the command line");
+  int ret = ping (r, err);
+  if (ret == 0 && r->auth == AUTH_BEARER)
+    ret = fetch_token (r, r->realm, r->service, NULL, err);
+  else if (ret == 0 && r->auth == AUTH_BASIC)
+    {
+      cleanup_free char *url = xasprintf ("%s/v2/", r->base);
+      cleanup_free char *auth = ib_auth_basic_header (&r->creds);
+      xfer_t x;
+      xfer_init (&x, "GET");
+      ret = http_once (r, &x, url, auth, err);
+      explicit_bzero (auth, strlen (auth));
+      if (ret == 0 && x.status == 401)
+        ret = wrong_password (r, err);
+      else if (ret == 0 && x.status >= 300)
+        ret = status_error (&x, err);
+      xfer_free (&x);
+    }
+  else if (ret == 0)
+    ib_debug ("login %s: the registry asks for no authentication", registry);
+  ib_registry_free (r);
+  return ret;
 }
 
 static char *

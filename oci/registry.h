@@ -1,11 +1,15 @@
 /* oci/registry.h — registry client on libcurl (OCI distribution-spec,
  * Docker registry token auth).
  *
- * Auth: on 401 the WWW-Authenticate challenge is parsed; Bearer realm /
- * service / scope -> GET realm?service=..&scope=.. (anonymous) and the token
- * is reused for later requests to that registry; Basic is not sent without
- * credentials.  localhost / 127.0.0.1 / [::1] use plain HTTP, others HTTPS
- * with the system CAs.  Errors name the reference and say what happened in
+ * Auth (distribution token spec, RFC 7617 Basic): on 401 the
+ * WWW-Authenticate challenge is parsed; Bearer realm / service / scope ->
+ * GET realm?service=..&scope=.. (Basic-authenticated with the user's
+ * credentials, or anonymous; an OAuth2 refresh-token POST with an identity
+ * token); tokens are reused per scope until shortly before they expire;
+ * Basic -> the user's credentials (oci/auth.h).  Authorization goes only to
+ * the registry's own origin, never after a redirect to another host.
+ * localhost / 127.0.0.1 / [::1] use plain HTTP, others HTTPS with the
+ * system CAs.  Errors name the reference and say what happened in
  * words: "manifest unknown", "unauthorized", "connection refused to HOST".
  */
 #ifndef IB_OCI_REGISTRY_H
@@ -45,17 +49,25 @@ void ib_auth_challenge_clear (ib_auth_challenge_t *c);
  * call before ib_registry_new. */
 void ib_registry_add_insecure (const char *registry);
 
-/* A client for the registry that `ref` names (registry host only is used).
+/* A client for the registry that `ref` names (registry host and
+ * repository are used: the repository picks repository-scoped credentials).
  * One client serves one thread at a time (it owns one curl handle, which
  * keeps connections alive between requests).
  * No network traffic here: the first request pings GET /v2/.  Credentials
- * (for token requests and Basic auth) come from the first auth file that has
- * an entry for the registry: $REGISTRY_AUTH_FILE,
- * $XDG_RUNTIME_DIR/containers/auth.json, ~/.docker/config.json ("auths" ->
- * "auth": base64 "user:password"; docker.io also as
- * "https://index.docker.io/v1/").  Without one, requests are anonymous. */
+ * are looked up (oci/auth.h: ib_auth_find) when the registry first asks for
+ * authentication; without any, requests are anonymous. */
 int ib_registry_new (const ib_ref_t *ref, ib_registry_t **out, ib_error_t *err);
 void ib_registry_free (ib_registry_t *r);
+
+/* Check credentials for `registry` ("host" or "host:port") as `imgbuild
+ * login` does, before they are stored: GET /v2/; a Basic challenge -> GET
+ * /v2/ again with them; a Bearer challenge -> a token request (no scope)
+ * authenticated with them (distribution token spec).  A registry that
+ * asks for no authentication accepts any.  Errors: EACCES "wrong username
+ * or password" when the registry or its token server answers 401;
+ * connection and TLS errors as for pulls. */
+int ib_registry_login (const char *registry, const char *user, const char *password,
+                       ib_error_t *err);
 
 /* GET /v2/<repo>/manifests/<reference> with Accept: IB_MANIFEST_ACCEPT.
  * *data is NUL-terminated, caller frees; *content_type may be NULL, caller frees.

@@ -12,6 +12,9 @@ pkgs=(
   # tests and demo: local registry, base images, independent readers of our output
   docker-registry mmdebstrap skopeo umoci busybox-static
   python3 python3-pytest ca-certificates curl gzip zstd unzip
+  # auth tests: htpasswd (bcrypt) for the basic-auth registry; openssl and
+  # python3-cryptography for the token server's key, certificate and JWTs
+  apache2-utils openssl python3-cryptography
 )
 missing=()
 for p in "${pkgs[@]}"; do
