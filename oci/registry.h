@@ -100,4 +100,11 @@ int ib_pull (ib_store_t *store, const char *ref_string, const char *os, const ch
  * registry has already are skipped.  Errors start "push SRC to DST: ". */
 int ib_push (ib_store_t *store, const char *src_name, const char *dst_ref, ib_error_t *err);
 
+/* ib_push to each of `dst_refs` (NULL-terminated) in turn, uploading each
+ * blob once: a blob already pushed to the same repository is skipped, one
+ * pushed to another repository of the same registry is mounted from there.
+ * Stops at the first failure. */
+int ib_push_refs (ib_store_t *store, const char *src_name, char *const *dst_refs,
+                  ib_error_t *err);
+
 #endif
