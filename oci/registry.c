@@ -718,6 +718,13 @@ curl_failure (ib_registry_t *r, xfer_t *x, CURLcode c, const char *url, ib_error
     case CURLE_HTTP2:
     case CURLE_HTTP2_STREAM:
       x->transient = true;
+      if (x->status == 0 && r->client_cert == NULL && ib_str_has_prefix (url, "https:"))
+        /* a registry that wants a client certificate often just hangs up */
+        return ib_error_set (err, EIO,
+                             "%s: connection broken before any answer (%s); if the registry "
+                             "wants a TLS client certificate, put NAME.cert and NAME.key in "
+                             "certs.d/%s/ or in --cert-dir DIR",
+                             host, detail, r->name);
       return ib_error_set (err, EIO, "%s: connection broken (%s)", host, detail);
     default:
       return ib_error_set (err, EIO, "%s: %s", host, detail);
@@ -1227,8 +1234,22 @@ rebase_url (ib_registry_t *r, const char *url)
 static int
 registry_do (ib_registry_t *r, xfer_t *x, const char *url, ib_error_t *err)
 {
-  if (probe_scheme (r, err) < 0 || ping (r, err) < 0)
+  if (probe_scheme (r, err) < 0)
     return -1;
+  if (ping (r, err) < 0)
+    {
+      if (ib_str_has_prefix (r->base, "http:") && *err && strstr ((*err)->msg, "HTTP status 400"))
+        {
+          /* Go's TLS servers answer plain HTTP with 400 */
+          ib_error_free (err);
+          return ib_error_set (err, EPROTO,
+                               "%s answered plain HTTP with 400 Bad Request: it probably speaks "
+                               "HTTPS (loopback registries use plain HTTP unless they have "
+                               "certs.d files, --cert-dir or --tls-verify)",
+                               r->host);
+        }
+      return -1;
+    }
   cleanup_free char *cur = rebase_url (r, url);
   bool own = true;
   bool retried_auth = false;
