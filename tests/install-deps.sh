@@ -12,6 +12,8 @@ pkgs=(
   # tests and demo: local registry, base images, independent readers of our output
   docker-registry mmdebstrap skopeo umoci busybox-static
   python3 python3-pytest ca-certificates curl gzip zstd unzip
+  # TLS e2e tests: a test CA and certificates made at test time
+  openssl
 )
 missing=()
 for p in "${pkgs[@]}"; do
