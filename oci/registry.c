@@ -1909,6 +1909,7 @@ ib_pull (ib_store_t *store, const char *ref_string, const char *os, const char *
   ib_registry_t *r = NULL;
   cleanup_free char *data = NULL;
   cleanup_free char *ctype = NULL;
+  cleanup_free char *source = NULL; /* "REGISTRY/REPO" it came from, for the tag */
   size_t len = 0;
   char mdigest[IB_DIGEST_LEN];
   ib_manifest_t *m = NULL;
@@ -1977,7 +1978,7 @@ ib_pull (ib_store_t *store, const char *ref_string, const char *os, const char *
       if (ib_store_put_blob (store, data, len, mdigest, err) < 0)
         goto out;
     }
-  cleanup_free char *source = xasprintf ("%s/%s", ref.registry, ref.repository);
+  source = xasprintf ("%s/%s", ref.registry, ref.repository);
   if (ib_store_tag_source (store, shown, m->media_type, mdigest, (int64_t) len, source, err) < 0)
     goto out;
   ib_info ("pull %s: manifest %s", shown, mdigest);
