@@ -7,6 +7,7 @@
 #include "oci/auth.h"
 #include "oci/manifest.h"
 #include "oci/ref.h"
+#include "oci/regconf.h"
 #include "oci/registry.h"
 #include "oci/store.h"
 #include "rootfs/sandbox.h"
@@ -40,8 +41,8 @@ static const char usage_text[] =
   "                         build a recipe (a Dockerfile with OUTPUT)\n"
   "  pull REF [--platform OS/ARCH[/VARIANT]] [--authfile FILE] [--creds USER:PASS]\n"
   "                         pull an image into the store\n"
-  "  push SRC DST [--authfile FILE] [--creds USER:PASS]\n"
-  "                         push a stored image to a registry\n"
+  "  push SRC DST [DST...] [-t TAG] [--chunk-size SIZE] [--authfile FILE] [--creds USER:PASS]\n"
+  "                         push a stored image to registries\n"
   "  login REGISTRY [-u USER] [-p PASS | --password-stdin] [--authfile FILE]\n"
   "                         check credentials with the registry and store them\n"
   "  logout (REGISTRY | --all) [--authfile FILE]\n"
@@ -58,6 +59,16 @@ static const char usage_text[] =
   "  --userns MODE          auto, root, map or single (default auto; env IMGBUILD_USERNS)\n"
   "  -q, --quiet            only warnings and errors\n"
   "  -v, --verbose          debug output\n"
+  "\n"
+  "Registry options (global, or after build, pull, push):\n"
+  "  --cert-dir DIR         TLS files (*.crt CAs, *.cert + *.key client certificate) for\n"
+  "                         every registry, instead of certs.d/HOST[:PORT]\n"
+  "  --tls-verify[=BOOL]    true: HTTPS with verified certificates for every registry,\n"
+  "                         loopback included; false: every registry is insecure\n"
+  "  --insecure-registry HOST[:PORT]  HTTPS without verification, or plain HTTP (repeatable)\n"
+  "  --registries-conf FILE registries.conf (mirrors, prefix rewrites, blocked registries)\n"
+  "  --chunk-size SIZE      push blobs larger than SIZE in chunks of SIZE (like 8M; default:\n"
+  "                         monolithic; env IMGBUILD_PUSH_CHUNK_SIZE)\n"
   "  -h, --help             this text\n";
 
 static void
@@ -67,6 +78,74 @@ usage_error (const char *fmt, const char *arg)
   fprintf (stderr, fmt, arg);
   fprintf (stderr, "\nTry 'imgbuild --help'.\n");
   exit (2);
+}
+
+/* Registry options, accepted globally and by build, pull and push. */
+enum
+{
+  OPT_CERT_DIR = 0x100,
+  OPT_TLS_VERIFY,
+  OPT_INSECURE_REGISTRY,
+  OPT_REGISTRIES_CONF,
+  OPT_CHUNK_SIZE,
+  OPT_AUTHFILE,
+};
+#define REGISTRY_OPTIONS                                                                         \
+  { "cert-dir", required_argument, NULL, OPT_CERT_DIR },                                        \
+  { "tls-verify", optional_argument, NULL, OPT_TLS_VERIFY },                                    \
+  { "insecure-registry", required_argument, NULL, OPT_INSECURE_REGISTRY },                      \
+  { "registries-conf", required_argument, NULL, OPT_REGISTRIES_CONF },                          \
+  { "chunk-size", required_argument, NULL, OPT_CHUNK_SIZE },                                    \
+  { "authfile", required_argument, NULL, OPT_AUTHFILE }
+
+static void
+set_chunk_size (const char *what, const char *s)
+{
+  uint64_t n;
+  ib_error_t e = NULL;
+  if (ib_parse_size (s, &n, &e) < 0)
+    {
+      fprintf (stderr, "imgbuild: %s: %s\nTry 'imgbuild --help'.\n", what, e->msg);
+      ib_error_free (&e);
+      exit (2);
+    }
+  ib_registry_set_chunk_size (n);
+}
+
+/* Handle one of REGISTRY_OPTIONS; false when `c` is none of them. */
+static bool
+registry_option (int c, const char *arg)
+{
+  switch (c)
+    {
+    case OPT_CERT_DIR:
+      ib_registry_set_cert_dir (arg);
+      return true;
+    case OPT_TLS_VERIFY:
+      if (arg == NULL || strcmp (arg, "true") == 0 || strcmp (arg, "1") == 0)
+        ib_registry_set_tls_verify (1);
+      else if (strcmp (arg, "false") == 0 || strcmp (arg, "0") == 0)
+        ib_registry_set_tls_verify (0);
+      else
+        usage_error ("--tls-verify: expected true or false, got '%s'", arg);
+      return true;
+    case OPT_INSECURE_REGISTRY:
+      if (*arg == '\0' || strchr (arg, '/'))
+        usage_error ("--insecure-registry: expected HOST[:PORT], got '%s'", arg);
+      ib_registry_add_insecure (arg);
+      return true;
+    case OPT_REGISTRIES_CONF:
+      ib_registry_set_conf_path (arg);
+      return true;
+    case OPT_CHUNK_SIZE:
+      set_chunk_size ("--chunk-size", arg);
+      return true;
+    case OPT_AUTHFILE:
+      ib_auth_set_authfile (arg);
+      return true;
+    default:
+      return false;
+    }
 }
 
 static int
@@ -144,7 +223,7 @@ cmd_build (int argc, char **argv, ib_error_t *err)
     { "build-arg", required_argument, NULL, 'a' }, { "target", required_argument, NULL, 'T' },
     { "output", required_argument, NULL, 'o' },    { "tag", required_argument, NULL, 't' },
     { "context", required_argument, NULL, 'C' },   { "file", required_argument, NULL, 'f' },
-    { "authfile", required_argument, NULL, 'A' },  { NULL, 0, NULL, 0 },
+    REGISTRY_OPTIONS,                              { NULL, 0, NULL, 0 },
   };
   cleanup_strv char **args = NULL, **outputs = NULL, **tags = NULL;
   const char *target = NULL, *context = NULL, *file = NULL;
@@ -159,8 +238,9 @@ cmd_build (int argc, char **argv, ib_error_t *err)
       case 't': ib_strv_push (&tags, optarg); break;
       case 'C': context = optarg; break;
       case 'f': file = optarg; break;
-      case 'A': ib_auth_set_authfile (optarg); break;
-      default: exit (2);
+      default:
+        if (!registry_option (c, optarg))
+          exit (2);
       }
   const char *recipe = file;
   if (optind < argc)
@@ -224,24 +304,26 @@ static int
 cmd_pull (int argc, char **argv, ib_error_t *err)
 {
   static const struct option opts[] = { { "platform", required_argument, NULL, 'p' },
-                                        { "authfile", required_argument, NULL, 'A' },
                                         { "creds", required_argument, NULL, 'c' },
-                                        { NULL, 0, NULL, 0 } };
+                                        REGISTRY_OPTIONS, { NULL, 0, NULL, 0 } };
   cleanup_free char *os = NULL, *arch = NULL, *variant = NULL;
   const char *creds = NULL;
   int c;
   optind = 0; /* 0: GNU getopt re-reads the optstring's ordering flag */
   while ((c = getopt_long (argc, argv, "+", opts, NULL)) != -1)
-    switch (c)
-      {
-      case 'p':
-        if (parse_platform (optarg, &os, &arch, &variant) < 0)
-          usage_error ("pull: --platform takes OS/ARCH[/VARIANT], got '%s'", optarg);
-        break;
-      case 'A': ib_auth_set_authfile (optarg); break;
-      case 'c': creds = optarg; break;
-      default: exit (2);
-      }
+    {
+      if (c == '?')
+        exit (2);
+      if (registry_option (c, optarg))
+        continue;
+      if (c == 'c')
+        {
+          creds = optarg;
+          continue;
+        }
+      if (c != 'p' || parse_platform (optarg, &os, &arch, &variant) < 0)
+        usage_error ("pull: --platform takes OS/ARCH[/VARIANT], got '%s'", optarg ? optarg : "");
+    }
   if (argc - optind != 1)
     usage_error ("%s", "pull: expected one image reference");
   if (creds && set_creds ("pull", creds, argv[optind], err) < 0)
@@ -261,27 +343,48 @@ cmd_pull (int argc, char **argv, ib_error_t *err)
 static int
 cmd_push (int argc, char **argv, ib_error_t *err)
 {
-  static const struct option opts[] = { { "authfile", required_argument, NULL, 'A' },
+  static const struct option opts[] = { { "tag", required_argument, NULL, 't' },
                                         { "creds", required_argument, NULL, 'c' },
-                                        { NULL, 0, NULL, 0 } };
+                                        REGISTRY_OPTIONS, { NULL, 0, NULL, 0 } };
+  cleanup_strv char **tags = NULL, **dsts = NULL;
   const char *creds = NULL;
   int c;
-  optind = 0;
-  while ((c = getopt_long (argc, argv, "+", opts, NULL)) != -1)
-    switch (c)
-      {
-      case 'A': ib_auth_set_authfile (optarg); break;
-      case 'c': creds = optarg; break;
-      default: exit (2);
-      }
-  if (argc - optind != 2)
-    usage_error ("%s", "push: expected SRC DST");
-  if (creds && set_creds ("push", creds, argv[optind + 1], err) < 0)
-    return -1;
+  optind = 0; /* 0: GNU getopt re-reads the optstring's ordering flag */
+  while ((c = getopt_long (argc, argv, "t:", opts, NULL)) != -1)
+    {
+      if (c == 't')
+        ib_strv_push (&tags, optarg);
+      else if (c == 'c')
+        creds = optarg;
+      else if (!registry_option (c, optarg))
+        exit (2);
+    }
+  if (argc - optind < 2)
+    usage_error ("%s", "push: expected SRC DST [DST...]");
+  for (int i = optind + 1; i < argc; i++)
+    ib_strv_push (&dsts, argv[i]);
+  /* -t TAG: DST's repository with another tag; -t REF (with a '/'): another reference */
+  for (char **t = tags; t && *t; t++)
+    {
+      if (strchr (*t, '/'))
+        {
+          ib_strv_push (&dsts, *t);
+          continue;
+        }
+      ib_ref_t ref;
+      if (ib_ref_parse (argv[optind + 1], &ref, err) < 0)
+        return ib_error_prefix (err, "push");
+      cleanup_free char *full = xasprintf ("%s/%s:%s", ref.registry, ref.repository, *t);
+      ib_ref_free (&ref);
+      ib_strv_push (&dsts, full);
+    }
+  for (char **d = dsts; creds && d && *d; d++)
+    if (set_creds ("push", creds, *d, err) < 0)
+      return -1;
   ib_store_t *store = NULL;
   if (open_store (&store, err) < 0)
     return -1;
-  int r = ib_push (store, argv[optind], argv[optind + 1], err);
+  int r = ib_push_refs (store, argv[optind], dsts, err);
   ib_store_close (store);
   return r;
 }
@@ -668,8 +771,11 @@ main (int argc, char **argv)
     { "store", required_argument, NULL, 's' }, { "userns", required_argument, NULL, 'U' },
     { "quiet", no_argument, NULL, 'q' },       { "verbose", no_argument, NULL, 'v' },
     { "help", no_argument, NULL, 'h' },        { "version", no_argument, NULL, 'V' },
-    { NULL, 0, NULL, 0 },
+    REGISTRY_OPTIONS,                          { NULL, 0, NULL, 0 },
   };
+  const char *env_chunk = getenv ("IMGBUILD_PUSH_CHUNK_SIZE");
+  if (env_chunk && *env_chunk)
+    set_chunk_size ("IMGBUILD_PUSH_CHUNK_SIZE", env_chunk);
   const char *env_userns = getenv ("IMGBUILD_USERNS");
   if (env_userns && *env_userns && parse_userns (env_userns, &userns_mode) < 0)
     usage_error ("IMGBUILD_USERNS: expected auto, root, map or single, got '%s'", env_userns);
@@ -686,7 +792,11 @@ main (int argc, char **argv)
       case 'v': ib_verbosity = 2; break;
       case 'h': fputs (usage_text, stdout); return 0;
       case 'V': printf ("imgbuild %s\n", IMGBUILD_VERSION); return 0;
-      default: fputs (usage_text, stderr); return 2;
+      default:
+        if (registry_option (c, optarg))
+          break;
+        fputs (usage_text, stderr);
+        return 2;
       }
   if (optind >= argc)
     {

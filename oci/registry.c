@@ -11,8 +11,10 @@
 #include "oci/registry.h"
 #include "common/util.h"
 #include "oci/auth.h"
+#include "oci/certs.h"
 #include "oci/digest.h"
 #include "oci/manifest.h"
+#include "oci/regconf.h"
 
 #include <ctype.h>
 #include <curl/curl.h>
@@ -54,6 +56,13 @@ struct ib_registry
   char *host;    /* API host[:port]: "registry-1.docker.io" */
   char *base;    /* "https://registry-1.docker.io" */
   bool pinged;
+  /* TLS (setup_handle) */
+  bool tls_verify;      /* verify the server's certificate and name */
+  bool probe_scheme;    /* insecure registry: HTTPS not tried yet; plain HTTP if it fails */
+  char *https_base;     /* "https://HOST", what URLs were built with before the probe */
+  char *ca_blob;        /* system CAs + the registry's certs.d *.crt, or NULL: curl's default */
+  size_t ca_blob_len;
+  char *client_cert, *client_key; /* certs.d *.cert / *.key, or NULL */
   enum auth_kind auth;
   char *realm, *service; /* Bearer challenge from the ping */
   char *repo;            /* repository of the reference: picks repo-scoped credentials */
@@ -75,8 +84,10 @@ typedef struct xfer
   const char *content_type;
   const char *body; /* in-memory request body (POST/PUT) */
   size_t body_len;
-  int upload_fd; /* PUT body from this file when >= 0 */
+  int upload_fd; /* PUT/PATCH body from this file when >= 0 ... */
+  uint64_t upload_base; /* ... its bytes [upload_base, upload_base + upload_size) */
   uint64_t upload_size, upload_off;
+  const char *send_range; /* PATCH: Content-Range "start-end" (inclusive), or NULL */
   uint64_t range_from; /* send Range: bytes=N- when > 0 */
   const char *scope;   /* token scope the request needs */
   size_t body_max;     /* cap on the in-memory response body */
@@ -91,9 +102,11 @@ typedef struct xfer
   /* response */
   long status;
   char *content_type_resp, *location, *www_auth, *content_range;
+  uint64_t chunk_min; /* OCI-Chunk-Min-Length of the response, 0 when absent */
   ib_buf_t resp;
   bool overflow;
   bool transient; /* the failure may go away when retried */
+  int curl_code;  /* CURLcode of a failed transfer, else 0 */
 } xfer_t;
 
 static void
@@ -115,6 +128,7 @@ xfer_reset_response (xfer_t *x)
   free (x->www_auth);
   free (x->content_range);
   x->content_type_resp = x->location = x->www_auth = x->content_range = NULL;
+  x->chunk_min = 0;
   ib_buf_free (&x->resp);
   x->overflow = false;
 }
@@ -263,6 +277,75 @@ curl_init_once (void)
   curl_global_init (CURL_GLOBAL_DEFAULT);
 }
 
+/* Decide the scheme and TLS settings of a new client (docs/security.md):
+ *   insecure (--insecure-registry, registries.conf insecure = true,
+ *   --tls-verify=false): HTTPS without verification, plain HTTP when the
+ *   server does not speak TLS (probed by the first request);
+ *   loopback: plain HTTP, unless it has certs.d files or --cert-dir, or
+ *   --tls-verify=true was given;
+ *   others: HTTPS verified with the system CAs plus certs.d's *.crt. */
+static int
+tls_configure (ib_registry_t *r, bool loopback, ib_error_t *err)
+{
+  ib_certs_t certs;
+  if (ib_certs_find (r->name, ib_registry_cert_dir (), NULL, &certs, err) < 0)
+    return -1;
+  int verify = ib_registry_tls_verify ();
+  bool insecure = is_insecure (r->name) || verify == 0;
+  r->https_base = xasprintf ("https://%s", r->host);
+  r->tls_verify = !insecure;
+  if (insecure)
+    r->probe_scheme = true;
+  else if (loopback && certs.dir == NULL && verify != 1)
+    {
+      r->base = xasprintf ("http://%s", r->host);
+      ib_certs_clear (&certs);
+      return 0;
+    }
+  r->base = xstrdup (r->https_base);
+  if (certs.dir)
+    ib_debug ("registry %s: TLS files from %s", r->name, certs.dir);
+  const char *system_bundle = NULL;
+  curl_easy_getinfo (r->curl, CURLINFO_CAINFO, &system_bundle);
+  int ret = ib_certs_ca_bundle (&certs, system_bundle, &r->ca_blob, &r->ca_blob_len, err);
+  r->client_cert = steal_pointer (&certs.client_cert);
+  r->client_key = steal_pointer (&certs.client_key);
+  ib_certs_clear (&certs);
+  return ret;
+}
+
+/* Every option of a curl easy handle that does not depend on the request:
+ * user agent, protocols, redirects (never followed by curl: see
+ * registry_do), timeouts, TLS verification, CA certificates, client
+ * certificate.  Called for every handle that talks to the registry `r`. */
+static void
+setup_handle (ib_registry_t *r, CURL *c)
+{
+  curl_easy_setopt (c, CURLOPT_USERAGENT, USER_AGENT);
+  curl_easy_setopt (c, CURLOPT_NOSIGNAL, 1L);
+  curl_easy_setopt (c, CURLOPT_FOLLOWLOCATION, 0L);
+  curl_easy_setopt (c, CURLOPT_UNRESTRICTED_AUTH, 0L);
+  curl_easy_setopt (c, CURLOPT_PROTOCOLS_STR, "http,https");
+  curl_easy_setopt (c, CURLOPT_CONNECTTIMEOUT, 30L);
+  curl_easy_setopt (c, CURLOPT_LOW_SPEED_LIMIT, 1L);   /* bytes/s ... */
+  curl_easy_setopt (c, CURLOPT_LOW_SPEED_TIME, 120L);  /* ... for this many seconds = stalled */
+  curl_easy_setopt (c, CURLOPT_SSL_VERIFYPEER, r->tls_verify ? 1L : 0L);
+  curl_easy_setopt (c, CURLOPT_SSL_VERIFYHOST, r->tls_verify ? 2L : 0L);
+  if (r->ca_blob)
+    {
+      struct curl_blob blob = { .data = r->ca_blob, .len = r->ca_blob_len,
+                                .flags = CURL_BLOB_NOCOPY }; /* r outlives its handles */
+      curl_easy_setopt (c, CURLOPT_CAINFO_BLOB, &blob);
+    }
+  if (r->client_cert)
+    {
+      curl_easy_setopt (c, CURLOPT_SSLCERT, r->client_cert);
+      curl_easy_setopt (c, CURLOPT_SSLCERTTYPE, "PEM");
+      curl_easy_setopt (c, CURLOPT_SSLKEY, r->client_key);
+      curl_easy_setopt (c, CURLOPT_SSLKEYTYPE, "PEM");
+    }
+}
+
 int
 ib_registry_new (const ib_ref_t *ref, ib_registry_t **out, ib_error_t *err)
 {
@@ -271,14 +354,17 @@ ib_registry_new (const ib_ref_t *ref, ib_registry_t **out, ib_error_t *err)
   ib_registry_t *r = xmalloc (sizeof *r);
   r->name = xstrdup (ref->registry);
   r->host = xstrdup (ib_ref_api_host (ref));
-  bool plain = ib_ref_plain_http (ref) || is_insecure (ref->registry);
-  r->base = xasprintf ("%s://%s", plain ? "http" : "https", r->host);
   r->repo = xstrdup (ref->repository);
   r->curl = curl_easy_init ();
   if (r->curl == NULL)
     {
       ib_registry_free (r);
       return ib_error_set (err, ENOMEM, "registry %s: cannot create a curl handle", ref->registry);
+    }
+  if (tls_configure (r, ib_ref_plain_http (ref), err) < 0)
+    {
+      ib_registry_free (r);
+      return ib_error_prefix (err, "registry %s", ref->registry);
     }
   *out = r;
   return 0;
@@ -305,6 +391,10 @@ ib_registry_free (ib_registry_t *r)
   free (r->base);
   free (r->realm);
   free (r->service);
+  free (r->https_base);
+  free (r->ca_blob);
+  free (r->client_cert);
+  free (r->client_key);
   free (r);
 }
 
@@ -363,6 +453,13 @@ on_header (char *line, size_t size, size_t nmemb, void *ud)
     {
       free (x->content_range);
       x->content_range = trim_dup (v, vn);
+    }
+  else if (header_is (line, n, "OCI-Chunk-Min-Length", &v, &vn))
+    {
+      cleanup_free char *val = trim_dup (v, vn);
+      char *end;
+      unsigned long long m = strtoull (val, &end, 10);
+      x->chunk_min = (*val && *end == '\0') ? (uint64_t) m : 0;
     }
   else if (header_is (line, n, "WWW-Authenticate", &v, &vn))
     {
@@ -442,7 +539,7 @@ on_read (char *buf, size_t size, size_t nmemb, void *ud)
     want = (size_t) (x->upload_size - x->upload_off);
   for (;;)
     {
-      ssize_t n = pread (x->upload_fd, buf, want, (off_t) x->upload_off);
+      ssize_t n = pread (x->upload_fd, buf, want, (off_t) (x->upload_base + x->upload_off));
       if (n < 0 && errno == EINTR)
         continue;
       if (n <= 0)
@@ -475,20 +572,20 @@ url_host (const char *url)
   return r;
 }
 
-static int curl_failure_on (CURL *handle, const char *errbuf, xfer_t *x, CURLcode c,
-                            const char *url, ib_error_t *err);
+static int curl_failure_on (ib_registry_t *r, CURL *handle, const char *errbuf, xfer_t *x,
+                            CURLcode c, const char *url, ib_error_t *err);
 
 static int
 curl_failure (ib_registry_t *r, xfer_t *x, CURLcode c, const char *url, ib_error_t *err)
 {
-  return curl_failure_on (r->curl, r->errbuf, x, c, url, err);
+  return curl_failure_on (r, r->curl, r->errbuf, x, c, url, err);
 }
 
 /* An error in words for a failed transfer on `handle` (its error buffer
  * `errbuf`); sets x->transient when a retry may succeed. */
 static int
-curl_failure_on (CURL *handle, const char *errbuf, xfer_t *x, CURLcode c, const char *url,
-                 ib_error_t *err)
+curl_failure_on (ib_registry_t *r, CURL *handle, const char *errbuf, xfer_t *x, CURLcode c,
+                 const char *url, ib_error_t *err)
 {
   cleanup_free char *host = url_host (url);
   const char *detail = errbuf[0] ? errbuf : curl_easy_strerror (c);
@@ -496,6 +593,13 @@ curl_failure_on (CURL *handle, const char *errbuf, xfer_t *x, CURLcode c, const 
     return ib_error_sys (err, x->sink_errno, "write downloaded data");
   if (x->overflow)
     return ib_error_set (err, EFBIG, "%s: response larger than %zu bytes", host, x->body_max);
+  if (r->client_cert == NULL
+      && (strstr (detail, "alert certificate required") || strstr (detail, "alert bad certificate")
+          || strstr (detail, "alert handshake failure")))
+    return ib_error_set (err, EACCES,
+                         "%s: the registry wants a TLS client certificate (%s); put NAME.cert "
+                         "and NAME.key in certs.d/%s/ or in --cert-dir DIR",
+                         host, detail, r->name);
   switch (c)
     {
     case CURLE_COULDNT_CONNECT:
@@ -526,7 +630,16 @@ curl_failure_on (CURL *handle, const char *errbuf, xfer_t *x, CURLcode c, const 
       x->transient = true;
       return ib_error_set (err, ETIMEDOUT, "%s: timed out (%s)", host, detail);
     case CURLE_PEER_FAILED_VERIFICATION:
-      return ib_error_set (err, EPROTO, "%s: TLS certificate not trusted (%s)", host, detail);
+      return ib_error_set (err, EPROTO,
+                           "%s: TLS certificate verification failed (%s); put the registry's CA "
+                           "certificate in certs.d/%s/ or --cert-dir DIR, or pass "
+                           "--tls-verify=false",
+                           host, detail, r->name);
+    case CURLE_SSL_CERTPROBLEM:
+      return ib_error_set (err, EINVAL, "%s: client certificate %s: %s", host,
+                           r->client_cert ? r->client_cert : "", detail);
+    case CURLE_SSL_CACERT_BADFILE:
+      return ib_error_set (err, EINVAL, "%s: CA certificates: %s", host, detail);
     case CURLE_SSL_CONNECT_ERROR:
       return ib_error_set (err, EPROTO,
                            "%s: TLS handshake failed (%s); a plain-HTTP registry needs "
@@ -539,6 +652,13 @@ curl_failure_on (CURL *handle, const char *errbuf, xfer_t *x, CURLcode c, const 
     case CURLE_HTTP2:
     case CURLE_HTTP2_STREAM:
       x->transient = true;
+      if (x->status == 0 && r->client_cert == NULL && ib_str_has_prefix (url, "https:"))
+        /* a registry that wants a client certificate often just hangs up */
+        return ib_error_set (err, EIO,
+                             "%s: connection broken before any answer (%s); if the registry "
+                             "wants a TLS client certificate, put NAME.cert and NAME.key in "
+                             "certs.d/%s/ or in --cert-dir DIR",
+                             host, detail, r->name);
       return ib_error_set (err, EIO, "%s: connection broken (%s)", host, detail);
     default:
       return ib_error_set (err, EIO, "%s: %s", host, detail);
@@ -737,6 +857,12 @@ http_once (ib_registry_t *r, xfer_t *x, const char *url, const char *auth, ib_er
       cleanup_free char *a = xasprintf ("Content-Type: %s", x->content_type);
       h = curl_slist_append (h, a);
     }
+  char crange[80];
+  if (x->send_range)
+    {
+      snprintf (crange, sizeof crange, "Content-Range: %s", x->send_range);
+      h = curl_slist_append (h, crange);
+    }
   if (x->range_from > 0)
     {
       snprintf (range, sizeof range, "Range: bytes=%llu-", (unsigned long long) x->range_from);
@@ -746,17 +872,10 @@ http_once (ib_registry_t *r, xfer_t *x, const char *url, const char *auth, ib_er
     h = curl_slist_append (h, auth);
   h = curl_slist_append (h, "Expect:");
 
+  setup_handle (r, c);
   curl_easy_setopt (c, CURLOPT_URL, url);
   curl_easy_setopt (c, CURLOPT_HTTPHEADER, h);
-  curl_easy_setopt (c, CURLOPT_USERAGENT, USER_AGENT);
   curl_easy_setopt (c, CURLOPT_ERRORBUFFER, r->errbuf);
-  curl_easy_setopt (c, CURLOPT_NOSIGNAL, 1L);
-  curl_easy_setopt (c, CURLOPT_FOLLOWLOCATION, 0L);
-  curl_easy_setopt (c, CURLOPT_UNRESTRICTED_AUTH, 0L);
-  curl_easy_setopt (c, CURLOPT_PROTOCOLS_STR, "http,https");
-  curl_easy_setopt (c, CURLOPT_CONNECTTIMEOUT, 30L);
-  curl_easy_setopt (c, CURLOPT_LOW_SPEED_LIMIT, 1L);   /* bytes/s ... */
-  curl_easy_setopt (c, CURLOPT_LOW_SPEED_TIME, 120L);  /* ... for this many seconds = stalled */
   curl_easy_setopt (c, CURLOPT_HEADERFUNCTION, on_header);
   curl_easy_setopt (c, CURLOPT_HEADERDATA, x);
   curl_easy_setopt (c, CURLOPT_WRITEFUNCTION, on_write);
@@ -767,9 +886,12 @@ http_once (ib_registry_t *r, xfer_t *x, const char *url, const char *auth, ib_er
 
   if (strcmp (x->method, "HEAD") == 0)
     curl_easy_setopt (c, CURLOPT_NOBODY, 1L);
-  else if (strcmp (x->method, "PUT") == 0 && x->upload_fd >= 0)
+  else if ((strcmp (x->method, "PUT") == 0 || strcmp (x->method, "PATCH") == 0)
+           && x->upload_fd >= 0)
     {
       curl_easy_setopt (c, CURLOPT_UPLOAD, 1L);
+      if (strcmp (x->method, "PATCH") == 0)
+        curl_easy_setopt (c, CURLOPT_CUSTOMREQUEST, "PATCH");
       curl_easy_setopt (c, CURLOPT_READFUNCTION, on_read);
       curl_easy_setopt (c, CURLOPT_READDATA, x);
       curl_easy_setopt (c, CURLOPT_INFILESIZE_LARGE, (curl_off_t) x->upload_size);
@@ -786,6 +908,7 @@ http_once (ib_registry_t *r, xfer_t *x, const char *url, const char *auth, ib_er
   ib_debug ("%s %s", x->method, url);
   CURLcode rc = curl_easy_perform (c);
   curl_slist_free_all (h);
+  x->curl_code = (int) rc;
   if (rc != CURLE_OK)
     return curl_failure (r, x, rc, url, err);
   long st = 0;
@@ -1166,6 +1289,50 @@ handle_401 (ib_registry_t *r, xfer_t *x, ib_error_t *err)
   return auth_challenge (r, x->www_auth, x->scope, err);
 }
 
+/* An insecure registry (tls_configure): try HTTPS without verification
+ * once; when the server does not speak TLS there, use plain HTTP from then
+ * on, as Docker and podman do. */
+static int
+probe_scheme (ib_registry_t *r, ib_error_t *err)
+{
+  if (!r->probe_scheme)
+    return 0;
+  cleanup_free char *url = xasprintf ("%s/v2/", r->https_base);
+  xfer_t x;
+  xfer_init (&x, "GET");
+  ib_error_t e = NULL;
+  int rc = http_once (r, &x, url, NULL, &e);
+  CURLcode code = (CURLcode) x.curl_code;
+  xfer_free (&x);
+  if (rc < 0 && (code == CURLE_COULDNT_CONNECT || code == CURLE_COULDNT_RESOLVE_HOST
+                 || code == CURLE_OPERATION_TIMEDOUT))
+    {
+      *err = e;
+      return -1;
+    }
+  r->probe_scheme = false;
+  if (rc < 0)
+    {
+      ib_debug ("registry %s: no TLS (%s); using plain HTTP", r->name, e->msg);
+      ib_error_free (&e);
+      free (r->base);
+      r->base = xasprintf ("http://%s", r->host);
+    }
+  return 0;
+}
+
+/* A URL made with r->base before probe_scheme chose plain HTTP, made right;
+ * caller frees. */
+static char *
+rebase_url (ib_registry_t *r, const char *url)
+{
+  size_t n = strlen (r->https_base);
+  if (strcmp (r->base, r->https_base) != 0 && strncmp (url, r->https_base, n) == 0
+      && (url[n] == '/' || url[n] == '?' || url[n] == '\0'))
+    return xasprintf ("%s%s", r->base, url + n);
+  return xstrdup (url);
+}
+
 /* A request to the registry: ping first, authenticate (retrying once after
  * a 401 with a fresh token), follow redirects of GET/HEAD by hand, sending
  * Authorization only to the registry's own origin.  On return x->status
@@ -1173,9 +1340,23 @@ handle_401 (ib_registry_t *r, xfer_t *x, ib_error_t *err)
 static int
 registry_do (ib_registry_t *r, xfer_t *x, const char *url, ib_error_t *err)
 {
-  if (ping (r, err) < 0)
+  if (probe_scheme (r, err) < 0)
     return -1;
-  cleanup_free char *cur = xstrdup (url);
+  if (ping (r, err) < 0)
+    {
+      if (ib_str_has_prefix (r->base, "http:") && *err && strstr ((*err)->msg, "HTTP status 400"))
+        {
+          /* Go's TLS servers answer plain HTTP with 400 */
+          ib_error_free (err);
+          return ib_error_set (err, EPROTO,
+                               "%s answered plain HTTP with 400 Bad Request: it probably speaks "
+                               "HTTPS (loopback registries use plain HTTP unless they have "
+                               "certs.d files, --cert-dir or --tls-verify)",
+                               r->host);
+        }
+      return -1;
+    }
+  cleanup_free char *cur = rebase_url (r, url);
   bool own = true;
   bool retried_auth = false;
   bool follow = strcmp (x->method, "GET") == 0 || strcmp (x->method, "HEAD") == 0;
@@ -1691,16 +1872,10 @@ job_start (fetch_job_t *j, ib_error_t *err)
     }
   if (auth)
     j->hdrs = curl_slist_append (j->hdrs, auth);
+  setup_handle (f->r, c);
   curl_easy_setopt (c, CURLOPT_URL, j->url);
   curl_easy_setopt (c, CURLOPT_HTTPHEADER, j->hdrs);
-  curl_easy_setopt (c, CURLOPT_USERAGENT, USER_AGENT);
   curl_easy_setopt (c, CURLOPT_ERRORBUFFER, j->errbuf);
-  curl_easy_setopt (c, CURLOPT_NOSIGNAL, 1L);
-  curl_easy_setopt (c, CURLOPT_FOLLOWLOCATION, 0L);
-  curl_easy_setopt (c, CURLOPT_UNRESTRICTED_AUTH, 0L);
-  curl_easy_setopt (c, CURLOPT_PROTOCOLS_STR, "http,https");
-  curl_easy_setopt (c, CURLOPT_CONNECTTIMEOUT, 30L);
-  curl_easy_setopt (c, CURLOPT_LOW_SPEED_LIMIT, 1L);
   curl_easy_setopt (c, CURLOPT_LOW_SPEED_TIME, (long) f->stall_s);
   curl_easy_setopt (c, CURLOPT_BUFFERSIZE, (long) FETCH_BUFFER);
   curl_easy_setopt (c, CURLOPT_HEADERFUNCTION, job_on_header);
@@ -1748,7 +1923,7 @@ job_finished (fetch_job_t *j, CURLcode rc)
   if (rc != CURLE_OK)
     {
       j->x.transient = false;
-      curl_failure_on (j->easy, j->errbuf, &j->x, rc, j->url, &e);
+      curl_failure_on (f->r, j->easy, j->errbuf, &j->x, rc, j->url, &e);
       job_release_easy (j);
       if (j->x.sink_errno)
         {
@@ -1931,7 +2106,7 @@ ib_fetch_start (ib_registry_t *r, ib_store_t *store, const char *repo, const cha
   for (size_t i = 0; i < n; i++)
     if (!ib_digest_valid (blobs[i].digest))
       return ib_error_set (err, EINVAL, "blob \"%s\": not a sha256 digest", blobs[i].digest);
-  if (ping (r, err) < 0)
+  if (probe_scheme (r, err) < 0 || ping (r, err) < 0)
     return -1;
   struct ib_fetch *f = xmalloc (sizeof *f);
   f->r = r;
@@ -2098,10 +2273,168 @@ ib_registry_fetch_blob (ib_registry_t *r, const char *repo, const char *digest, 
   return ret;
 }
 
-/* POST uploads/ then a monolithic PUT <location>?digest= of the stored blob. */
+/* An upload URL the registry gave (Location): with our token when it is
+ * the registry itself, without one when an upload service elsewhere. */
+static int
+upload_request (ib_registry_t *r, xfer_t *x, const char *url, ib_error_t *err)
+{
+  if (same_origin (url, r->base))
+    return registry_do (r, x, url, err);
+  return http_once (r, x, url, NULL, err);
+}
+
+/* The token scope for pushing to `repo`, mounting from `from` (may be NULL):
+ * "repository:dst:pull,push repository:src:pull"; caller frees. */
+static char *
+upload_scope (const char *repo, const char *from)
+{
+  if (from)
+    return xasprintf ("repository:%s:pull,push repository:%s:pull", repo, from);
+  return push_scope (repo);
+}
+
+/* POST /v2/<repo>/blobs/uploads/, with ?mount=<digest>&from=<from> when
+ * `from` is not NULL (distribution-spec "Mounting a blob from another
+ * repository").  *mounted: the registry answered 201 and linked the blob.
+ * Else *location (caller frees) is the upload URL of its 202 and
+ * *chunk_min its OCI-Chunk-Min-Length (0 when absent). */
+static int
+start_upload (ib_registry_t *r, const char *repo, const char *digest, const char *from,
+              bool *mounted, char **location, uint64_t *chunk_min, ib_error_t *err)
+{
+  *mounted = false;
+  *location = NULL;
+  *chunk_min = 0;
+  cleanup_free char *scope = upload_scope (repo, from);
+  cleanup_free char *url = NULL;
+  if (from)
+    {
+      cleanup_free char *d = url_escape (r->curl, digest);
+      cleanup_free char *f = url_escape (r->curl, from);
+      url = xasprintf ("%s/v2/%s/blobs/uploads/?mount=%s&from=%s", r->base, repo, d, f);
+    }
+  else
+    url = xasprintf ("%s/v2/%s/blobs/uploads/", r->base, repo);
+  xfer_t x;
+  xfer_init (&x, "POST");
+  x.scope = scope;
+  int ret = registry_do (r, &x, url, err);
+  if (ret == 0)
+    {
+      if (from && x.status == 201)
+        *mounted = true;
+      else if (x.status == 202 && x.location)
+        {
+          cleanup_free char *used = rebase_url (r, url);
+          *location = resolve_url (used, x.location);
+          *chunk_min = x.chunk_min;
+        }
+      else if (x.status == 202)
+        ret = ib_error_set (err, EPROTO, "the registry started an upload without a Location");
+      else
+        ret = status_error (&x, err);
+    }
+  xfer_free (&x);
+  return ret;
+}
+
+/* "<url>?digest=<digest>" (or "&digest=" when url has a query); caller frees. */
+static char *
+digest_url (ib_registry_t *r, const char *url, const char *digest)
+{
+  cleanup_free char *d = url_escape (r->curl, digest);
+  return xasprintf ("%s%cdigest=%s", url, strchr (url, '?') ? '&' : '?', d);
+}
+
+/* Monolithic upload: PUT <location>?digest= with the whole blob, streamed
+ * from fd. */
+static int
+upload_monolithic (ib_registry_t *r, const char *scope, const char *location, const char *digest,
+                   int fd, uint64_t size, ib_error_t *err)
+{
+  cleanup_free char *put_url = digest_url (r, location, digest);
+  xfer_t x;
+  xfer_init (&x, "PUT");
+  x.scope = scope;
+  x.content_type = "application/octet-stream";
+  x.upload_fd = fd;
+  x.upload_size = size;
+  int ret = upload_request (r, &x, put_url, err);
+  if (ret == 0 && (x.status < 200 || x.status >= 300))
+    ret = status_error (&x, err);
+  xfer_free (&x);
+  return ret;
+}
+
+/* Chunked upload (distribution-spec "Pushing a blob in chunks"): PATCH
+ * chunks of `chunk` bytes (at least the registry's OCI-Chunk-Min-Length)
+ * with Content-Range: start-end, each to the Location of the previous 202,
+ * then PUT ?digest= without a body.  Streamed from fd with pread; *chunks
+ * gets the number of PATCH requests. */
+static int
+upload_chunked (ib_registry_t *r, const char *scope, const char *location, const char *digest,
+                int fd, uint64_t size, uint64_t chunk, uint64_t chunk_min, unsigned *chunks,
+                ib_error_t *err)
+{
+  if (chunk < chunk_min)
+    {
+      ib_debug ("blob %s: chunks of %llu bytes, the registry's minimum", digest,
+                (unsigned long long) chunk_min);
+      chunk = chunk_min;
+    }
+  *chunks = 0;
+  cleanup_free char *cur = xstrdup (location);
+  for (uint64_t off = 0; off < size;)
+    {
+      uint64_t len = size - off < chunk ? size - off : chunk;
+      char range[64];
+      snprintf (range, sizeof range, "%llu-%llu", (unsigned long long) off,
+                (unsigned long long) (off + len - 1));
+      xfer_t x;
+      xfer_init (&x, "PATCH");
+      x.scope = scope;
+      x.content_type = "application/octet-stream";
+      x.send_range = range;
+      x.upload_fd = fd;
+      x.upload_base = off;
+      x.upload_size = len;
+      int ret = upload_request (r, &x, cur, err);
+      if (ret == 0 && x.status != 202)
+        ret = status_error (&x, err);
+      if (ret == 0 && x.location)
+        {
+          char *next = resolve_url (cur, x.location);
+          free (cur);
+          cur = next;
+        }
+      xfer_free (&x);
+      if (ret < 0)
+        return ib_error_prefix (err, "chunk bytes %s", range);
+      off += len;
+      (*chunks)++;
+    }
+  cleanup_free char *put_url = digest_url (r, cur, digest);
+  xfer_t x;
+  xfer_init (&x, "PUT");
+  x.scope = scope;
+  x.content_type = "application/octet-stream";
+  int ret = upload_request (r, &x, put_url, err);
+  if (ret == 0 && (x.status < 200 || x.status >= 300))
+    ret = status_error (&x, err);
+  xfer_free (&x);
+  if (ret < 0)
+    return ib_error_prefix (err, "finish chunked upload");
+  return 0;
+}
+
+/* Put a stored blob into `repo`: mounted from repository `from` of the same
+ * registry when `from` is not NULL and the registry agrees (201), else
+ * uploaded (into the upload its mount answer started, or a new one):
+ * monolithic, or chunked when ib_registry_chunk_size() is set and the blob
+ * is larger.  `how` (64 bytes) gets what happened, for the progress line. */
 static int
 upload_blob (ib_registry_t *r, const char *repo, const char *digest, ib_store_t *store,
-             ib_error_t *err)
+             const char *from, char how[64], ib_error_t *err)
 {
   cleanup_free char *path = ib_store_blob_path (store, digest);
   cleanup_close int fd = open (path, O_RDONLY | O_CLOEXEC);
@@ -2115,39 +2448,44 @@ upload_blob (ib_registry_t *r, const char *repo, const char *digest, ib_store_t 
   if (fstat (fd, &st) < 0)
     return ib_error_sys (err, errno, "blob %s: stat %s", digest, path);
 
-  cleanup_free char *scope = push_scope (repo);
-  cleanup_free char *url = xasprintf ("%s/v2/%s/blobs/uploads/", r->base, repo);
-  xfer_t x;
-  xfer_init (&x, "POST");
-  x.scope = scope;
-  int ret = registry_do (r, &x, url, err);
-  if (ret == 0 && x.status != 202)
-    ret = status_error (&x, err);
-  if (ret == 0 && x.location == NULL)
-    ret = ib_error_set (err, EPROTO, "the registry started an upload without a Location");
-  cleanup_free char *put_url = NULL;
-  if (ret == 0)
+  bool mounted = false;
+  cleanup_free char *location = NULL;
+  uint64_t chunk_min = 0;
+  ib_error_t e = NULL;
+  if (start_upload (r, repo, digest, from, &mounted, &location, &chunk_min, &e) < 0)
     {
-      cleanup_free char *loc = resolve_url (url, x.location);
-      cleanup_free char *d = url_escape (r->curl, digest);
-      put_url = xasprintf ("%s%cdigest=%s", loc, strchr (loc, '?') ? '&' : '?', d);
+      if (from == NULL)
+        {
+          *err = e;
+          return ib_error_prefix (err, "push blob %s: start upload", digest);
+        }
+      ib_debug ("blob %s: mount from %s refused (%s); uploading it", digest, from, e->msg);
+      ib_error_free (&e);
+      from = NULL;
+      if (start_upload (r, repo, digest, NULL, &mounted, &location, &chunk_min, err) < 0)
+        return ib_error_prefix (err, "push blob %s: start upload", digest);
     }
-  xfer_free (&x);
-  if (ret < 0)
-    return ib_error_prefix (err, "push blob %s: start upload", digest);
-
-  xfer_init (&x, "PUT");
-  x.scope = scope;
-  x.content_type = "application/octet-stream";
-  x.upload_fd = fd;
-  x.upload_size = (uint64_t) st.st_size;
-  if (same_origin (put_url, r->base))
-    ret = registry_do (r, &x, put_url, err);
+  if (mounted)
+    {
+      snprintf (how, 64, "mounted from %s", from);
+      return 0;
+    }
+  if (from)
+    ib_debug ("blob %s: the registry did not mount it from %s; uploading it", digest, from);
+  cleanup_free char *scope = push_scope (repo);
+  uint64_t size = (uint64_t) st.st_size, chunk = ib_registry_chunk_size ();
+  int ret;
+  if (chunk > 0 && size > chunk)
+    {
+      unsigned n = 0;
+      ret = upload_chunked (r, scope, location, digest, fd, size, chunk, chunk_min, &n, err);
+      snprintf (how, 64, "uploaded in %u chunks", n);
+    }
   else
-    ret = http_once (r, &x, put_url, NULL, err); /* an upload service elsewhere: no token */
-  if (ret == 0 && x.status != 201 && (x.status < 200 || x.status >= 300))
-    ret = status_error (&x, err);
-  xfer_free (&x);
+    {
+      ret = upload_monolithic (r, scope, location, digest, fd, size, err);
+      snprintf (how, 64, "uploaded");
+    }
   if (ret < 0)
     return ib_error_prefix (err, "push blob %s", digest);
   return 0;
@@ -2162,7 +2500,8 @@ ib_registry_push_blob (ib_registry_t *r, const char *repo, const char *digest, i
     return -1;
   if (exists)
     return 0;
-  return upload_blob (r, repo, digest, store, err);
+  char how[64];
+  return upload_blob (r, repo, digest, store, NULL, how, err);
 }
 
 /* ---------- pull / push ---------- */
@@ -2200,6 +2539,63 @@ static bool
 is_config_media_type (const char *mt)
 {
   return strcmp (mt, IB_MT_OCI_CONFIG) == 0 || strcmp (mt, IB_MT_DOCKER_CONFIG) == 0;
+}
+
+/* Get the manifest `reference` of `ref` from the first source that serves
+ * it: registries.conf's mirrors in order, then the primary location (a
+ * mirror that fails, whatever the reason, hands over to the next with a
+ * debug line).  On success *r is a client for that source and ref's
+ * registry and repository are replaced by the source's. */
+static int
+pull_open (ib_ref_t *ref, const char *reference, const char *shown, ib_registry_t **r,
+           char **data, size_t *len, char **ctype, char mdigest[IB_DIGEST_LEN], ib_error_t *err)
+{
+  *r = NULL;
+  const ib_regconf_t *conf;
+  ib_reg_source_t *src = NULL;
+  size_t n = 0;
+  if (ib_registry_conf (&conf, err) < 0
+      || ib_regconf_sources (conf, ref->registry, ref->repository, ref->digest != NULL, false,
+                             &src, &n, err)
+             < 0)
+    return -1;
+  int ret = -1;
+  for (size_t i = 0; i < n; i++)
+    {
+      ib_ref_t at = { .registry = src[i].registry, .repository = src[i].repository,
+                      .tag = ref->tag, .digest = ref->digest };
+      if (src[i].insecure && !is_insecure (at.registry))
+        ib_registry_add_insecure (at.registry);
+      ib_error_t e = NULL;
+      ib_registry_t *c = NULL;
+      if (ib_registry_new (&at, &c, &e) == 0
+          && ib_registry_get_manifest (c, at.repository, reference, data, len, ctype, mdigest, &e)
+                 == 0)
+        {
+          if (src[i].mirror)
+            ib_info ("pull %s: from mirror %s/%s", shown, at.registry, at.repository);
+          else if (strcmp (at.registry, ref->registry) || strcmp (at.repository, ref->repository))
+            ib_info ("pull %s: from %s/%s", shown, at.registry, at.repository);
+          free (ref->registry);
+          free (ref->repository);
+          ref->registry = steal_pointer (&src[i].registry);
+          ref->repository = steal_pointer (&src[i].repository);
+          *r = c;
+          ret = 0;
+          break;
+        }
+      ib_registry_free (c);
+      if (i + 1 == n)
+        {
+          *err = e;
+          break;
+        }
+      ib_debug ("pull %s: mirror %s/%s: %s; trying the next source", shown, at.registry,
+                at.repository, e->msg);
+      ib_error_free (&e);
+    }
+  ib_reg_sources_free (src, n);
+  return ret;
 }
 
 struct ib_pull_session
@@ -2258,6 +2654,7 @@ ib_pull_begin (ib_store_t *store, const char *ref_string, const char *os, const 
   ib_registry_t *r = NULL;
   char *data = NULL;
   cleanup_free char *ctype = NULL;
+  cleanup_free char *source = NULL; /* "REGISTRY/REPO" it came from, for the tag */
   size_t len = 0;
   char mdigest[IB_DIGEST_LEN];
   ib_manifest_t *m = NULL;
@@ -2265,9 +2662,9 @@ ib_pull_begin (ib_store_t *store, const char *ref_string, const char *os, const 
   int ret = -1;
   const char *reference = ref.digest ? ref.digest : ref.tag;
 
-  if (ib_registry_new (&ref, &r, err) < 0)
-    goto out;
-  if (ib_registry_get_manifest (r, ref.repository, reference, &data, &len, &ctype, mdigest, err) < 0
+  /* from here on `ref` names where the image comes from (a mirror, a
+   * location registries.conf rewrote); `shown` keeps the name asked for */
+  if (pull_open (&ref, reference, shown, &r, &data, &len, &ctype, mdigest, err) < 0
       || ib_doc_kind (data, len, ctype, &kind, err) < 0)
     goto out;
   if (kind == IB_DOC_INDEX)
@@ -2395,6 +2792,8 @@ ib_pull_end (ib_pull_session_t *s, ib_descriptor_t *out, ib_error_t *err)
   ib_store_t *store = s->store;
   const char *shown = s->shown;
   ib_manifest_t *m = s->m;
+  /* where it came from (a mirror, maybe): a source for cross-repo mounts */
+  cleanup_free char *source = xasprintf ("%s/%s", s->ref.registry, s->ref.repository);
   int ret = -1;
   if (ib_fetch_wait (s->fetch, err) < 0)
     goto out;
@@ -2414,7 +2813,9 @@ ib_pull_end (ib_pull_session_t *s, ib_descriptor_t *out, ib_error_t *err)
       if (ib_store_put_blob (store, s->data, s->len, s->mdigest, err) < 0)
         goto out;
     }
-  if (ib_store_tag (store, shown, m->media_type, s->mdigest, (int64_t) s->len, err) < 0)
+  if (ib_store_tag_source (store, shown, m->media_type, s->mdigest, (int64_t) s->len, source,
+                          err)
+      < 0)
     goto out;
   ib_info ("pull %s: manifest %s", shown, s->mdigest);
   if (out)
@@ -2443,11 +2844,72 @@ ib_pull (ib_store_t *store, const char *ref_string, const char *os, const char *
   return ib_pull_end (s, out, err);
 }
 
-/* Push one stored image manifest's blobs, then the manifest under `reference`. */
+/* One `imgbuild push`: what is known to be in the registries already, so
+ * that several destinations upload each blob once. */
+typedef struct push_ctx
+{
+  ib_store_t *store;
+  const char *shown; /* the destination, for messages */
+  char **present;    /* "REGISTRY/REPO@DIGEST" known to be there */
+} push_ctx_t;
+
+static bool
+push_known (push_ctx_t *pc, const char *registry, const char *repo, const char *digest)
+{
+  cleanup_free char *key = xasprintf ("%s/%s@%s", registry, repo, digest);
+  for (char **p = pc->present; p && *p; p++)
+    if (strcmp (*p, key) == 0)
+      return true;
+  return false;
+}
+
+static void
+push_note (push_ctx_t *pc, const char *registry, const char *repo, const char *digest)
+{
+  if (!push_known (pc, registry, repo, digest))
+    {
+      cleanup_free char *key = xasprintf ("%s/%s@%s", registry, repo, digest);
+      ib_strv_push (&pc->present, key);
+    }
+}
+
+/* A repository of `registry` other than `repo` that holds `digest`: one
+ * this push put it in, else one a stored image pulled it from (the store's
+ * org.imgbuild.source annotations).  NULL when none; caller frees. */
+static char *
+mount_source (push_ctx_t *pc, const char *registry, const char *repo, const char *digest)
+{
+  size_t rn = strlen (registry);
+  cleanup_free char *suffix = xasprintf ("@%s", digest);
+  for (char **p = pc->present; p && *p; p++)
+    if (strncmp (*p, registry, rn) == 0 && (*p)[rn] == '/' && ib_str_has_suffix (*p, suffix))
+      {
+        char *from = xstrndup (*p + rn + 1, strlen (*p) - rn - 1 - strlen (suffix));
+        if (strcmp (from, repo) != 0)
+          return from;
+        free (from);
+      }
+  cleanup_strv char **sources = NULL;
+  ib_error_t e = NULL;
+  if (ib_store_blob_sources (pc->store, digest, &sources, &e) < 0)
+    {
+      ib_debug ("blob %s: no mount source: %s", digest, e->msg);
+      ib_error_free (&e);
+      return NULL;
+    }
+  for (char **s = sources; s && *s; s++)
+    if (strncmp (*s, registry, rn) == 0 && (*s)[rn] == '/' && strcmp (*s + rn + 1, repo) != 0)
+      return xstrdup (*s + rn + 1);
+  return NULL;
+}
+
+/* Push one stored image manifest's blobs, then the manifest under
+ * `reference`: per blob, known from this push -> skipped; HEAD says it is
+ * there -> skipped; else mounted from another repository of the registry
+ * when one is known to hold it, else uploaded. */
 static int
-push_manifest (ib_registry_t *r, ib_store_t *store, const char *repo, const char *shown,
-               const char *data, size_t len, const char *media_type, const char *reference,
-               ib_error_t *err)
+push_manifest (push_ctx_t *pc, ib_registry_t *r, const char *repo, const char *data, size_t len,
+               const char *media_type, const char *reference, ib_error_t *err)
 {
   ib_manifest_t *m = NULL;
   if (ib_manifest_parse (data, len, &m, err) < 0)
@@ -2456,17 +2918,28 @@ push_manifest (ib_registry_t *r, ib_store_t *store, const char *repo, const char
   for (size_t i = 0; i <= m->n_layers && ret == 0; i++)
     {
       const ib_descriptor_t *d = i == 0 ? &m->config : &m->layers[i - 1];
+      const char *what = i == 0 ? "config" : "layer";
       char sd[24], sz[32];
       short_digest (d->digest, sd);
       human_size (d->size, sz);
+      if (push_known (pc, r->name, repo, d->digest))
+        continue;
       bool exists = false;
       ret = ib_registry_blob_exists (r, repo, d->digest, &exists, err);
       if (ret < 0)
         break;
-      ib_info ("push %s: %s %s %s%s", shown, i == 0 ? "config" : "layer", sd, sz,
-               exists ? " (already in the registry)" : "");
-      if (!exists)
-        ret = upload_blob (r, repo, d->digest, store, err);
+      if (exists)
+        ib_info ("push %s: %s %s %s (already in the registry)", pc->shown, what, sd, sz);
+      else
+        {
+          cleanup_free char *from = mount_source (pc, r->name, repo, d->digest);
+          char how[64];
+          ret = upload_blob (r, repo, d->digest, pc->store, from, how, err);
+          if (ret == 0)
+            ib_info ("push %s: %s %s %s (%s)", pc->shown, what, sd, sz, how);
+        }
+      if (ret == 0)
+        push_note (pc, r->name, repo, d->digest);
     }
   if (ret == 0)
     ret = ib_registry_put_manifest (r, repo, reference, data, len,
@@ -2475,81 +2948,140 @@ push_manifest (ib_registry_t *r, ib_store_t *store, const char *repo, const char
   return ret;
 }
 
-int
-ib_push (ib_store_t *store, const char *src_name, const char *dst_ref, ib_error_t *err)
+/* Push the stored image `d` (bytes data/len) to one destination. */
+static int
+push_one (push_ctx_t *pc, ib_registry_t *r, const ib_ref_t *dst, const ib_descriptor_t *d,
+          const char *data, size_t len, ib_doc_kind_t kind, ib_error_t *err)
 {
-  ib_ref_t ref;
-  if (ib_ref_parse (dst_ref, &ref, err) < 0)
-    return ib_error_prefix (err, "push");
-  cleanup_free char *shown = ib_ref_string (&ref);
+  const char *reference = dst->tag ? dst->tag : d->digest;
+  if (kind != IB_DOC_INDEX)
+    return push_manifest (pc, r, dst->repository, data, len, d->media_type, reference, err);
+  /* an index: each platform's manifest by digest first, then the index */
+  json_t *j = json_loadb (data, len, 0, NULL);
+  json_t *ms = json_object_get (j, "manifests");
+  size_t i;
+  json_t *e;
+  int rc = 0;
+  json_array_foreach (ms, i, e)
+  {
+    const char *cmt = json_string_value (json_object_get (e, "mediaType"));
+    const char *cd = json_string_value (json_object_get (e, "digest"));
+    cleanup_free char *cdata = NULL;
+    size_t clen = 0;
+    if (cd == NULL || cmt == NULL
+        || !(strcmp (cmt, IB_MT_OCI_MANIFEST) == 0 || strcmp (cmt, IB_MT_DOCKER_MANIFEST) == 0))
+      continue;
+    if (push_known (pc, r->name, dst->repository, cd))
+      continue;
+    if (!ib_store_has_blob (pc->store, cd))
+      {
+        rc = ib_error_set (err, ENOENT, "the index names manifest %s, which is not in store %s",
+                           cd, pc->store->root);
+        break;
+      }
+    if (ib_store_read_blob (pc->store, cd, &cdata, &clen, err) < 0
+        || push_manifest (pc, r, dst->repository, cdata, clen, cmt, cd, err) < 0)
+      {
+        rc = -1;
+        break;
+      }
+    push_note (pc, r->name, dst->repository, cd);
+  }
+  json_decref (j);
+  if (rc < 0)
+    return -1;
+  return ib_registry_put_manifest (r, dst->repository, reference, data, len, d->media_type, err);
+}
+
+/* Where a push of `ref` goes: its registries.conf location (never a
+ * mirror); blocked registries refused.  Replaces ref's registry and
+ * repository. */
+static int
+push_target (ib_ref_t *ref, ib_error_t *err)
+{
+  const ib_regconf_t *conf;
+  ib_reg_source_t *src = NULL;
+  size_t n = 0;
+  if (ib_registry_conf (&conf, err) < 0
+      || ib_regconf_sources (conf, ref->registry, ref->repository, ref->digest != NULL, true, &src,
+                             &n, err)
+             < 0)
+    return -1;
+  if (src[0].insecure && !is_insecure (src[0].registry))
+    ib_registry_add_insecure (src[0].registry);
+  free (ref->registry);
+  free (ref->repository);
+  ref->registry = steal_pointer (&src[0].registry);
+  ref->repository = steal_pointer (&src[0].repository);
+  ib_reg_sources_free (src, n);
+  return 0;
+}
+
+int
+ib_push_refs (ib_store_t *store, const char *src_name, char *const *dst_refs, ib_error_t *err)
+{
   ib_descriptor_t d = { 0 };
-  ib_registry_t *r = NULL;
   cleanup_free char *data = NULL;
   size_t len = 0;
   ib_doc_kind_t kind;
-  int ret = -1;
-
   if (ib_store_resolve (store, src_name, &d, err) < 0
       || ib_store_read_blob (store, d.digest, &data, &len, err) < 0
       || ib_doc_kind (data, len, d.media_type, &kind, err) < 0)
-    goto out;
-  if (ref.digest && strcmp (ref.digest, d.digest) != 0)
     {
-      ib_error_set (err, EINVAL, "the stored image %s has digest %s, not %s", src_name, d.digest,
-                    ref.digest);
-      goto out;
+      ib_descriptor_clear (&d);
+      return ib_error_prefix (err, "push %s", src_name);
     }
-  if (ib_registry_new (&ref, &r, err) < 0)
-    goto out;
-  const char *reference = ref.tag ? ref.tag : d.digest;
-  if (kind == IB_DOC_INDEX)
+  push_ctx_t pc = { .store = store };
+  ib_registry_t **clients = NULL;
+  size_t n_clients = 0;
+  int ret = 0;
+  for (size_t k = 0; ret == 0 && dst_refs && dst_refs[k]; k++)
     {
-      /* push each platform's manifest by digest, then the index */
-      json_t *j = json_loadb (data, len, 0, NULL);
-      json_t *ms = json_object_get (j, "manifests");
-      size_t i;
-      json_t *e;
-      int rc = 0;
-      json_array_foreach (ms, i, e)
-      {
-        const char *cmt = json_string_value (json_object_get (e, "mediaType"));
-        const char *cd = json_string_value (json_object_get (e, "digest"));
-        cleanup_free char *cdata = NULL;
-        size_t clen = 0;
-        if (cd == NULL || cmt == NULL
-            || !(strcmp (cmt, IB_MT_OCI_MANIFEST) == 0 || strcmp (cmt, IB_MT_DOCKER_MANIFEST) == 0))
-          continue;
-        if (!ib_store_has_blob (store, cd))
-          {
-            rc = ib_error_set (err, ENOENT, "the index names manifest %s, which is not in store %s",
-                               cd, store->root);
-            break;
-          }
-        if (ib_store_read_blob (store, cd, &cdata, &clen, err) < 0
-            || push_manifest (r, store, ref.repository, shown, cdata, clen, cmt, cd, err) < 0)
-          {
-            rc = -1;
-            break;
-          }
-      }
-      json_decref (j);
-      if (rc < 0)
-        goto out;
-      if (ib_registry_put_manifest (r, ref.repository, reference, data, len, d.media_type, err) < 0)
-        goto out;
+      ib_ref_t ref;
+      if (ib_ref_parse (dst_refs[k], &ref, err) < 0)
+        {
+          ret = ib_error_prefix (err, "push %s", src_name);
+          break;
+        }
+      cleanup_free char *shown = ib_ref_string (&ref);
+      pc.shown = shown;
+      ib_registry_t *r = NULL;
+      if (ref.digest && strcmp (ref.digest, d.digest) != 0)
+        ret = ib_error_set (err, EINVAL, "the stored image %s has digest %s, not %s", src_name,
+                            d.digest, ref.digest);
+      if (ret == 0)
+        ret = push_target (&ref, err);
+      for (size_t i = 0; ret == 0 && i < n_clients && r == NULL; i++)
+        if (strcmp (clients[i]->name, ref.registry) == 0)
+          r = clients[i]; /* same registry: keep its token and connections */
+      if (ret == 0 && r == NULL)
+        {
+          ret = ib_registry_new (&ref, &r, err);
+          if (ret == 0)
+            {
+              clients = xrealloc (clients, (n_clients + 1) * sizeof *clients);
+              clients[n_clients++] = r;
+            }
+        }
+      if (ret == 0)
+        ret = push_one (&pc, r, &ref, &d, data, len, kind, err);
+      if (ret == 0)
+        ib_info ("push %s: manifest %s", shown, d.digest);
+      else
+        ib_error_prefix (err, "push %s to %s", src_name, shown);
+      ib_ref_free (&ref);
     }
-  else if (push_manifest (r, store, ref.repository, shown, data, len, d.media_type, reference,
-                          err)
-           < 0)
-    goto out;
-  ib_info ("push %s: manifest %s", shown, d.digest);
-  ret = 0;
-
-out:
-  if (ret < 0)
-    ib_error_prefix (err, "push %s to %s", src_name, shown);
+  for (size_t i = 0; i < n_clients; i++)
+    ib_registry_free (clients[i]);
+  free (clients);
+  ib_strv_free (pc.present);
   ib_descriptor_clear (&d);
-  ib_registry_free (r);
-  ib_ref_free (&ref);
   return ret;
+}
+
+int
+ib_push (ib_store_t *store, const char *src_name, const char *dst_ref, ib_error_t *err)
+{
+  char *refs[] = { (char *) dst_ref, NULL };
+  return ib_push_refs (store, src_name, refs, err);
 }

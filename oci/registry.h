@@ -11,6 +11,14 @@
  * localhost / 127.0.0.1 / [::1] use plain HTTP, others HTTPS with the
  * system CAs.  Errors name the reference and say what happened in
  * words: "manifest unknown", "unauthorized", "connection refused to HOST".
+ *
+ * TLS (docs/security.md): HTTPS verified with the system CAs plus the
+ * registry's certs.d *.crt, with its certs.d client certificate
+ * (oci/certs.h); localhost / 127.0.0.1 / [::1] use plain HTTP unless they
+ * have certs.d files, --cert-dir is given or --tls-verify=true; insecure
+ * registries (ib_registry_add_insecure, registries.conf insecure = true,
+ * --tls-verify=false) get HTTPS without verification, or plain HTTP when
+ * they do not speak TLS.  Process-wide options: oci/regconf.h.
  */
 #ifndef IB_OCI_REGISTRY_H
 #define IB_OCI_REGISTRY_H
@@ -44,18 +52,22 @@ typedef struct ib_auth_challenge
 int ib_auth_challenge_parse (const char *header, ib_auth_challenge_t *out, ib_error_t *err);
 void ib_auth_challenge_clear (ib_auth_challenge_t *c);
 
-/* Treat `registry` ("host" or "host:port", as in a reference) like a
- * loopback registry: plain HTTP (Docker's --insecure-registry).  Process-wide;
- * call before ib_registry_new. */
+/* Treat `registry` ("host" or "host:port", as in a reference) as insecure
+ * (Docker's and podman's --insecure-registry): HTTPS without certificate
+ * verification, falling back to plain HTTP when the first request finds no
+ * TLS there.  Process-wide; call before ib_registry_new. */
 void ib_registry_add_insecure (const char *registry);
 
 /* A client for the registry that `ref` names (registry host and
  * repository are used: the repository picks repository-scoped credentials).
  * One client serves one thread at a time (it owns one curl handle, which
  * keeps connections alive between requests).
- * No network traffic here: the first request pings GET /v2/.  Credentials
- * are looked up (oci/auth.h: ib_auth_find) when the registry first asks for
- * authentication; without any, requests are anonymous. */
+ * No network traffic here: the first request pings GET /v2/ (an insecure
+ * registry first tries HTTPS once).  Credentials are looked up (oci/auth.h:
+ * ib_auth_find) when the registry first asks for authentication; without
+ * any, requests are anonymous.  Errors: the registry's certs.d files (a
+ * client certificate without its key, --cert-dir missing, a CA file that
+ * cannot be read). */
 int ib_registry_new (const ib_ref_t *ref, ib_registry_t **out, ib_error_t *err);
 void ib_registry_free (ib_registry_t *r);
 
@@ -137,8 +149,12 @@ void ib_fetch_free (ib_fetch_t *f);
 int ib_registry_blob_exists (ib_registry_t *r, const char *repo, const char *digest,
                              bool *exists, ib_error_t *err);
 
-/* Upload a stored blob: POST /v2/<repo>/blobs/uploads/ then PUT <location>?digest=
- * (monolithic), skipped when HEAD says it exists. */
+/* Upload a stored blob, skipped when HEAD says it exists: POST
+ * /v2/<repo>/blobs/uploads/ then PUT <location>?digest= (monolithic), or,
+ * when ib_registry_chunk_size() is set and the blob is larger, PATCH chunks
+ * with Content-Range (at least the registry's OCI-Chunk-Min-Length),
+ * following each Location, then PUT ?digest= (distribution-spec "Pushing
+ * blobs").  Streamed from the store file. */
 int ib_registry_push_blob (ib_registry_t *r, const char *repo, const char *digest,
                            ib_store_t *store, ib_error_t *err);
 
@@ -149,7 +165,11 @@ int ib_registry_put_manifest (ib_registry_t *r, const char *repo, const char *re
 
 /* Pull `ref_string` for os/arch[/variant] (NULLs: host platform) into the
  * store: manifest (index -> selected manifest), config, layers; then tag it
- * under the normalized reference (ib_ref_string).  A Docker schema 2
+ * under the normalized reference (ib_ref_string) with IB_SOURCE_ANNOTATION
+ * naming the registry/repository it came from.  The manifest comes from the
+ * first source of ib_regconf_sources that serves it (registries.conf
+ * mirrors in order, then the primary location, maybe rewritten); blobs
+ * from that same source.  A blocked registry is refused.  A Docker schema 2
  * manifest is tagged as its OCI rendering (ib_manifest_serialize: same
  * config and layer blobs, OCI media types, so a different manifest digest),
  * because skopeo/umoci read only OCI descriptors from index.json; the
@@ -184,6 +204,24 @@ void ib_pull_abort (ib_pull_session_t *s);
  * with dst_ref's tag (or by digest).  A stored index is pushed with every
  * platform manifest it lists (each must be in the store).  Blobs the
  * registry has already are skipped.  Errors start "push SRC to DST: ". */
+/* Push stored image `src_name` (name or digest) to `dst_ref` (its
+ * registries.conf location; never a mirror; blocked refused): blobs then
+ * the manifest (its stored bytes and media type, so its digest is kept),
+ * tagged with dst_ref's tag (or by digest).  A stored index is pushed with
+ * every platform manifest it lists, by digest, before the index (each must
+ * be in the store).  Per blob: HEAD says the registry has it -> skipped;
+ * else mounted (POST ?mount=&from=, token scope "repository:DST:pull,push
+ * repository:SRC:pull") from a repository of the same registry that a
+ * stored image was pulled from (IB_SOURCE_ANNOTATION) and lists it, falling
+ * back to an upload when the registry answers 202 or refuses; else
+ * uploaded.  Errors start "push SRC to DST: ". */
 int ib_push (ib_store_t *store, const char *src_name, const char *dst_ref, ib_error_t *err);
+
+/* ib_push to each of `dst_refs` (NULL-terminated) in turn, uploading each
+ * blob once: a blob already pushed to the same repository is skipped, one
+ * pushed to another repository of the same registry is mounted from there.
+ * Stops at the first failure. */
+int ib_push_refs (ib_store_t *store, const char *src_name, char *const *dst_refs,
+                  ib_error_t *err);
 
 #endif

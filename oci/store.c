@@ -349,6 +349,13 @@ int
 ib_store_tag (ib_store_t *s, const char *name, const char *media_type, const char *digest,
               int64_t size, ib_error_t *err)
 {
+  return ib_store_tag_source (s, name, media_type, digest, size, NULL, err);
+}
+
+int
+ib_store_tag_source (ib_store_t *s, const char *name, const char *media_type, const char *digest,
+                     int64_t size, const char *source, ib_error_t *err)
+{
   if (!ib_digest_valid (digest))
     return ib_error_set (err, EINVAL, "tag %s: bad digest \"%s\"", name, digest);
   if (name == NULL || *name == '\0')
@@ -369,6 +376,9 @@ ib_store_tag (ib_store_t *s, const char *name, const char *media_type, const cha
       json_t *d = json_pack ("{s:s, s:s, s:I, s:{s:s}}", "mediaType",
                              media_type ? media_type : IB_MT_OCI_MANIFEST, "digest", digest, "size",
                              (json_int_t) size, "annotations", REF_NAME_ANNOTATION, name);
+      if (source && *source)
+        json_object_set_new (json_object_get (d, "annotations"), IB_SOURCE_ANNOTATION,
+                             json_string (source));
       json_array_append_new (ms, d);
       ret = save_index (s, index, err);
       json_decref (index);
@@ -387,6 +397,47 @@ ib_store_list (ib_store_t *s, json_t **manifests, ib_error_t *err)
   if (index == NULL)
     return -1;
   *manifests = json_incref (json_object_get (index, "manifests"));
+  return 0;
+}
+
+int
+ib_store_blob_sources (ib_store_t *s, const char *digest, char ***sources, ib_error_t *err)
+{
+  *sources = NULL;
+  cleanup_json json_t *index = load_index (s, err);
+  if (index == NULL)
+    return -1;
+  size_t i;
+  json_t *e;
+  json_array_foreach (json_object_get (index, "manifests"), i, e)
+  {
+    const char *src
+        = json_string_value (json_object_get (json_object_get (e, "annotations"), IB_SOURCE_ANNOTATION));
+    const char *md = json_string_value (json_object_get (e, "digest"));
+    if (src == NULL || md == NULL || !ib_digest_valid (md) || !ib_store_has_blob (s, md))
+      continue;
+    bool dup = false;
+    for (char **p = *sources; p && *p && !dup; p++)
+      dup = strcmp (*p, src) == 0;
+    if (dup)
+      continue;
+    cleanup_free char *data = NULL;
+    size_t len = 0;
+    ib_manifest_t *m = NULL;
+    ib_error_t e2 = NULL;
+    if (ib_store_read_blob (s, md, &data, &len, &e2) < 0 || ib_manifest_parse (data, len, &m, &e2) < 0)
+      {
+        ib_debug ("mount sources: %s skipped: %s", md, e2->msg); /* an index, or damaged */
+        ib_error_free (&e2);
+        continue;
+      }
+    bool has = strcmp (m->config.digest, digest) == 0;
+    for (size_t k = 0; k < m->n_layers && !has; k++)
+      has = strcmp (m->layers[k].digest, digest) == 0;
+    ib_manifest_free (m);
+    if (has)
+      ib_strv_push (sources, src);
+  }
   return 0;
 }
 

@@ -74,6 +74,20 @@ int ib_store_read_blob (ib_store_t *s, const char *digest, char **data, size_t *
  * replacing any previous descriptor with that name. */
 int ib_store_tag (ib_store_t *s, const char *name, const char *media_type, const char *digest,
                   int64_t size, ib_error_t *err);
+/* Annotation on a tag in index.json: where a pulled image came from, as
+ * "REGISTRY/REPOSITORY" actually contacted (a mirror or a location that
+ * registries.conf rewrote, else the reference's own).  Push reads it to
+ * mount blobs from another repository of the same registry. */
+#define IB_SOURCE_ANNOTATION "org.imgbuild.source"
+/* ib_store_tag that also records `source` (may be NULL: none) under
+ * IB_SOURCE_ANNOTATION. */
+int ib_store_tag_source (ib_store_t *s, const char *name, const char *media_type,
+                         const char *digest, int64_t size, const char *source, ib_error_t *err);
+/* The distinct sources (IB_SOURCE_ANNOTATION values) of stored images whose
+ * manifest lists `digest` as config or layer, in index.json order.
+ * *sources is a NULL-terminated vector owned by the caller (NULL when
+ * none).  Error only when index.json cannot be read. */
+int ib_store_blob_sources (ib_store_t *s, const char *digest, char ***sources, ib_error_t *err);
 /* Look a name up: accepts the full name, or anything ib_ref_parse normalizes
  * to it, or a manifest digest.  Error "image NAME not found in store DIR". */
 int ib_store_resolve (ib_store_t *s, const char *name, ib_descriptor_t *out, ib_error_t *err);

@@ -15,6 +15,8 @@ pkgs=(
   # auth tests: htpasswd (bcrypt) for the basic-auth registry; openssl and
   # python3-cryptography for the token server's key, certificate and JWTs
   apache2-utils openssl python3-cryptography
+  # TLS e2e tests: a test CA and certificates made at test time
+  # (openssl above also makes the TLS tests' CA and certificates)
 )
 missing=()
 for p in "${pkgs[@]}"; do

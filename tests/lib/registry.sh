@@ -17,6 +17,12 @@
 #         Token server port in DIR/token-port, its request log DIR/token-log.
 # The servers stop by themselves after IMGBUILD_REGISTRY_LIFETIME seconds
 # (default 3 h) if nobody stops them.
+# Optional, from the environment:
+#   REGISTRY_ACCESSLOG=1        log every request (method, URI, status) to DIR/log
+#   REGISTRY_TLS_CERT, REGISTRY_TLS_KEY   serve HTTPS with this certificate
+#   REGISTRY_TLS_CLIENTCA       ... and require client certificates signed by this CA
+# With TLS the readiness check uses curl -k (and the client certificate
+# REGISTRY_TLS_CLIENT_CERT/_KEY when a client CA is set).
 set -euo pipefail
 cmd=$1 dir=$2 mode=${3:-open}
 here=$(cd "$(dirname "$0")" && pwd)
@@ -71,6 +77,24 @@ start)
     ;;
   *) echo "registry.sh: mode must be open, basic or token, not '$mode'" >&2; exit 2 ;;
   esac
+  accesslog_off=true
+  [ "${REGISTRY_ACCESSLOG:-}" = 1 ] && accesslog_off=false
+  scheme=http
+  probe_opts=()
+  tls_yml=
+  if [ -n "${REGISTRY_TLS_CERT:-}" ]; then
+    scheme=https
+    probe_opts=(-k)
+    tls_yml="  tls:
+    certificate: $REGISTRY_TLS_CERT
+    key: $REGISTRY_TLS_KEY"
+    if [ -n "${REGISTRY_TLS_CLIENTCA:-}" ]; then
+      probe_opts+=(--cert "$REGISTRY_TLS_CLIENT_CERT" --key "$REGISTRY_TLS_CLIENT_KEY")
+      tls_yml="$tls_yml
+    clientcas:
+      - $REGISTRY_TLS_CLIENTCA"
+    fi
+  fi
   for attempt in 1 2 3 4 5; do
     port=$(free_port)
     cat > "$dir/config.yml" <<YML
@@ -78,7 +102,7 @@ version: 0.1
 log:
   level: error
   accesslog:
-    disabled: true
+    disabled: $accesslog_off
 storage:
   filesystem:
     rootdirectory: $dir/data
@@ -86,13 +110,14 @@ storage:
     enabled: true
 http:
   addr: 127.0.0.1:$port
+$tls_yml
 $auth_yml
 YML
     setsid timeout "$lifetime" docker-registry serve "$dir/config.yml" \
       >"$dir/log" 2>&1 </dev/null &
     echo $! > "$dir/pid"
     for _ in $(seq 1 100); do
-      code=$(curl -sS -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/v2/" 2>/dev/null || true)
+      code=$(curl -sS "${probe_opts[@]}" -o /dev/null -w '%{http_code}' "$scheme://127.0.0.1:$port/v2/" 2>/dev/null || true)
       if [ "$code" = 200 ] || [ "$code" = 401 ]; then
         echo "$port" > "$dir/port"
         echo "$port"
