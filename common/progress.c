@@ -11,6 +11,7 @@
 
 #include <ctype.h>
 #include <jansson.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -252,7 +253,7 @@ tty_item_line (const struct item *it, int cols, int64_t now, ib_buf_t *b)
   ib_buf_puts (b, tail);
 }
 
-/* Append `line` cut to cols - 1 columns (not inside a UTF-8 sequence),
+/* Append `line` cut to cols - 1 columns (so that a redrawn row never wraps) (not inside a UTF-8 sequence),
  * then clear to the end of the row and go to the next. */
 static void
 tty_put_line (ib_buf_t *b, const char *line, size_t len, int cols)
@@ -279,8 +280,9 @@ tty_put_item (ib_buf_t *b, const struct item *it, int cols, int64_t now)
 
 /* Redraw: cursor up over the rows drawn last time, an optional message
  * line, then the item rows (the last rows - 1 items; older ones become
- * fixed lines above).  `final`: also the final lines of items that
- * scrolled out before they finished. */
+ * fixed lines above).  A message goes below the items when all of them
+ * have finished (they become fixed lines), else above.  `final`: also the
+ * final lines of items that scrolled out before they finished. */
 static void
 tty_render (ib_progress_t *p, int64_t now, const char *message, bool final)
 {
@@ -290,8 +292,11 @@ tty_render (ib_progress_t *p, int64_t now, const char *message, bool final)
   ib_buf_t b = { 0 };
   if (p->lines_drawn > 0)
     ib_buf_printf (&b, "\033[%dA\r", p->lines_drawn);
-  if (message)
-    tty_put_line (&b, message, strlen (message), cols);
+  bool all_finished = true;
+  for (int i = p->first_live; i < p->n; i++)
+    all_finished &= p->items[i].finished;
+  if (message && !all_finished)
+    tty_put_line (&b, message, strlen (message), INT_MAX); /* never redrawn: may wrap */
   while (p->n - p->first_live > max)
     {
       struct item *it = &p->items[p->first_live++];
@@ -302,6 +307,12 @@ tty_render (ib_progress_t *p, int64_t now, const char *message, bool final)
   for (int i = p->first_live; i < p->n; i++)
     tty_put_item (&b, &p->items[i], cols, now);
   p->lines_drawn = p->n - p->first_live;
+  if (message && all_finished)
+    {
+      tty_put_line (&b, message, strlen (message), INT_MAX); /* never redrawn: may wrap */
+      p->first_live = p->n;
+      p->lines_drawn = 0;
+    }
   if (final)
     for (int i = 0; i < p->first_live; i++)
       if (p->items[i].frozen_unfinished)
@@ -658,7 +669,7 @@ ib_progress_end (ib_progress_t *p)
       pthread_cond_destroy (&p->wake);
     }
   pthread_mutex_lock (&p->lock);
-  if (p->mode == IB_PROGRESS_TTY && p->n > 0)
+  if (p->mode == IB_PROGRESS_TTY && (p->lines_drawn > 0 || p->first_live < p->n))
     tty_render (p, mono_now (), NULL, true);
   pthread_mutex_unlock (&p->lock);
   for (int i = 0; i < p->n; i++)

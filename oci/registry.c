@@ -9,6 +9,7 @@
  * the registry's own scheme://host:port, never to a blob CDN it redirects to.
  */
 #include "oci/registry.h"
+#include "common/progress.h"
 #include "common/util.h"
 #include "oci/digest.h"
 #include "oci/manifest.h"
@@ -75,6 +76,8 @@ typedef struct xfer
   uint64_t range_from; /* send Range: bytes=N- when > 0 */
   const char *scope;   /* token scope the request needs */
   size_t body_max;     /* cap on the in-memory response body */
+  ib_progress_t *progress; /* when set: bytes uploaded go to this display's item */
+  int progress_item;
 
   /* sink for 200/206 bodies when >= 0 (blob downloads) */
   int sink_fd;
@@ -530,6 +533,16 @@ on_read (char *buf, size_t size, size_t nmemb, void *ud)
     }
 }
 
+/* CURLOPT_XFERINFOFUNCTION: upload bytes so far to the progress display. */
+static int
+on_xferinfo (void *ud, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal, curl_off_t ulnow)
+{
+  xfer_t *x = ud;
+  (void) dltotal, (void) dlnow, (void) ultotal;
+  ib_progress_update (x->progress, x->progress_item, (int64_t) ulnow);
+  return 0;
+}
+
 /* ---------- errors ---------- */
 
 /* "host[:port]" of a URL, for messages; caller frees. */
@@ -839,6 +852,12 @@ http_once (ib_registry_t *r, xfer_t *x, const char *url, const char *auth, ib_er
       curl_easy_setopt (c, CURLOPT_READFUNCTION, on_read);
       curl_easy_setopt (c, CURLOPT_READDATA, x);
       curl_easy_setopt (c, CURLOPT_INFILESIZE_LARGE, (curl_off_t) x->upload_size);
+      if (x->progress)
+        {
+          curl_easy_setopt (c, CURLOPT_XFERINFOFUNCTION, on_xferinfo);
+          curl_easy_setopt (c, CURLOPT_XFERINFODATA, x);
+          curl_easy_setopt (c, CURLOPT_NOPROGRESS, 0L);
+        }
     }
   else if (strcmp (x->method, "POST") == 0 || strcmp (x->method, "PUT") == 0)
     {
@@ -1376,10 +1395,11 @@ again:
   return 0; /* closing fd releases the partial file's lock */
 }
 
-/* POST uploads/ then a monolithic PUT <location>?digest= of the stored blob. */
+/* POST uploads/ then a monolithic PUT <location>?digest= of the stored blob.
+ * Bytes sent go to item `item` of `progress` (may be NULL). */
 static int
 upload_blob (ib_registry_t *r, const char *repo, const char *digest, ib_store_t *store,
-             ib_error_t *err)
+             ib_progress_t *progress, int item, ib_error_t *err)
 {
   cleanup_free char *path = ib_store_blob_path (store, digest);
   cleanup_close int fd = open (path, O_RDONLY | O_CLOEXEC);
@@ -1419,6 +1439,10 @@ upload_blob (ib_registry_t *r, const char *repo, const char *digest, ib_store_t 
   x.content_type = "application/octet-stream";
   x.upload_fd = fd;
   x.upload_size = (uint64_t) st.st_size;
+  x.progress = progress;
+  x.progress_item = item;
+  ib_progress_set_status (progress, item, "Pushing");
+  ib_progress_update (progress, item, 0);
   if (same_origin (put_url, r->base))
     ret = registry_do (r, &x, put_url, err);
   else
@@ -1440,7 +1464,7 @@ ib_registry_push_blob (ib_registry_t *r, const char *repo, const char *digest, i
     return -1;
   if (exists)
     return 0;
-  return upload_blob (r, repo, digest, store, err);
+  return upload_blob (r, repo, digest, store, NULL, -1, err);
 }
 
 /* ---------- pull / push ---------- */
@@ -1595,9 +1619,23 @@ out:
   return ret;
 }
 
-/* Push one stored image manifest's blobs, then the manifest under `reference`. */
+/* "TAG: digest: sha256:.. size: N" (as docker push), or without "TAG: "
+ * when the manifest was pushed by digest. */
+static void
+pushed_message (ib_progress_t *progress, const char *reference, const char *data, size_t len)
+{
+  char md[IB_DIGEST_LEN];
+  ib_digest_buf (data, len, md);
+  if (ib_str_has_prefix (reference, "sha256:"))
+    ib_progress_message (progress, "digest: %s size: %zu", md, len);
+  else
+    ib_progress_message (progress, "%s: digest: %s size: %zu", reference, md, len);
+}
+
+/* Push one stored image manifest's blobs, then the manifest under `reference`;
+ * one progress item per blob. */
 static int
-push_manifest (ib_registry_t *r, ib_store_t *store, const char *repo, const char *shown,
+push_manifest (ib_registry_t *r, ib_store_t *store, const char *repo, ib_progress_t *progress,
                const char *data, size_t len, const char *media_type, const char *reference,
                ib_error_t *err)
 {
@@ -1608,21 +1646,24 @@ push_manifest (ib_registry_t *r, ib_store_t *store, const char *repo, const char
   for (size_t i = 0; i <= m->n_layers && ret == 0; i++)
     {
       const ib_descriptor_t *d = i == 0 ? &m->config : &m->layers[i - 1];
-      char sd[24], sz[32];
-      short_digest (d->digest, sd);
-      human_size (d->size, sz);
+      char id[13];
+      ib_progress_short_id (d->digest, id);
+      int item = ib_progress_add (progress, id, "Preparing", d->size);
       bool exists = false;
       ret = ib_registry_blob_exists (r, repo, d->digest, &exists, err);
+      if (ret == 0 && !exists)
+        ret = upload_blob (r, repo, d->digest, store, progress, item, err);
       if (ret < 0)
-        break;
-      ib_info ("push %s: %s %s %s%s", shown, i == 0 ? "config" : "layer", sd, sz,
-               exists ? " (already in the registry)" : "");
-      if (!exists)
-        ret = upload_blob (r, repo, d->digest, store, err);
+        ib_progress_done (progress, item, false, *err ? (*err)->msg : "failed");
+      else
+        ib_progress_done (progress, item, true,
+                          !exists ? "Pushed" : i == 0 ? "Already exists" : "Layer already exists");
     }
   if (ret == 0)
     ret = ib_registry_put_manifest (r, repo, reference, data, len,
                                     media_type ? media_type : m->media_type, err);
+  if (ret == 0)
+    pushed_message (progress, reference, data, len);
   ib_manifest_free (m);
   return ret;
 }
@@ -1639,6 +1680,7 @@ ib_push (ib_store_t *store, const char *src_name, const char *dst_ref, ib_error_
   cleanup_free char *data = NULL;
   size_t len = 0;
   ib_doc_kind_t kind;
+  ib_progress_t *progress = NULL;
   int ret = -1;
 
   if (ib_store_resolve (store, src_name, &d, err) < 0
@@ -1653,6 +1695,10 @@ ib_push (ib_store_t *store, const char *src_name, const char *dst_ref, ib_error_
     }
   if (ib_registry_new (&ref, &r, err) < 0)
     goto out;
+  {
+    cleanup_free char *title = xasprintf ("push %s", shown);
+    progress = ib_progress_begin (title);
+  }
   const char *reference = ref.tag ? ref.tag : d.digest;
   if (kind == IB_DOC_INDEX)
     {
@@ -1678,7 +1724,7 @@ ib_push (ib_store_t *store, const char *src_name, const char *dst_ref, ib_error_
             break;
           }
         if (ib_store_read_blob (store, cd, &cdata, &clen, err) < 0
-            || push_manifest (r, store, ref.repository, shown, cdata, clen, cmt, cd, err) < 0)
+            || push_manifest (r, store, ref.repository, progress, cdata, clen, cmt, cd, err) < 0)
           {
             rc = -1;
             break;
@@ -1689,15 +1735,16 @@ ib_push (ib_store_t *store, const char *src_name, const char *dst_ref, ib_error_
         goto out;
       if (ib_registry_put_manifest (r, ref.repository, reference, data, len, d.media_type, err) < 0)
         goto out;
+      pushed_message (progress, reference, data, len);
     }
-  else if (push_manifest (r, store, ref.repository, shown, data, len, d.media_type, reference,
+  else if (push_manifest (r, store, ref.repository, progress, data, len, d.media_type, reference,
                           err)
            < 0)
     goto out;
-  ib_info ("push %s: manifest %s", shown, d.digest);
   ret = 0;
 
 out:
+  ib_progress_end (progress);
   if (ret < 0)
     ib_error_prefix (err, "push %s to %s", src_name, shown);
   ib_descriptor_clear (&d);

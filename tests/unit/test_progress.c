@@ -477,21 +477,47 @@ test_tty_throttle (void **state)
 }
 
 static void
-test_tty_message_above_items (void **state)
+test_tty_message_above_or_below_items (void **state)
 {
   (void) state;
   capture (IB_PROGRESS_TTY, 0);
   ib_progress_set_term_size (80, 24);
   ib_progress_t *p = ib_progress_begin ("t");
   int a = ib_progress_add (p, "a", "Pushing", 10);
-  ib_progress_done (p, a, true, "Pushed");
-  ib_progress_message (p, "latest: digest: sha256:x size: 5");
+  ib_progress_message (p, "a is running: above"); /* forced redraw */
+  ib_progress_done (p, a, true, "Pushed");        /* throttled */
+  ib_progress_message (p, "x: digest: sha256:x size: 5");
+  fake_now += 1 * S;
+  int b = ib_progress_add (p, "b", "Pushing", 10); /* rows start below the message */
+  ib_progress_done (p, b, true, "Pushed");
   ib_progress_end (p);
   assert_string_equal (captured (), "t\n"
                                     "a: Pushing\033[K\n"
-                                    "\033[1A\rlatest: digest: sha256:x size: 5\033[K\n"
-                                    "a: Pushed\033[K\n"
-                                    "\033[1A\ra: Pushed\033[K\n");
+                                    "\033[1A\ra is running: above\033[K\n"
+                                    "a: Pushing\033[K\n"
+                                    "\033[1A\ra: Pushed\033[K\n"
+                                    "x: digest: sha256:x size: 5\033[K\n"
+                                    "b: Pushing\033[K\n"
+                                    "\033[1A\rb: Pushed\033[K\n");
+}
+
+static void
+test_tty_message_when_all_finished_and_nothing_after (void **state)
+{
+  (void) state;
+  capture (IB_PROGRESS_TTY, 0);
+  ib_progress_set_term_size (80, 24);
+  ib_progress_t *p = ib_progress_begin ("t");
+  ib_progress_message (p, "no items");
+  int a = ib_progress_add (p, "a", "Pushing", 10);
+  fake_now += 1 * S;
+  ib_progress_done (p, a, true, "Pushed");
+  ib_progress_message (p, "done");
+  ib_progress_end (p); /* nothing left to redraw */
+  assert_string_equal (captured (), "t\nno items\033[K\n"
+                                    "a: Pushed\033[K\n" /* the add was throttled */
+                                    "\033[1A\ra: Pushed\033[K\n"
+                                    "done\033[K\n");
 }
 
 /* ---------- threads ---------- */
@@ -604,7 +630,8 @@ main (void)
     cmocka_unit_test (test_tty_unknown_total_and_width),
     cmocka_unit_test (test_tty_more_items_than_rows),
     cmocka_unit_test (test_tty_throttle),
-    cmocka_unit_test (test_tty_message_above_items),
+    cmocka_unit_test (test_tty_message_above_or_below_items),
+    cmocka_unit_test (test_tty_message_when_all_finished_and_nothing_after),
     cmocka_unit_test (test_threads_json),
     cmocka_unit_test (test_threads_plain_and_tty),
   };
