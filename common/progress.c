@@ -163,6 +163,19 @@ fmt_size (int64_t n, char out[24])
     snprintf (out, 24, "%.2fGB", (double) n / 1e9);
 }
 
+/* A copy with control characters (C0, DEL) made '?': texts can come from a
+ * registry's error body and must not move the cursor or recolour the
+ * terminal.  NULL -> NULL. */
+static char *
+clean_dup (const char *s)
+{
+  char *c = xstrdup (s);
+  for (char *q = c; q && *q; q++)
+    if ((unsigned char) *q < 0x20 || *q == 0x7f)
+      *q = '?';
+  return c;
+}
+
 static const char *
 label (const struct item *it)
 {
@@ -432,7 +445,7 @@ ib_progress_begin (const char *title)
   pthread_mutex_init (&p->lock, NULL);
   p->out = g_out ? g_out : stderr;
   p->mode = resolve_mode (p->out);
-  p->title = xstrdup (title ? title : "");
+  p->title = clean_dup (title ? title : "");
   p->last_draw_ns = INT64_MIN / 2;
   if (p->mode == IB_PROGRESS_TTY || p->mode == IB_PROGRESS_PLAIN)
     {
@@ -469,8 +482,8 @@ ib_progress_add (ib_progress_t *p, const char *id, const char *action, int64_t t
   struct item *it = &p->items[idx];
   int64_t now = mono_now ();
   memset (it, 0, sizeof *it);
-  it->id = xstrdup (id ? id : "");
-  it->action = xstrdup (action ? action : "");
+  it->id = clean_dup (id ? id : "");
+  it->action = clean_dup (action ? action : "");
   it->total = total < 0 ? -1 : total;
   it->start_ns = now;
   switch (p->mode)
@@ -561,7 +574,7 @@ ib_progress_set_status (ib_progress_t *p, int item, const char *status)
     goto out;
   int64_t now = mono_now ();
   free (it->status);
-  it->status = xstrdup (status);
+  it->status = clean_dup (status);
   switch (p->mode)
     {
     case IB_PROGRESS_TTY: tty_changed (p, now); break;
@@ -593,7 +606,7 @@ ib_progress_done (ib_progress_t *p, int item, bool ok, const char *status)
   if (status)
     {
       free (it->status);
-      it->status = xstrdup (status);
+      it->status = clean_dup (status);
     }
   it->finished = true;
   it->ok = ok;
@@ -632,10 +645,11 @@ ib_progress_message (ib_progress_t *p, const char *fmt, ...)
     return;
   va_list ap;
   va_start (ap, fmt);
-  cleanup_free char *text = NULL;
-  if (vasprintf (&text, fmt, ap) < 0)
+  cleanup_free char *raw = NULL;
+  if (vasprintf (&raw, fmt, ap) < 0)
     abort ();
   va_end (ap);
+  cleanup_free char *text = clean_dup (raw);
   pthread_mutex_lock (&p->lock);
   int64_t now = mono_now ();
   switch (p->mode)

@@ -155,12 +155,14 @@ test_plain_unknown_total_and_failure (void **state)
   fake_now += 12 * S;
   ib_progress_update (p, a, 999);
   fake_now += 1 * S;
-  ib_progress_done (p, a, false, "blob upload unknown");
+  ib_progress_done (p, a, false, "blob upload\x1b[31m unknown");
+  ib_progress_message (p, "evil\033[2J\r\nline");
   ib_progress_end (p);
   assert_string_equal (captured (), "push x\n"
                                     "cafe: Pushing\n"
                                     "cafe: still pushing 999B (83B/s)\n"
-                                    "cafe: blob upload unknown (999B in 13.0s, 76B/s)\n");
+                                    "cafe: blob upload?[31m unknown (999B in 13.0s, 76B/s)\n"
+                                    "evil?[2J??line\n"); /* no control characters */
 }
 
 static json_t *
