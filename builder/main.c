@@ -3,6 +3,7 @@
  * needs it, and reports errors.  The only place that calls exit(). */
 #include "builder/build.h"
 #include "builder/fsops.h"
+#include "common/progress.h"
 #include "common/util.h"
 #include "oci/auth.h"
 #include "oci/manifest.h"
@@ -57,7 +58,9 @@ static const char usage_text[] =
   "Global options:\n"
   "  --store DIR            the store (default $IMGBUILD_STORE or $XDG_DATA_HOME/imgbuild)\n"
   "  --userns MODE          auto, root, map or single (default auto; env IMGBUILD_USERNS)\n"
-  "  -q, --quiet            only warnings and errors\n"
+  "  --progress MODE        pull/push progress: auto, tty, plain, json or quiet\n"
+  "                         (default auto; env IMGBUILD_PROGRESS)\n"
+  "  -q, --quiet            only warnings and errors (and --progress quiet)\n"
   "  -v, --verbose          debug output\n"
   "\n"
   "Registry options (global, or after build, pull, push):\n"
@@ -771,7 +774,8 @@ main (int argc, char **argv)
     { "store", required_argument, NULL, 's' }, { "userns", required_argument, NULL, 'U' },
     { "quiet", no_argument, NULL, 'q' },       { "verbose", no_argument, NULL, 'v' },
     { "help", no_argument, NULL, 'h' },        { "version", no_argument, NULL, 'V' },
-    REGISTRY_OPTIONS,                          { NULL, 0, NULL, 0 },
+    { "progress", required_argument, NULL, 'P' }, REGISTRY_OPTIONS,
+    { NULL, 0, NULL, 0 },
   };
   const char *env_chunk = getenv ("IMGBUILD_PUSH_CHUNK_SIZE");
   if (env_chunk && *env_chunk)
@@ -779,6 +783,12 @@ main (int argc, char **argv)
   const char *env_userns = getenv ("IMGBUILD_USERNS");
   if (env_userns && *env_userns && parse_userns (env_userns, &userns_mode) < 0)
     usage_error ("IMGBUILD_USERNS: expected auto, root, map or single, got '%s'", env_userns);
+  ib_progress_mode_t progress = IB_PROGRESS_AUTO;
+  bool progress_given = false, quiet = false;
+  const char *env_progress = getenv ("IMGBUILD_PROGRESS");
+  if (env_progress && *env_progress && ib_progress_parse_mode (env_progress, &progress) < 0)
+    usage_error ("IMGBUILD_PROGRESS: expected auto, tty, plain, json or quiet, got '%s'",
+                 env_progress);
   int c;
   while ((c = getopt_long (argc, argv, "+qvh", opts, NULL)) != -1)
     switch (c)
@@ -788,7 +798,12 @@ main (int argc, char **argv)
         if (parse_userns (optarg, &userns_mode) < 0)
           usage_error ("--userns: expected auto, root, map or single, got '%s'", optarg);
         break;
-      case 'q': ib_verbosity = 0; break;
+      case 'P':
+        if (ib_progress_parse_mode (optarg, &progress) < 0)
+          usage_error ("--progress: expected auto, tty, plain, json or quiet, got '%s'", optarg);
+        progress_given = true;
+        break;
+      case 'q': ib_verbosity = 0; quiet = true; break;
       case 'v': ib_verbosity = 2; break;
       case 'h': fputs (usage_text, stdout); return 0;
       case 'V': printf ("imgbuild %s\n", IMGBUILD_VERSION); return 0;
@@ -803,6 +818,13 @@ main (int argc, char **argv)
       fputs (usage_text, stderr);
       return 2;
     }
+  /* -q silences progress too unless --progress says otherwise; -v's debug
+   * lines would tear TTY redraws apart, so auto means plain with -v. */
+  if (quiet && !progress_given)
+    progress = IB_PROGRESS_QUIET;
+  if (progress == IB_PROGRESS_AUTO && ib_verbosity >= 2)
+    progress = IB_PROGRESS_PLAIN;
+  ib_progress_set_mode (progress);
   const char *cmd = argv[optind];
   int sub_argc = argc - optind;
   char **sub_argv = argv + optind;

@@ -9,6 +9,7 @@
  * the registry's own scheme://host:port, never to a blob CDN it redirects to.
  */
 #include "oci/registry.h"
+#include "common/progress.h"
 #include "common/util.h"
 #include "oci/auth.h"
 #include "oci/certs.h"
@@ -91,6 +92,8 @@ typedef struct xfer
   uint64_t range_from; /* send Range: bytes=N- when > 0 */
   const char *scope;   /* token scope the request needs */
   size_t body_max;     /* cap on the in-memory response body */
+  ib_progress_t *progress; /* when set: bytes uploaded go to this display's item */
+  int progress_item;
 
   /* sink for 200/206 bodies when >= 0 (blob downloads) */
   int sink_fd;
@@ -549,6 +552,16 @@ on_read (char *buf, size_t size, size_t nmemb, void *ud)
     }
 }
 
+/* CURLOPT_XFERINFOFUNCTION: upload bytes so far to the progress display. */
+static int
+on_xferinfo (void *ud, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal, curl_off_t ulnow)
+{
+  xfer_t *x = ud;
+  (void) dltotal, (void) dlnow, (void) ultotal;
+  ib_progress_update (x->progress, x->progress_item, (int64_t) ulnow);
+  return 0;
+}
+
 /* ---------- errors ---------- */
 
 /* "host[:port]" of a URL, for messages; caller frees. */
@@ -895,6 +908,12 @@ http_once (ib_registry_t *r, xfer_t *x, const char *url, const char *auth, ib_er
       curl_easy_setopt (c, CURLOPT_READFUNCTION, on_read);
       curl_easy_setopt (c, CURLOPT_READDATA, x);
       curl_easy_setopt (c, CURLOPT_INFILESIZE_LARGE, (curl_off_t) x->upload_size);
+      if (x->progress)
+        {
+          curl_easy_setopt (c, CURLOPT_XFERINFOFUNCTION, on_xferinfo);
+          curl_easy_setopt (c, CURLOPT_XFERINFODATA, x);
+          curl_easy_setopt (c, CURLOPT_NOPROGRESS, 0L);
+        }
     }
   else if (strcmp (x->method, "POST") == 0 || strcmp (x->method, "PUT") == 0)
     {

@@ -1,0 +1,700 @@
+/* common/progress.c — progress output: TTY bars, plain lines, JSON lines.
+ *
+ * State lives in one struct per display under one mutex; every output
+ * (a line, or a whole TTY redraw) is formatted into a buffer first and
+ * written with one fwrite, so lines from different threads never mix.  In
+ * TTY mode with the real clock a ticker thread redraws what changed every
+ * 100 ms, so the threads that report bytes never write to the terminal.
+ */
+#include "common/progress.h"
+#include "common/util.h"
+
+#include <ctype.h>
+#include <jansson.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <time.h>
+#include <unistd.h>
+
+#define NS_PER_MS 1000000LL
+#define NS_PER_S 1000000000LL
+#define TTY_INTERVAL_NS (100 * NS_PER_MS)   /* at most 10 redraws a second */
+#define JSON_INTERVAL_NS (500 * NS_PER_MS)  /* at most 2 updates a second per item */
+#define PLAIN_STILL_NS (10 * NS_PER_S)      /* a "still ..." line per 10 s per item */
+#define BAR_MAX 50                          /* inner width of the bar, as docker */
+#define BAR_MIN 10                          /* narrower than this: no bar */
+
+static ib_progress_mode_t g_mode = IB_PROGRESS_AUTO;
+static FILE *g_out;
+static int64_t (*g_clock) (void);
+static int g_cols, g_rows;
+
+struct item
+{
+  char *id, *action;
+  char *status;     /* shown text; NULL: the action */
+  char *last_plain; /* PLAIN: the text of the item's last line */
+  int64_t total, done;
+  bool started, finished, ok;
+  bool frozen_unfinished; /* TTY: scrolled out of the redrawn rows before it finished */
+  int64_t start_ns, start_done, end_ns;
+  int64_t last_json_ns, last_plain_ns;
+};
+
+struct ib_progress
+{
+  pthread_mutex_t lock;
+  ib_progress_mode_t mode; /* resolved: never AUTO */
+  FILE *out;
+  char *title;
+  struct item *items;
+  int n, cap;
+  /* TTY */
+  int first_live;  /* items before it are lines above the redrawn rows */
+  int lines_drawn; /* rows drawn last time, below which the cursor sits */
+  int64_t last_draw_ns;
+  bool dirty;
+  bool ticker_running, stop;
+  pthread_t ticker;
+  pthread_cond_t wake;
+};
+
+void
+ib_progress_set_mode (ib_progress_mode_t mode)
+{
+  g_mode = mode;
+}
+
+ib_progress_mode_t
+ib_progress_get_mode (void)
+{
+  return g_mode;
+}
+
+int
+ib_progress_parse_mode (const char *s, ib_progress_mode_t *mode)
+{
+  static const struct
+  {
+    const char *name;
+    ib_progress_mode_t mode;
+  } names[] = { { "auto", IB_PROGRESS_AUTO }, { "tty", IB_PROGRESS_TTY },
+                { "plain", IB_PROGRESS_PLAIN }, { "json", IB_PROGRESS_JSON },
+                { "quiet", IB_PROGRESS_QUIET } };
+  for (size_t i = 0; s && i < sizeof names / sizeof names[0]; i++)
+    if (strcmp (s, names[i].name) == 0)
+      {
+        *mode = names[i].mode;
+        return 0;
+      }
+  return -1;
+}
+
+void
+ib_progress_set_output (FILE *f)
+{
+  g_out = f;
+}
+
+void
+ib_progress_set_clock (int64_t (*now_ns) (void))
+{
+  g_clock = now_ns;
+}
+
+void
+ib_progress_set_term_size (int cols, int rows)
+{
+  g_cols = cols;
+  g_rows = rows;
+}
+
+void
+ib_progress_short_id (const char *digest, char out[13])
+{
+  const char *s = digest ? digest : "";
+  const char *colon = strrchr (s, ':');
+  snprintf (out, 13, "%s", colon ? colon + 1 : s);
+}
+
+/* ---------- clocks and formatting ---------- */
+
+static int64_t
+clock_ns (clockid_t id)
+{
+  struct timespec ts;
+  clock_gettime (id, &ts);
+  return (int64_t) ts.tv_sec * NS_PER_S + ts.tv_nsec;
+}
+
+static int64_t
+mono_now (void)
+{
+  return g_clock ? g_clock () : clock_ns (CLOCK_MONOTONIC);
+}
+
+/* RFC 3339 UTC with milliseconds: "2024-05-01T12:00:00.123Z". */
+static void
+rfc3339_now (char out[32])
+{
+  int64_t ns = g_clock ? g_clock () : clock_ns (CLOCK_REALTIME);
+  time_t sec = (time_t) (ns / NS_PER_S);
+  struct tm tm;
+  gmtime_r (&sec, &tm);
+  size_t n = strftime (out, 32, "%Y-%m-%dT%H:%M:%S", &tm);
+  snprintf (out + n, 32 - n, ".%03dZ", (int) ((ns % NS_PER_S) / NS_PER_MS));
+}
+
+/* Decimal units without a space, as docker: "512B", "12.3kB", "45.6MB", "1.23GB". */
+static void
+fmt_size (int64_t n, char out[24])
+{
+  if (n < 1000)
+    snprintf (out, 24, "%lldB", (long long) n);
+  else if (n < 1000 * 1000)
+    snprintf (out, 24, "%.1fkB", (double) n / 1e3);
+  else if (n < 1000LL * 1000 * 1000)
+    snprintf (out, 24, "%.1fMB", (double) n / 1e6);
+  else
+    snprintf (out, 24, "%.2fGB", (double) n / 1e9);
+}
+
+/* A copy with control characters (C0, DEL) made '?': texts can come from a
+ * registry's error body and must not move the cursor or recolour the
+ * terminal.  NULL -> NULL. */
+static char *
+clean_dup (const char *s)
+{
+  char *c = xstrdup (s);
+  for (char *q = c; q && *q; q++)
+    if ((unsigned char) *q < 0x20 || *q == 0x7f)
+      *q = '?';
+  return c;
+}
+
+static const char *
+label (const struct item *it)
+{
+  return it->status ? it->status : it->action;
+}
+
+/* Bytes per second since the first update; false when too early to say. */
+static bool
+item_rate (const struct item *it, int64_t now, double *rate)
+{
+  int64_t t = (it->finished ? it->end_ns : now) - it->start_ns;
+  if (!it->started || t < NS_PER_MS)
+    return false;
+  *rate = (double) (it->done - it->start_done) * 1e9 / (double) t;
+  return true;
+}
+
+static void
+write_buf (ib_progress_t *p, ib_buf_t *b)
+{
+  if (b->len)
+    {
+      fwrite (b->data, 1, b->len, p->out);
+      fflush (p->out);
+    }
+  ib_buf_free (b);
+}
+
+/* ---------- TTY ---------- */
+
+static void
+term_size (ib_progress_t *p, int *cols, int *rows)
+{
+  *cols = g_cols;
+  *rows = g_rows;
+  if (*cols > 0 && *rows > 0)
+    return;
+  struct winsize ws;
+  if (ioctl (fileno (p->out), TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0 && ws.ws_row > 0)
+    {
+      *cols = ws.ws_col;
+      *rows = ws.ws_row;
+    }
+  else
+    {
+      *cols = 80;
+      *rows = 24;
+    }
+}
+
+/* The item's line, not yet cut to the terminal width. */
+static void
+tty_item_line (const struct item *it, int cols, int64_t now, ib_buf_t *b)
+{
+  ib_buf_printf (b, "%s: %s", it->id, label (it));
+  if (it->finished || !it->started)
+    return;
+  char done[24], total[24], speed[40] = "";
+  double rate;
+  fmt_size (it->done, done);
+  if (item_rate (it, now, &rate) && now - it->start_ns >= 100 * NS_PER_MS)
+    {
+      char r[24];
+      fmt_size ((int64_t) rate, r);
+      snprintf (speed, sizeof speed, "  %s/s", r);
+    }
+  char tail[96];
+  if (it->total >= 0)
+    {
+      fmt_size (it->total, total);
+      snprintf (tail, sizeof tail, "  %s/%s%s", done, total, speed);
+    }
+  else
+    snprintf (tail, sizeof tail, "  %s%s", done, speed);
+  /* "id: label [bar]tail" within cols - 1 */
+  int width = cols - 1 - (int) b->len - 3 - (int) strlen (tail);
+  if (width > BAR_MAX)
+    width = BAR_MAX;
+  if (it->total > 0 && width >= BAR_MIN)
+    {
+      int64_t d = it->done < it->total ? it->done : it->total;
+      int filled = (int) (d * width / it->total);
+      ib_buf_puts (b, " [");
+      for (int i = 0; i < width; i++)
+        ib_buf_puts (b, i < filled - 1 ? "=" : i == filled - 1 ? ">" : " ");
+      ib_buf_puts (b, "]");
+    }
+  ib_buf_puts (b, tail);
+}
+
+/* Append `line` cut to cols - 1 columns (so that a redrawn row never wraps) (not inside a UTF-8 sequence),
+ * then clear to the end of the row and go to the next. */
+static void
+tty_put_line (ib_buf_t *b, const char *line, size_t len, int cols)
+{
+  size_t max = cols > 1 ? (size_t) cols - 1 : 1;
+  if (len > max)
+    {
+      len = max;
+      while (len > 0 && ((unsigned char) line[len] & 0xC0) == 0x80)
+        len--;
+    }
+  ib_buf_append (b, line, len);
+  ib_buf_puts (b, "\033[K\n");
+}
+
+static void
+tty_put_item (ib_buf_t *b, const struct item *it, int cols, int64_t now)
+{
+  ib_buf_t l = { 0 };
+  tty_item_line (it, cols, now, &l);
+  tty_put_line (b, l.data, l.len, cols);
+  ib_buf_free (&l);
+}
+
+/* Redraw: cursor up over the rows drawn last time, an optional message
+ * line, then the item rows (the last rows - 1 items; older ones become
+ * fixed lines above).  A message goes below the items when all of them
+ * have finished (they become fixed lines), else above.  `final`: also the
+ * final lines of items that scrolled out before they finished. */
+static void
+tty_render (ib_progress_t *p, int64_t now, const char *message, bool final)
+{
+  int cols, rows;
+  term_size (p, &cols, &rows);
+  int max = rows - 1 > 0 ? rows - 1 : 1;
+  ib_buf_t b = { 0 };
+  if (p->lines_drawn > 0)
+    ib_buf_printf (&b, "\033[%dA\r", p->lines_drawn);
+  bool all_finished = true;
+  for (int i = p->first_live; i < p->n; i++)
+    all_finished &= p->items[i].finished;
+  if (message && !all_finished)
+    tty_put_line (&b, message, strlen (message), INT_MAX); /* never redrawn: may wrap */
+  while (p->n - p->first_live > max)
+    {
+      struct item *it = &p->items[p->first_live++];
+      tty_put_item (&b, it, cols, now);
+      if (!it->finished)
+        it->frozen_unfinished = true;
+    }
+  for (int i = p->first_live; i < p->n; i++)
+    tty_put_item (&b, &p->items[i], cols, now);
+  p->lines_drawn = p->n - p->first_live;
+  if (message && all_finished)
+    {
+      tty_put_line (&b, message, strlen (message), INT_MAX); /* never redrawn: may wrap */
+      p->first_live = p->n;
+      p->lines_drawn = 0;
+    }
+  if (final)
+    for (int i = 0; i < p->first_live; i++)
+      if (p->items[i].frozen_unfinished)
+        {
+          tty_put_item (&b, &p->items[i], cols, now);
+          p->items[i].frozen_unfinished = false;
+        }
+  write_buf (p, &b);
+  p->last_draw_ns = now;
+  p->dirty = false;
+}
+
+/* Something changed: the ticker draws it, or (fake clock) draw now when the
+ * throttle allows. */
+static void
+tty_changed (ib_progress_t *p, int64_t now)
+{
+  p->dirty = true;
+  if (!p->ticker_running && now - p->last_draw_ns >= TTY_INTERVAL_NS)
+    tty_render (p, now, NULL, false);
+}
+
+static void *
+ticker_main (void *arg)
+{
+  ib_progress_t *p = arg;
+  pthread_mutex_lock (&p->lock);
+  while (!p->stop)
+    {
+      struct timespec ts;
+      clock_gettime (CLOCK_MONOTONIC, &ts);
+      ts.tv_nsec += TTY_INTERVAL_NS;
+      if (ts.tv_nsec >= NS_PER_S)
+        {
+          ts.tv_sec++;
+          ts.tv_nsec -= NS_PER_S;
+        }
+      pthread_cond_timedwait (&p->wake, &p->lock, &ts);
+      if (!p->stop && p->dirty)
+        tty_render (p, mono_now (), NULL, false);
+    }
+  pthread_mutex_unlock (&p->lock);
+  return NULL;
+}
+
+/* ---------- PLAIN and JSON ---------- */
+
+static void
+plain_line (ib_progress_t *p, struct item *it, int64_t now, const char *fmt, ...)
+    __attribute__ ((format (printf, 4, 5)));
+
+static void
+plain_line (ib_progress_t *p, struct item *it, int64_t now, const char *fmt, ...)
+{
+  ib_buf_t b = { 0 };
+  va_list ap;
+  va_start (ap, fmt);
+  cleanup_free char *text = NULL;
+  if (vasprintf (&text, fmt, ap) < 0)
+    abort ();
+  va_end (ap);
+  ib_buf_printf (&b, "%s: %s\n", it->id, text);
+  write_buf (p, &b);
+  it->last_plain_ns = now;
+}
+
+static void
+json_emit (ib_progress_t *p, const char *event, struct item *it, int64_t now, const char *message)
+{
+  char ts[32];
+  rfc3339_now (ts);
+  json_t *o = json_object ();
+  json_object_set_new (o, "time", json_string (ts));
+  json_object_set_new (o, "title", json_string (p->title));
+  json_object_set_new (o, "event", json_string (event));
+  if (it)
+    {
+      json_object_set_new (o, "id", json_string (it->id));
+      json_object_set_new (o, "action", json_string (it->action));
+      json_object_set_new (o, "status", json_string (label (it)));
+      json_object_set_new (o, "current", json_integer (it->done));
+      json_object_set_new (o, "total", it->total >= 0 ? json_integer (it->total) : json_null ());
+      if (it->finished)
+        json_object_set_new (o, "ok", json_boolean (it->ok));
+      it->last_json_ns = now;
+    }
+  if (message)
+    json_object_set_new (o, "message", json_string (message));
+  char *s = json_dumps (o, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_ENSURE_ASCII);
+  json_decref (o);
+  if (s == NULL)
+    abort ();
+  ib_buf_t b = { 0 };
+  ib_buf_puts (&b, s);
+  ib_buf_puts (&b, "\n");
+  free (s);
+  write_buf (p, &b);
+}
+
+/* ---------- the API ---------- */
+
+static ib_progress_mode_t
+resolve_mode (FILE *out)
+{
+  if (g_mode != IB_PROGRESS_AUTO)
+    return g_mode;
+  const char *term = getenv ("TERM");
+  if (isatty (fileno (out)) && term && *term && strcmp (term, "dumb") != 0)
+    return IB_PROGRESS_TTY;
+  return IB_PROGRESS_PLAIN;
+}
+
+ib_progress_t *
+ib_progress_begin (const char *title)
+{
+  ib_progress_t *p = xmalloc (sizeof *p);
+  pthread_mutex_init (&p->lock, NULL);
+  p->out = g_out ? g_out : stderr;
+  p->mode = resolve_mode (p->out);
+  p->title = clean_dup (title ? title : "");
+  p->last_draw_ns = INT64_MIN / 2;
+  if (p->mode == IB_PROGRESS_TTY || p->mode == IB_PROGRESS_PLAIN)
+    {
+      ib_buf_t b = { 0 };
+      ib_buf_printf (&b, "%s\n", p->title);
+      write_buf (p, &b);
+    }
+  if (p->mode == IB_PROGRESS_TTY && g_clock == NULL)
+    {
+      pthread_condattr_t ca;
+      pthread_condattr_init (&ca);
+      pthread_condattr_setclock (&ca, CLOCK_MONOTONIC);
+      pthread_cond_init (&p->wake, &ca);
+      pthread_condattr_destroy (&ca);
+      p->ticker_running = pthread_create (&p->ticker, NULL, ticker_main, p) == 0;
+      if (!p->ticker_running)
+        pthread_cond_destroy (&p->wake);
+    }
+  return p;
+}
+
+int
+ib_progress_add (ib_progress_t *p, const char *id, const char *action, int64_t total)
+{
+  if (p == NULL)
+    return -1;
+  pthread_mutex_lock (&p->lock);
+  if (p->n == p->cap)
+    {
+      p->cap = p->cap ? 2 * p->cap : 8;
+      p->items = xrealloc (p->items, (size_t) p->cap * sizeof *p->items);
+    }
+  int idx = p->n++;
+  struct item *it = &p->items[idx];
+  int64_t now = mono_now ();
+  memset (it, 0, sizeof *it);
+  it->id = clean_dup (id ? id : "");
+  it->action = clean_dup (action ? action : "");
+  it->total = total < 0 ? -1 : total;
+  it->start_ns = now;
+  switch (p->mode)
+    {
+    case IB_PROGRESS_TTY: tty_changed (p, now); break;
+    case IB_PROGRESS_PLAIN:
+      if (it->total >= 0)
+        {
+          char t[24];
+          fmt_size (it->total, t);
+          plain_line (p, it, now, "%s %s", it->action, t);
+        }
+      else
+        plain_line (p, it, now, "%s", it->action);
+      it->last_plain = xstrdup (it->action);
+      break;
+    case IB_PROGRESS_JSON: json_emit (p, "add", it, now, NULL); break;
+    default: break;
+    }
+  pthread_mutex_unlock (&p->lock);
+  return idx;
+}
+
+/* The item, or NULL when out of range or finished; called under the lock. */
+static struct item *
+live_item (ib_progress_t *p, int item)
+{
+  if (item < 0 || item >= p->n || p->items[item].finished)
+    return NULL;
+  return &p->items[item];
+}
+
+void
+ib_progress_update (ib_progress_t *p, int item, int64_t done)
+{
+  if (p == NULL || p->mode == IB_PROGRESS_QUIET)
+    return;
+  pthread_mutex_lock (&p->lock);
+  struct item *it = live_item (p, item);
+  if (it == NULL)
+    goto out;
+  int64_t now = mono_now ();
+  it->done = done;
+  if (!it->started)
+    {
+      it->started = true;
+      it->start_ns = now;
+      it->start_done = done;
+      it->last_plain_ns = now;
+    }
+  switch (p->mode)
+    {
+    case IB_PROGRESS_TTY: tty_changed (p, now); break;
+    case IB_PROGRESS_PLAIN:
+      if (now - it->last_plain_ns >= PLAIN_STILL_NS)
+        {
+          char d[24], t[24] = "", r[24] = "";
+          double rate;
+          fmt_size (done, d);
+          if (it->total >= 0)
+            fmt_size (it->total, t);
+          if (item_rate (it, now, &rate))
+            fmt_size ((int64_t) rate, r);
+          const char *l = label (it);
+          plain_line (p, it, now, "still %c%s %s%s%s%s%s%s", tolower ((unsigned char) l[0]),
+                      l[0] ? l + 1 : "", d, t[0] ? "/" : "", t, r[0] ? " (" : "", r,
+                      r[0] ? "/s)" : "");
+        }
+      break;
+    case IB_PROGRESS_JSON:
+      if (now - it->last_json_ns >= JSON_INTERVAL_NS)
+        json_emit (p, "update", it, now, NULL);
+      break;
+    default: break;
+    }
+out:
+  pthread_mutex_unlock (&p->lock);
+}
+
+void
+ib_progress_set_status (ib_progress_t *p, int item, const char *status)
+{
+  if (p == NULL || p->mode == IB_PROGRESS_QUIET)
+    return;
+  pthread_mutex_lock (&p->lock);
+  struct item *it = live_item (p, item);
+  if (it == NULL)
+    goto out;
+  int64_t now = mono_now ();
+  free (it->status);
+  it->status = clean_dup (status);
+  switch (p->mode)
+    {
+    case IB_PROGRESS_TTY: tty_changed (p, now); break;
+    case IB_PROGRESS_PLAIN:
+      if (it->last_plain == NULL || strcmp (it->last_plain, label (it)) != 0)
+        {
+          plain_line (p, it, now, "%s", label (it));
+          free (it->last_plain);
+          it->last_plain = xstrdup (label (it));
+        }
+      break;
+    case IB_PROGRESS_JSON: json_emit (p, "status", it, now, NULL); break;
+    default: break;
+    }
+out:
+  pthread_mutex_unlock (&p->lock);
+}
+
+void
+ib_progress_done (ib_progress_t *p, int item, bool ok, const char *status)
+{
+  if (p == NULL || p->mode == IB_PROGRESS_QUIET)
+    return;
+  pthread_mutex_lock (&p->lock);
+  struct item *it = live_item (p, item);
+  if (it == NULL)
+    goto out;
+  int64_t now = mono_now ();
+  if (status)
+    {
+      free (it->status);
+      it->status = clean_dup (status);
+    }
+  it->finished = true;
+  it->ok = ok;
+  it->end_ns = now;
+  switch (p->mode)
+    {
+    case IB_PROGRESS_TTY: tty_changed (p, now); break;
+    case IB_PROGRESS_PLAIN:
+      if (it->started && it->done > 0)
+        {
+          char d[24], r[24];
+          double rate, secs = (double) (now - it->start_ns) / 1e9;
+          fmt_size (it->done, d);
+          if (item_rate (it, now, &rate))
+            {
+              fmt_size ((int64_t) rate, r);
+              plain_line (p, it, now, "%s (%s in %.1fs, %s/s)", label (it), d, secs, r);
+            }
+          else
+            plain_line (p, it, now, "%s (%s in %.1fs)", label (it), d, secs);
+        }
+      else
+        plain_line (p, it, now, "%s", label (it));
+      break;
+    case IB_PROGRESS_JSON: json_emit (p, "done", it, now, NULL); break;
+    default: break;
+    }
+out:
+  pthread_mutex_unlock (&p->lock);
+}
+
+void
+ib_progress_message (ib_progress_t *p, const char *fmt, ...)
+{
+  if (p == NULL || p->mode == IB_PROGRESS_QUIET)
+    return;
+  va_list ap;
+  va_start (ap, fmt);
+  cleanup_free char *raw = NULL;
+  if (vasprintf (&raw, fmt, ap) < 0)
+    abort ();
+  va_end (ap);
+  cleanup_free char *text = clean_dup (raw);
+  pthread_mutex_lock (&p->lock);
+  int64_t now = mono_now ();
+  switch (p->mode)
+    {
+    case IB_PROGRESS_TTY: tty_render (p, now, text, false); break;
+    case IB_PROGRESS_PLAIN:
+      {
+        ib_buf_t b = { 0 };
+        ib_buf_printf (&b, "%s\n", text);
+        write_buf (p, &b);
+        break;
+      }
+    case IB_PROGRESS_JSON: json_emit (p, "message", NULL, now, text); break;
+    default: break;
+    }
+  pthread_mutex_unlock (&p->lock);
+}
+
+void
+ib_progress_end (ib_progress_t *p)
+{
+  if (p == NULL)
+    return;
+  if (p->ticker_running)
+    {
+      pthread_mutex_lock (&p->lock);
+      p->stop = true;
+      pthread_cond_signal (&p->wake);
+      pthread_mutex_unlock (&p->lock);
+      pthread_join (p->ticker, NULL);
+      pthread_cond_destroy (&p->wake);
+    }
+  pthread_mutex_lock (&p->lock);
+  if (p->mode == IB_PROGRESS_TTY && (p->lines_drawn > 0 || p->first_live < p->n))
+    tty_render (p, mono_now (), NULL, true);
+  pthread_mutex_unlock (&p->lock);
+  for (int i = 0; i < p->n; i++)
+    {
+      free (p->items[i].id);
+      free (p->items[i].action);
+      free (p->items[i].status);
+      free (p->items[i].last_plain);
+    }
+  free (p->items);
+  free (p->title);
+  pthread_mutex_destroy (&p->lock);
+  free (p);
+}
