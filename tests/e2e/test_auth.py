@@ -524,3 +524,37 @@ def test_no_authorization_to_another_host_after_redirect(tmp_path, monkeypatch):
             assert (tmp_path / "s/blobs/sha256" / d.split(":")[1]).read_bytes() == blob
     finally:
         stub.close()
+
+
+def test_login_prompts_on_a_terminal_without_echo(basic_registry, tmp_path):
+    import pty
+    from conftest import IMGBUILD
+    host = basic_registry
+    authfile = tmp_path / "auth.json"
+    pid, fd = pty.fork()
+    if pid == 0:
+        os.execv(str(IMGBUILD), ["imgbuild", "--store", str(tmp_path / "s"), "login",
+                                 "--authfile", str(authfile), host])
+    out = b""
+
+    def read_until(s):
+        nonlocal out
+        deadline = time.monotonic() + 30
+        while s not in out and time.monotonic() < deadline:
+            out += os.read(fd, 1024)
+        assert s in out, out
+
+    read_until(b"Username: ")
+    os.write(fd, f"{USER}\n".encode())
+    read_until(b"Password: ")
+    os.write(fd, f"{PASSWORD}\n".encode())
+    try:
+        while chunk := os.read(fd, 1024):
+            out += chunk
+    except OSError:  # EIO once the child has closed the terminal
+        pass
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0, out
+    assert b"Login Succeeded" in out
+    assert PASSWORD.encode() not in out  # not echoed
+    assert json.loads(authfile.read_text())["auths"][host]["auth"] == b64(f"{USER}:{PASSWORD}")
