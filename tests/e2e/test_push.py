@@ -217,3 +217,131 @@ def test_push_index_platform_manifests_first(logged, tmp_path):
         assert r.out.strip() == arm64["digest"]
     finally:
         fresh.stop()
+
+
+class FakeRegistry:
+    """A small distribution-spec registry for what Debian's docker-registry
+    does not do: it asks for a minimum chunk length (OCI-Chunk-Min-Length),
+    moves the upload to a new Location after each chunk, and answers a
+    mount request with 202 (an upload session instead).  It checks that
+    every request goes to the last Location it gave and that the bytes hash
+    to the digest of the final PUT."""
+
+    CHUNK_MIN = 3_000_000
+
+    def __init__(self):
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+        fake = self
+        self.log = []  # (method, path, content-range or None, body length, status)
+        self.uploads = {}  # upload id -> [bytearray, expected path]
+        self.blobs = set()  # (repository, digest)
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *a):
+                pass
+
+            def reply(self, status, headers=None):
+                fake.log.append((self.command, self.path, self.headers.get("Content-Range"),
+                                 int(self.headers.get("Content-Length") or 0), status))
+                self.send_response(status)
+                for k, v in (headers or {}).items():
+                    self.send_header(k, v)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def body(self):
+                return self.rfile.read(int(self.headers.get("Content-Length") or 0))
+
+            def new_location(self, uid):
+                n = len(fake.log)
+                loc = f"{self.path.split('?')[0].rsplit('/uploads/', 1)[0]}/uploads/{uid}?state={n}"
+                fake.uploads[uid][1] = loc
+                return loc
+
+            def do_GET(self):
+                self.reply(200 if self.path == "/v2/" else 404)
+
+            def do_HEAD(self):
+                repo, _, d = self.path[len("/v2/"):].rpartition("/blobs/")
+                self.reply(200 if (repo, d) in fake.blobs else 404)
+
+            def do_POST(self):
+                self.body()
+                uid = f"u{len(fake.uploads)}"
+                fake.uploads[uid] = [bytearray(), None]
+                loc = self.new_location(uid)
+                self.reply(202, {"Location": loc, "OCI-Chunk-Min-Length": str(fake.CHUNK_MIN)})
+
+            def upload(self):
+                uid = self.path.split("?")[0].rsplit("/", 1)[1]
+                if uid not in fake.uploads or fake.uploads[uid][1] != self.path.split("&digest=")[0].split("?digest=")[0]:
+                    self.body()
+                    self.reply(404)
+                    return None
+                return uid
+
+            def do_PATCH(self):
+                uid = self.upload()
+                if uid is None:
+                    return
+                data = self.body()
+                buf = fake.uploads[uid][0]
+                start, end = map(int, self.headers["Content-Range"].split("-"))
+                if start != len(buf) or end != start + len(data) - 1:
+                    self.reply(416)
+                    return
+                buf += data
+                self.reply(202, {"Location": self.new_location(uid), "Range": f"0-{len(buf) - 1}"})
+
+            def do_PUT(self):
+                if "/manifests/" in self.path:
+                    self.body()
+                    self.reply(201)
+                    return
+                uid = self.upload()
+                if uid is None:
+                    return
+                buf = fake.uploads[uid][0] + self.body()
+                digest = urllib.parse.unquote(self.path.split("digest=")[1])
+                if "sha256:" + hashlib.sha256(buf).hexdigest() != digest:
+                    self.reply(400)
+                    return
+                fake.blobs.add((self.path[len("/v2/"):].split("/blobs/")[0], digest))
+                self.reply(201, {"Location": f"/v2/x/blobs/{digest}"})
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def stop(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_chunk_min_length_moving_location_and_mount_answered_202(logged, pulled):
+    fake = FakeRegistry()
+    try:
+        src = f"127.0.0.1:{logged.port}/debian:bookworm"
+        info = stored_image(pulled, src)
+        layer = info["manifest"]["layers"][0]
+        r = imgbuild("push", "--chunk-size", "1M", src, f"127.0.0.1:{fake.port}/one:1",
+                     f"127.0.0.1:{fake.port}/two:1", store=pulled)
+        assert r.rc == 0, r
+        assert all(status in (200, 201, 202, 404) for *_, status in fake.log), fake.log
+        assert not [q for q in fake.log if q[-1] in (400, 416) or (q[-1] == 404 and q[0] != "HEAD")]
+        for repo in ("one", "two"):
+            patches = [q for q in fake.log if q[0] == "PATCH" and q[1].startswith(f"/v2/{repo}/")]
+            sizes = [q[3] for q in patches]
+            # chunks of the registry's minimum (3 MB), not of --chunk-size (1 MiB)
+            assert sizes[:-1] == [FakeRegistry.CHUNK_MIN] * (len(sizes) - 1)
+            assert sum(sizes) == layer["size"] and 0 < sizes[-1] <= FakeRegistry.CHUNK_MIN
+            assert [q[2] for q in patches][:2] == ["0-2999999", "3000000-5999999"]
+        # "two": mount from "one" asked, answered 202, and that upload used (no second POST)
+        posts = [q for q in fake.log if q[0] == "POST" and q[1].startswith("/v2/two/")]
+        assert len(posts) == 2 and all("mount=" in q[1] and "from=one" in q[1] for q in posts)
+        for repo in ("one", "two"):
+            assert {(repo, layer["digest"]), (repo, info["manifest"]["config"]["digest"])} <= fake.blobs
+    finally:
+        fake.stop()
