@@ -42,15 +42,15 @@ def main(out):
         meta.get("date", "?"), meta.get("total_s", "?"),
         meta.get("loadavg_start", "?"), meta.get("loadavg_end", "?")))
     print("imgbuild: %s, mode `%s`." % (meta.get("imgbuild", "?"), meta.get("imgbuild_mode", "?")))
-    print("Peers: " + "; ".join(meta[k] for k in ("skopeo", "umoci", "podman", "ch-image", "curl", "gzip", "pigz", "tar") if k in meta) + ".")
+    print("Peers: " + "; ".join(("ch-image " if k == "ch-image" else "") + meta[k] for k in ("skopeo", "umoci", "podman", "ch-image", "curl", "gzip", "pigz", "tar") if k in meta) + ".")
     print()
     print("| image | reference | layers | compressed MiB |")
     print("| --- | --- | ---: | ---: |")
     for image, ref, layers, size in rows(out + "/images.tsv"):
         print("| %s | `%s` | %s | %.1f |" % (image, ref, layers, int(size) / 2**20))
     print()
-    print("| tool | image | fs | median s | min s | max s | peak RSS MiB | ratio vs imgbuild |")
-    print("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: |")
+    print("| tool | image | fs | runs | median s | min s | max s | peak RSS MiB | ratio vs imgbuild |")
+    print("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
     med = {}
     for key, vals in runs.items():
         if vals:
@@ -60,13 +60,13 @@ def main(out):
         fsname = "%s (%s)" % (fs, fstype.get(fs, "?"))
         note = " (%d of %d runs failed)" % (failed[key], failed[key] + len(vals)) if failed[key] else ""
         if not vals:
-            print("| %s | %s | %s | failed%s | | | | |" % (tool, image, fsname, note))
+            print("| %s | %s | %s | 0 | failed%s | | | | |" % (tool, image, fsname, note))
             continue
         walls = [v[0] for v in vals]
         base = med.get((image, fs, "imgbuild"))
         ratio = "%.2f" % (med[key] / base) if base else "–"
-        print("| %s | %s | %s | %.2f%s | %.2f | %.2f | %.0f | %s |" % (
-            tool, image, fsname, med[key], note, min(walls), max(walls),
+        print("| %s | %s | %s | %d | %.2f%s | %.2f | %.2f | %.0f | %s |" % (
+            tool, image, fsname, len(vals), med[key], note, min(walls), max(walls),
             max(v[1] for v in vals) / 1024, ratio))
     print()
     print("Peak RSS: the largest over the runs of `/usr/bin/time`'s maximum resident set;")
