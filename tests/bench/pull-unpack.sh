@@ -160,7 +160,7 @@ tlsdir=$cache/registry-tls
 stop_all() {
   bash "$top/tests/lib/registry.sh" stop "$regdir" || true
   if [ -f "$tlsdir/pid" ]; then kill "$(cat "$tlsdir/pid")" 2>/dev/null || true; rm -f "$tlsdir/pid"; fi
-  for fs in $fss; do [ -d "$fs/imgbuild-bench" ] && wipe "$fs/imgbuild-bench"; done
+  for fs in $fss; do [ -d "$fs/imgbuild-bench-work" ] && wipe "$fs/imgbuild-bench-work"; done
 }
 trap stop_all EXIT
 mkdir -p "$regdir"
@@ -257,7 +257,8 @@ unpacked() {
 # one FS TOOL IMAGE LABEL: one cold run; appends to raw.tsv unless LABEL is "warm-up".
 one() {
   local fs=$1 tool=$2 img=$3 label=$4
-  local base=$fs/imgbuild-bench w=$fs/imgbuild-bench/work xdg=$fs/imgbuild-bench/xdg
+  # Not $cache, which may be on the same filesystem: this tree is removed at the end.
+  local base=$fs/imgbuild-bench-work w=$fs/imgbuild-bench-work/run xdg=$fs/imgbuild-bench-work/xdg
   wipe "$w" "$xdg" "$uhome/.local/share/containers"
   mkdir -p "$w" "$xdg" && chown "$user" "$base" "$w" "$xdg" && chmod 700 "$xdg"
   rm -f "$base/time" "$base/log"
@@ -305,6 +306,7 @@ printf 'tool\timage\tfs\trun\twall_s\tpeak_rss_kib\tstatus\n' > "$out/raw.tsv"
 start=$(date +%s)
 for fs in $fss; do
   [ -d "$fs" ] || die "no directory $fs (BENCH_FS)"
+  case $cache/ in "$fs/imgbuild-bench-work/"*) die "IMGBUILD_BENCH_CACHE must not be under $fs/imgbuild-bench-work" ;; esac
   say "== $fs ($(df -T "$fs" | awk 'NR==2 {print $2}'))"
   for tool in $tools; do
     if [ "$tool" = imgbuild ] && [ "$mode" = auto ]; then
@@ -333,7 +335,7 @@ out = sys.argv[1]
 seen = {}
 for line in open(out + "/commands.raw"):
     tool, img, cmd = line.rstrip("\n").split("\t", 2)
-    seen[(tool, img)] = re.sub(r"\S*/imgbuild-bench/work", "W", cmd)
+    seen[(tool, img)] = re.sub(r"\S*/imgbuild-bench-work/run", "W", cmd)
 with open(out + "/commands.tsv", "w") as f:
     for (tool, img), cmd in seen.items():
         f.write(f"{tool}\t{img}\t{cmd}\n")
