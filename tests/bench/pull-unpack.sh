@@ -4,7 +4,7 @@
 #
 #   sudo bash tests/bench/install-deps.sh     # once: the peers and tools
 #   make                                      # bin/imgbuild
-#   sudo bash tests/bench/pull-unpack.sh      # about 20 minutes on 2 cores
+#   sudo bash tests/bench/pull-unpack.sh      # 20-45 min on 2 cores, by load
 #
 # Prints a Markdown table (tool, image, filesystem, median/min/max wall
 # seconds, peak RSS, ratio to imgbuild) and the exact commands; keeps them
