@@ -149,19 +149,6 @@ rfc3339_now (char out[32])
   snprintf (out + n, 32 - n, ".%03dZ", (int) ((ns % NS_PER_S) / NS_PER_MS));
 }
 
-/* Decimal units without a space, as docker: "512B", "12.3kB", "45.6MB", "1.23GB". */
-static void
-fmt_size (int64_t n, char out[24])
-{
-  if (n < 1000)
-    snprintf (out, 24, "%lldB", (long long) n);
-  else if (n < 1000 * 1000)
-    snprintf (out, 24, "%.1fkB", (double) n / 1e3);
-  else if (n < 1000LL * 1000 * 1000)
-    snprintf (out, 24, "%.1fMB", (double) n / 1e6);
-  else
-    snprintf (out, 24, "%.2fGB", (double) n / 1e9);
-}
 
 /* A copy with control characters (C0, DEL) made '?': texts can come from a
  * registry's error body and must not move the cursor or recolour the
@@ -235,17 +222,17 @@ tty_item_line (const struct item *it, int cols, int64_t now, ib_buf_t *b)
     return;
   char done[24], total[24], speed[40] = "";
   double rate;
-  fmt_size (it->done, done);
+  ib_human_size (it->done, done);
   if (item_rate (it, now, &rate) && now - it->start_ns >= 100 * NS_PER_MS)
     {
       char r[24];
-      fmt_size ((int64_t) rate, r);
+      ib_human_size ((int64_t) rate, r);
       snprintf (speed, sizeof speed, "  %s/s", r);
     }
   char tail[96];
   if (it->total >= 0)
     {
-      fmt_size (it->total, total);
+      ib_human_size (it->total, total);
       snprintf (tail, sizeof tail, "  %s/%s%s", done, total, speed);
     }
   else
@@ -493,7 +480,7 @@ ib_progress_add (ib_progress_t *p, const char *id, const char *action, int64_t t
       if (it->total >= 0)
         {
           char t[24];
-          fmt_size (it->total, t);
+          ib_human_size (it->total, t);
           plain_line (p, it, now, "%s %s", it->action, t);
         }
       else
@@ -542,11 +529,11 @@ ib_progress_update (ib_progress_t *p, int item, int64_t done)
         {
           char d[24], t[24] = "", r[24] = "";
           double rate;
-          fmt_size (done, d);
+          ib_human_size (done, d);
           if (it->total >= 0)
-            fmt_size (it->total, t);
+            ib_human_size (it->total, t);
           if (item_rate (it, now, &rate))
-            fmt_size ((int64_t) rate, r);
+            ib_human_size ((int64_t) rate, r);
           const char *l = label (it);
           plain_line (p, it, now, "still %c%s %s%s%s%s%s%s", tolower ((unsigned char) l[0]),
                       l[0] ? l + 1 : "", d, t[0] ? "/" : "", t, r[0] ? " (" : "", r,
@@ -619,10 +606,10 @@ ib_progress_done (ib_progress_t *p, int item, bool ok, const char *status)
         {
           char d[24], r[24];
           double rate, secs = (double) (now - it->start_ns) / 1e9;
-          fmt_size (it->done, d);
+          ib_human_size (it->done, d);
           if (item_rate (it, now, &rate))
             {
-              fmt_size ((int64_t) rate, r);
+              ib_human_size ((int64_t) rate, r);
               plain_line (p, it, now, "%s (%s in %.1fs, %s/s)", label (it), d, secs, r);
             }
           else

@@ -442,3 +442,16 @@ ib_source_date_epoch (void)
     return -1;
   return (int64_t) v;
 }
+
+void
+ib_human_size (int64_t n, char out[24])
+{
+  if (n < 1000)
+    snprintf (out, 24, "%lldB", (long long) n);
+  else if (n < 1000 * 1000)
+    snprintf (out, 24, "%.1fkB", (double) n / 1e3);
+  else if (n < 1000LL * 1000 * 1000)
+    snprintf (out, 24, "%.1fMB", (double) n / 1e6);
+  else
+    snprintf (out, 24, "%.2fGB", (double) n / 1e9);
+}

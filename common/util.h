@@ -95,4 +95,8 @@ void ib_debug (const char *fmt, ...) __attribute__ ((format (printf, 1, 2)));
 /* Seconds since the epoch from $SOURCE_DATE_EPOCH, or -1 when unset/invalid. */
 int64_t ib_source_date_epoch (void);
 
+/* `n` bytes in decimal units without a space, as docker prints them:
+ * "512B", "12.3kB", "45.6MB", "1.23GB".  Writes at most 24 bytes. */
+void ib_human_size (int64_t n, char out[24]);
+
 #endif

@@ -1581,6 +1581,7 @@ typedef struct fetch_job
   char *url;              /* current URL (after redirects) */
   bool own;               /* url is on the registry's origin: send Authorization */
   bool resumed;           /* this download continued what an earlier run left */
+  bool oversize;          /* the server sent more bytes than the descriptor's size */
   CURL *easy;
   struct curl_slist *hdrs;
   char errbuf[CURL_ERROR_SIZE];
@@ -1696,8 +1697,8 @@ job_on_write (char *data, size_t size, size_t nmemb, void *ud)
 {
   fetch_job_t *j = ud;
   xfer_t *x = &j->x;
-  if (x->sink_fd >= 0 && (x->status == 200 || x->status == 206) && !x->sink_started
-      && x->status == 200 && x->sink_written > 0)
+  size_t n = size * nmemb;
+  if (x->sink_fd >= 0 && x->status == 200 && !x->sink_started && x->sink_written > 0)
     {
       /* the server ignored our Range: on_write starts the file over */
       pthread_mutex_lock (&j->f->mu);
@@ -1706,8 +1707,16 @@ job_on_write (char *data, size_t size, size_t nmemb, void *ud)
       pthread_mutex_unlock (&j->f->mu);
       j->resumed = false;
     }
+  bool body = x->sink_fd >= 0 && (x->status == 200 || x->status == 206);
+  uint64_t before = x->status == 200 && !x->sink_started ? 0 : x->sink_written;
+  if (body && j->desc.size >= 0 && before + n > (uint64_t) j->desc.size)
+    {
+      /* more than the descriptor says: stop now, not when the disk is full */
+      j->oversize = true;
+      return 0;
+    }
   size_t r = on_write (data, size, nmemb, x);
-  if (x->sink_fd >= 0 && (x->status == 200 || x->status == 206))
+  if (body)
     {
       pthread_mutex_lock (&j->f->mu);
       j->published = x->sink_written;
@@ -1939,6 +1948,21 @@ job_finished (fetch_job_t *j, CURLcode rc)
   ib_error_t e = NULL;
   long st = 0;
   curl_easy_getinfo (j->easy, CURLINFO_RESPONSE_CODE, &st);
+  if (rc == CURLE_WRITE_ERROR && j->oversize)
+    {
+      j->oversize = false;
+      job_release_easy (j);
+      if (job_restart_file (j) < 0)
+        {
+          ib_error_sys (&e, errno, "truncate %s", j->path);
+          job_fail (j, &e);
+          return;
+        }
+      ib_error_set (&e, EBADMSG, "the registry sent more than the %lld bytes its descriptor gives",
+                    (long long) j->desc.size);
+      job_retry_or_fail (j, &e, true);
+      return;
+    }
   if (rc != CURLE_OK)
     {
       j->x.transient = false;
@@ -2525,18 +2549,6 @@ ib_registry_push_blob (ib_registry_t *r, const char *repo, const char *digest, i
 
 /* ---------- pull / push ---------- */
 
-static void
-human_size (int64_t n, char out[32])
-{
-  if (n < 1000)
-    snprintf (out, 32, "%lld B", (long long) n);
-  else if (n < 1000 * 1000)
-    snprintf (out, 32, "%.1f kB", (double) n / 1e3);
-  else if (n < 1000LL * 1000 * 1000)
-    snprintf (out, 32, "%.1f MB", (double) n / 1e6);
-  else
-    snprintf (out, 32, "%.2f GB", (double) n / 1e9);
-}
 
 static int
 pull_blob (ib_registry_t *r, ib_store_t *store, const char *repo, const char *shown,
@@ -2544,7 +2556,7 @@ pull_blob (ib_registry_t *r, ib_store_t *store, const char *repo, const char *sh
 {
   char sd[24], sz[32];
   short_digest (d->digest, sd);
-  human_size (d->size, sz);
+  ib_human_size (d->size, sz);
   if (ib_store_has_blob (store, d->digest))
     {
       ib_info ("pull %s: %s %s %s (already in store)", shown, what, sd, sz);
@@ -2743,7 +2755,7 @@ ib_pull_begin (ib_store_t *store, const char *ref_string, const char *os, const 
     {
       char sd[24], sz[32];
       short_digest (m->layers[i].digest, sd);
-      human_size (m->layers[i].size, sz);
+      ib_human_size (m->layers[i].size, sz);
       ib_info ("pull %s: layer %s %s%s", shown, sd, sz,
                ib_store_has_blob (store, m->layers[i].digest) ? " (already in store)" : "");
     }
@@ -2940,7 +2952,7 @@ push_manifest (push_ctx_t *pc, ib_registry_t *r, const char *repo, const char *d
       const char *what = i == 0 ? "config" : "layer";
       char sd[24], sz[32];
       short_digest (d->digest, sd);
-      human_size (d->size, sz);
+      ib_human_size (d->size, sz);
       if (push_known (pc, r->name, repo, d->digest))
         continue;
       bool exists = false;

@@ -168,3 +168,29 @@ def test_missing_layer_fails_cleanly(registry, base_image, tmp_path):
     assert not dest.exists()
     assert f"{registry}/gone:latest" not in imgbuild("images", store=store).out
     blobs_ok(store)
+
+
+def test_blob_longer_than_its_descriptor_is_refused(registry, tmp_path):
+    """A registry sending more bytes than the manifest's size: the download
+    stops there (it could fill the disk otherwise), clear error, no blob."""
+    blob, diff = tar_layer([("f", b"x" * 100000)])
+    oci_layout(tmp_path / "layout", [(blob, diff)])
+    sh("skopeo", "copy", "--dest-tls-verify=false", f"oci:{tmp_path / 'layout'}:latest",
+       f"docker://{registry}/short:ok")
+    index = json.loads((tmp_path / "layout" / "index.json").read_text())
+    mdigest = index["manifests"][0]["digest"].split(":")[1]
+    manifest = json.loads((tmp_path / "layout" / "blobs" / "sha256" / mdigest).read_bytes())
+    manifest["layers"][0]["size"] -= 100
+    req = urllib.request.Request(f"http://{registry}/v2/short/manifests/lies",
+                                 data=json.dumps(manifest).encode(), method="PUT",
+                                 headers={"Content-Type": manifest["mediaType"]})
+    urllib.request.urlopen(req).read()
+    store = tmp_path / "store"
+    r = imgbuild("unpack", f"{registry}/short:lies", tmp_path / "rootfs", store=store,
+                 env={"IMGBUILD_STALL_TIMEOUT": "5"})
+    assert r.rc != 0
+    assert f"more than the {len(blob) - 100} bytes its descriptor gives" in r.err, r
+    assert not (tmp_path / "rootfs").exists()
+    layer = hashlib.sha256(blob).hexdigest()
+    assert not (store / "blobs" / "sha256" / layer).exists()
+    blobs_ok(store)
