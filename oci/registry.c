@@ -24,6 +24,7 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #define MANIFEST_MAX (4 << 20)  /* bytes; as containerd limits manifests */
@@ -31,6 +32,13 @@
 #define TOKEN_BODY_MAX (1 << 20)
 #define MAX_REDIRECTS 10
 #define BLOB_ATTEMPTS 3
+#define REQUEST_ATTEMPTS 5        /* manifests, tokens, pings: tries in all */
+#define RETRY_BASE_MS 250         /* backoff: 250 ms, 500 ms, 1 s, .. */
+#define RETRY_CAP_MS 8000         /* .. at most 8 s between tries */
+#define RETRY_AFTER_CAP_MS 60000  /* a server's Retry-After is honoured up to 60 s */
+#define STALL_TIMEOUT_S 60        /* default of IMGBUILD_STALL_TIMEOUT */
+#define CONFIG_MAX (8 << 20)      /* bytes; image configs are read into memory */
+#define INDEX_DEPTH_MAX 4         /* an index in an index in an index in an index */
 #define USER_AGENT "imgbuild/0.1"
 
 enum auth_kind
@@ -86,6 +94,8 @@ typedef struct xfer
   /* response */
   long status;
   char *content_type_resp, *location, *www_auth, *content_range;
+  char *retry_after; /* Retry-After header value (RFC 9110 10.2.3), or NULL */
+  CURLcode curl_code; /* of the last http_once; CURLE_OK when it got a response */
   ib_buf_t resp;
   bool overflow;
   bool transient; /* the failure may go away when retried */
@@ -109,7 +119,8 @@ xfer_reset_response (xfer_t *x)
   free (x->location);
   free (x->www_auth);
   free (x->content_range);
-  x->content_type_resp = x->location = x->www_auth = x->content_range = NULL;
+  free (x->retry_after);
+  x->content_type_resp = x->location = x->www_auth = x->content_range = x->retry_after = NULL;
   ib_buf_free (&x->resp);
   x->overflow = false;
 }
@@ -337,6 +348,7 @@ static void
 curl_init_once (void)
 {
   curl_global_init (CURL_GLOBAL_DEFAULT);
+  srandom ((unsigned) time (NULL) ^ (unsigned) getpid ()); /* backoff jitter */
 }
 
 int
@@ -436,6 +448,11 @@ on_header (char *line, size_t size, size_t nmemb, void *ud)
     {
       free (x->location);
       x->location = trim_dup (v, vn);
+    }
+  else if (header_is (line, n, "Retry-After", &v, &vn))
+    {
+      free (x->retry_after);
+      x->retry_after = trim_dup (v, vn);
     }
   else if (header_is (line, n, "Content-Range", &v, &vn))
     {
@@ -780,6 +797,147 @@ resolve_url (const char *base, const char *loc)
   return r;
 }
 
+/* Seconds without a single byte received after which a transfer counts as
+ * stalled and fails with CURLE_OPERATION_TIMEDOUT: $IMGBUILD_STALL_TIMEOUT
+ * (a positive integer), else STALL_TIMEOUT_S. */
+static long
+stall_timeout_s (void)
+{
+  const char *e = getenv ("IMGBUILD_STALL_TIMEOUT");
+  if (e && *e)
+    {
+      char *end;
+      long v = strtol (e, &end, 10);
+      if (*end == '\0' && v > 0 && v <= 86400)
+        return v;
+      ib_warn ("IMGBUILD_STALL_TIMEOUT=%s is not a number of seconds; using %d", e,
+               STALL_TIMEOUT_S);
+    }
+  return STALL_TIMEOUT_S;
+}
+
+/* ---------- retries ---------- */
+
+/* May trying the same request again succeed?  Connection failures other than
+ * a refused connection (dropped, reset, stalled, timed out), 408, 429 and
+ * 5xx other than 501/505 (not implemented, version not supported).
+ * `c` is the transfer's result; `status` counts only when c is CURLE_OK. */
+static bool
+retryable_failure (CURLcode c, long status)
+{
+  switch (c)
+    {
+    case CURLE_OK:
+      return status == 408 || status == 429 || (status >= 500 && status != 501 && status != 505);
+    case CURLE_OPERATION_TIMEDOUT:
+    case CURLE_PARTIAL_FILE:
+    case CURLE_RECV_ERROR:
+    case CURLE_SEND_ERROR:
+    case CURLE_GOT_NOTHING:
+    case CURLE_WEIRD_SERVER_REPLY:
+    case CURLE_HTTP2:
+    case CURLE_HTTP2_STREAM:
+      return true;
+    default:
+      return false;
+    }
+}
+
+/* Milliseconds to wait before try number attempt+1 after try `attempt`
+ * (1-based) failed.  A Retry-After value (RFC 9110 section 10.2.3: delay
+ * seconds, or an HTTP-date) sent with a 429 or 5xx is honoured, capped at
+ * RETRY_AFTER_CAP_MS; otherwise exponential backoff with jitter: a random
+ * time between half and all of RETRY_BASE_MS * 2^(attempt-1), at most
+ * RETRY_CAP_MS. */
+static long
+retry_delay_ms (int attempt, long status, const char *retry_after_value)
+{
+  const char *ra = retry_after_value;
+  if (ra && (status == 429 || status >= 500))
+    {
+      while (*ra == ' ' || *ra == '\t')
+        ra++;
+      long long ms = -1;
+      if (isdigit ((unsigned char) *ra))
+        {
+          char *end;
+          long long secs = strtoll (ra, &end, 10);
+          while (*end == ' ' || *end == '\t')
+            end++;
+          if (*end == '\0')
+            ms = secs > RETRY_AFTER_CAP_MS / 1000 ? RETRY_AFTER_CAP_MS : secs * 1000;
+        }
+      else if (*ra)
+        {
+          time_t t = curl_getdate (ra, NULL);
+          if (t != (time_t) -1)
+            {
+              struct timespec now;
+              clock_gettime (CLOCK_REALTIME, &now);
+              ms = (long long) t * 1000 - ((long long) now.tv_sec * 1000 + now.tv_nsec / 1000000);
+              if (ms < 0)
+                ms = 0;
+            }
+        }
+      if (ms >= 0)
+        return (long) (ms > RETRY_AFTER_CAP_MS ? RETRY_AFTER_CAP_MS : ms);
+    }
+  long d = RETRY_CAP_MS;
+  if (attempt < 1)
+    attempt = 1;
+  if (attempt <= 6)
+    d = RETRY_BASE_MS << (attempt - 1);
+  if (d > RETRY_CAP_MS)
+    d = RETRY_CAP_MS;
+  return d / 2 + (long) (random () % (d / 2 + 1));
+}
+
+static void
+sleep_ms (long ms)
+{
+  struct timespec ts = { ms / 1000, (ms % 1000) * 1000000L };
+  while (nanosleep (&ts, &ts) < 0 && errno == EINTR)
+    ;
+}
+
+static int http_once (ib_registry_t *r, xfer_t *x, const char *url, const char *auth,
+                      ib_error_t *err);
+
+/* http_once, tried again on a retryable failure (retryable_failure,
+ * retry_delay_ms) up to REQUEST_ATTEMPTS times in all, for requests that
+ * can be repeated as they are: not a POST, no body streamed from a file and
+ * no response streamed into one (blob downloads have their own loop, which
+ * resumes).  The last try's outcome is returned: a status such as 503 for
+ * the caller to judge, or the connection error. */
+static int
+http_retry (ib_registry_t *r, xfer_t *x, const char *url, const char *auth, ib_error_t *err)
+{
+  bool repeatable = x->sink_fd < 0 && x->upload_fd < 0 && strcmp (x->method, "POST") != 0;
+  for (int attempt = 1;; attempt++)
+    {
+      ib_error_t e = NULL;
+      int rc = http_once (r, x, url, auth, &e);
+      CURLcode c = rc < 0 ? x->curl_code : CURLE_OK;
+      if (rc < 0 && c == CURLE_OK)
+        c = CURLE_ABORTED_BY_CALLBACK; /* our own failure (write error, overflow) */
+      if (!repeatable || attempt >= REQUEST_ATTEMPTS || !retryable_failure (c, x->status))
+        {
+          if (rc < 0)
+            *err = e;
+          return rc;
+        }
+      long ms = retry_delay_ms (attempt, rc < 0 ? 0 : x->status, rc < 0 ? NULL : x->retry_after);
+      cleanup_free char *host = url_host (url);
+      if (rc < 0)
+        ib_warn ("%s %s: %s; trying again in %.1f s", x->method, host, e->msg, (double) ms / 1e3);
+      else
+        ib_warn ("%s %s: HTTP %ld%s; trying again in %.1f s", x->method, host, x->status,
+                 x->status == 429 ? " (too many requests)" : "", (double) ms / 1e3);
+      ib_error_free (&e);
+      sleep_ms (ms);
+    }
+}
+
 /* Perform one request on `url`; `auth` is a full "Authorization: ..." line or NULL. */
 static int
 http_once (ib_registry_t *r, xfer_t *x, const char *url, const char *auth, ib_error_t *err)
@@ -822,7 +980,7 @@ http_once (ib_registry_t *r, xfer_t *x, const char *url, const char *auth, ib_er
   curl_easy_setopt (c, CURLOPT_PROTOCOLS_STR, "http,https");
   curl_easy_setopt (c, CURLOPT_CONNECTTIMEOUT, 30L);
   curl_easy_setopt (c, CURLOPT_LOW_SPEED_LIMIT, 1L);   /* bytes/s ... */
-  curl_easy_setopt (c, CURLOPT_LOW_SPEED_TIME, 120L);  /* ... for this many seconds = stalled */
+  curl_easy_setopt (c, CURLOPT_LOW_SPEED_TIME, stall_timeout_s ()); /* ... this long = stalled */
   curl_easy_setopt (c, CURLOPT_HEADERFUNCTION, on_header);
   curl_easy_setopt (c, CURLOPT_HEADERDATA, x);
   curl_easy_setopt (c, CURLOPT_WRITEFUNCTION, on_write);
@@ -852,6 +1010,7 @@ http_once (ib_registry_t *r, xfer_t *x, const char *url, const char *auth, ib_er
   ib_debug ("%s %s", x->method, url);
   CURLcode rc = curl_easy_perform (c);
   curl_slist_free_all (h);
+  x->curl_code = rc;
   if (rc != CURLE_OK)
     return curl_failure (r, x, rc, url, err);
   long st = 0;
@@ -928,7 +1087,7 @@ fetch_token (ib_registry_t *r, const char *realm, const char *service, const cha
   xfer_t x;
   xfer_init (&x, "GET");
   x.body_max = TOKEN_BODY_MAX;
-  int ret = http_once (r, &x, u, auth, err);
+  int ret = http_retry (r, &x, u, auth, err);
   if (ret == 0 && x.status != 200)
     {
       status_error (&x, err);
@@ -965,7 +1124,7 @@ ping (ib_registry_t *r, ib_error_t *err)
   cleanup_free char *url = xasprintf ("%s/v2/", r->base);
   xfer_t x;
   xfer_init (&x, "GET");
-  int ret = http_once (r, &x, url, NULL, err);
+  int ret = http_retry (r, &x, url, NULL, err);
   if (ret == 0)
     {
       if (x.status == 401 && x.www_auth)
@@ -1078,7 +1237,7 @@ registry_do (ib_registry_t *r, xfer_t *x, const char *url, ib_error_t *err)
       cleanup_free char *auth = NULL;
       if (own && auth_header (r, x->scope, &auth, err) < 0)
         return -1;
-      if (http_once (r, x, cur, auth, err) < 0)
+      if (http_retry (r, x, cur, auth, err) < 0)
         return -1;
       if (x->status == 401 && own && !retried_auth)
         {
@@ -1475,9 +1634,313 @@ pull_blob (ib_registry_t *r, ib_store_t *store, const char *repo, const char *sh
 }
 
 static bool
+is_manifest_media_type (const char *mt)
+{
+  return mt && (strcmp (mt, IB_MT_OCI_MANIFEST) == 0 || strcmp (mt, IB_MT_DOCKER_MANIFEST) == 0);
+}
+
+static bool
 is_config_media_type (const char *mt)
 {
   return strcmp (mt, IB_MT_OCI_CONFIG) == 0 || strcmp (mt, IB_MT_DOCKER_CONFIG) == 0;
+}
+
+/* ---------- pull: from a reference to one platform's manifest ---------- */
+
+typedef struct manifest_walk
+{
+  const char *repo, *shown;
+  const char *os, *arch, *variant; /* the platform asked for */
+  ib_buf_t offered;                /* platforms the indexes walked offer, for the error */
+  char **indexes;                  /* verified index documents, stored at the end */
+  size_t *index_lens;
+  size_t n_indexes;
+} manifest_walk_t;
+
+static void
+walk_offered (manifest_walk_t *w, const char *list)
+{
+  /* append each platform of `list` ("a, b") not listed yet */
+  const char *p = list;
+  while (p && *p)
+    {
+      size_t n = strcspn (p, ",");
+      cleanup_free char *one = xstrndup (p, n);
+      bool seen = false;
+      const char *q = w->offered.data;
+      while (q && *q && !seen)
+        {
+          size_t k = strcspn (q, ",");
+          seen = k == n && strncmp (q, one, n) == 0;
+          q += k;
+          while (*q == ',' || *q == ' ')
+            q++;
+        }
+      if (!seen)
+        ib_buf_printf (&w->offered, "%s%s", w->offered.len ? ", " : "", one);
+      p += n;
+      while (*p == ',' || *p == ' ')
+        p++;
+    }
+}
+
+static void
+walk_keep_index (manifest_walk_t *w, const char *data, size_t len)
+{
+  w->indexes = xrealloc (w->indexes, (w->n_indexes + 1) * sizeof *w->indexes);
+  w->index_lens = xrealloc (w->index_lens, (w->n_indexes + 1) * sizeof *w->index_lens);
+  char *copy = xmalloc (len + 1);
+  memcpy (copy, data, len);
+  copy[len] = '\0';
+  w->indexes[w->n_indexes] = copy;
+  w->index_lens[w->n_indexes++] = len;
+}
+
+static void
+walk_free (manifest_walk_t *w)
+{
+  for (size_t i = 0; i < w->n_indexes; i++)
+    free (w->indexes[i]);
+  free (w->indexes);
+  free (w->index_lens);
+  ib_buf_free (&w->offered);
+}
+
+/* GET the manifest or index an index entry names; the bytes must hash to
+ * its digest (ib_registry_get_manifest checks) and be as long as its size. */
+static int
+get_child (ib_registry_t *r, manifest_walk_t *w, const ib_descriptor_t *d, char **data,
+           size_t *len, ib_doc_kind_t *kind, ib_error_t *err)
+{
+  cleanup_free char *ct = NULL;
+  char got[IB_DIGEST_LEN];
+  if (ib_registry_get_manifest (r, w->repo, d->digest, data, len, &ct, got, err) < 0)
+    return -1;
+  int ret = 0;
+  if ((int64_t) *len != d->size)
+    ret = ib_error_set (err, EINVAL, "manifest %s: the index gives its size as %lld bytes, the "
+                        "registry sent %zu", d->digest, (long long) d->size, *len);
+  else if (ib_doc_kind (*data, *len, ct, kind, err) < 0)
+    ret = ib_error_prefix (err, "manifest %s", d->digest);
+  else if (*kind == IB_DOC_INDEX && is_manifest_media_type (d->media_type))
+    ret = ib_error_set (err, EINVAL, "manifest %s: the index lists it as an image manifest (%s) "
+                        "but it is an index", d->digest, d->media_type);
+  if (ret < 0)
+    {
+      free (*data);
+      *data = NULL;
+    }
+  return ret;
+}
+
+/* Search the index `data` (digest `digest`, `depth` levels deep) for the
+ * platform's manifest: 0 and *mdata etc. set when found, 1 when it holds
+ * none (w->offered extended), -1 on errors. */
+static int
+walk_index (ib_registry_t *r, manifest_walk_t *w, const char *data, size_t len,
+            const char *digest, int depth, char **mdata, size_t *mlen, char mdigest[IB_DIGEST_LEN],
+            ib_error_t *err)
+{
+  for (size_t skip = 0;; skip++)
+    {
+      ib_descriptor_t sel;
+      cleanup_free char *offered = NULL;
+      ib_error_t e = NULL;
+      if (ib_index_select (data, len, w->os, w->arch, w->variant, skip, &sel, &offered, &e) < 0)
+        {
+          if (e->status != ENOENT)
+            {
+              *err = e;
+              return ib_error_prefix (err, "index %s", digest);
+            }
+          ib_error_free (&e);
+          walk_offered (w, offered);
+          return 1;
+        }
+      char *cdata = NULL;
+      size_t clen = 0;
+      ib_doc_kind_t kind;
+      char sd[24];
+      short_digest (digest, sd);
+      if (get_child (r, w, &sel, &cdata, &clen, &kind, err) < 0)
+        {
+          ib_descriptor_clear (&sel);
+          return -1;
+        }
+      int rc;
+      if (kind == IB_DOC_MANIFEST)
+        {
+          cleanup_free char *ps = ib_platform_string (sel.os, sel.arch, sel.variant);
+          ib_info ("pull %s: index %s -> %s manifest", w->shown, sd, ps);
+          *mdata = cdata;
+          *mlen = clen;
+          memcpy (mdigest, sel.digest, IB_DIGEST_LEN);
+          rc = 0;
+        }
+      else if (depth >= INDEX_DEPTH_MAX)
+        {
+          free (cdata);
+          rc = ib_error_set (err, ELOOP, "index %s: indexes nested more than %d deep", sel.digest,
+                             INDEX_DEPTH_MAX);
+        }
+      else
+        {
+          ib_info ("pull %s: index %s -> index %.19s..", w->shown, sd, sel.digest);
+          rc = walk_index (r, w, cdata, clen, sel.digest, depth + 1, mdata, mlen, mdigest, err);
+          free (cdata);
+        }
+      ib_descriptor_clear (&sel);
+      if (rc == 0)
+        walk_keep_index (w, data, len);
+      if (rc <= 0)
+        return rc;
+      /* that nested index holds nothing for us: the next one */
+    }
+}
+
+/* GET a small blob (an image config) into memory; verified against the
+ * descriptor's digest and size. */
+static int
+get_small_blob (ib_registry_t *r, const char *repo, const ib_descriptor_t *d, char **data,
+                size_t *len, ib_error_t *err)
+{
+  *data = NULL;
+  if (d->size > CONFIG_MAX)
+    return ib_error_set (err, EFBIG, "blob %s: %lld bytes, more than the %d allowed for an "
+                         "image config", d->digest, (long long) d->size, CONFIG_MAX);
+  cleanup_free char *scope = pull_scope (repo);
+  cleanup_free char *url = xasprintf ("%s/v2/%s/blobs/%s", r->base, repo, d->digest);
+  xfer_t x;
+  xfer_init (&x, "GET");
+  x.scope = scope;
+  x.body_max = CONFIG_MAX;
+  int ret = registry_do (r, &x, url, err);
+  if (ret == 0 && x.status != 200)
+    ret = status_error (&x, err);
+  if (ret == 0)
+    {
+      char got[IB_DIGEST_LEN];
+      ib_digest_buf (x.resp.data ? x.resp.data : "", x.resp.len, got);
+      if (strcmp (got, d->digest) != 0)
+        ret = ib_error_set (err, EINVAL, "digest mismatch (the bytes received hash to %s)", got);
+      else if ((int64_t) x.resp.len != d->size)
+        ret = ib_error_set (err, EINVAL, "the manifest gives its size as %lld bytes, the "
+                            "registry sent %zu", (long long) d->size, x.resp.len);
+      else
+        {
+          *len = x.resp.len;
+          *data = ib_buf_steal (&x.resp);
+        }
+    }
+  xfer_free (&x);
+  if (ret < 0)
+    ib_error_prefix (err, "config %s", d->digest);
+  return ret;
+}
+
+/* The manifest-resolution part of a pull (distribution-spec "Pulling
+ * manifests", image-index.md): GET the reference (verified when it is a
+ * digest); schema 1 refused; from an index (or nested indexes, at most
+ * INDEX_DEPTH_MAX deep) the platform's manifest, whose bytes must match the
+ * index's descriptor (digest and size).  The image config is read into
+ * memory and verified; when the manifest did not come from an index, its
+ * platform is checked against an explicitly asked one (error) or the host's
+ * (warning).  Only when everything checked out are the indexes walked and
+ * the config stored as blobs; the platform manifest itself is left to the
+ * caller.  *data (caller frees), *len, mdigest and *m (ib_manifest_free)
+ * describe the platform manifest. */
+static int
+resolve_manifest (ib_registry_t *r, ib_store_t *store, const ib_ref_t *ref, const char *shown,
+                  const char *os, const char *arch, const char *variant, bool explicit_platform,
+                  char **data, size_t *len, char mdigest[IB_DIGEST_LEN], ib_manifest_t **m,
+                  ib_error_t *err)
+{
+  *data = NULL;
+  *m = NULL;
+  manifest_walk_t w = { .repo = ref->repository, .shown = shown, .os = os, .arch = arch,
+                        .variant = variant };
+  cleanup_free char *top = NULL;
+  cleanup_free char *ctype = NULL;
+  cleanup_free char *config = NULL;
+  size_t top_len = 0, config_len = 0;
+  char top_digest[IB_DIGEST_LEN];
+  ib_doc_kind_t kind;
+  bool from_index = false;
+  int ret = -1;
+  const char *reference = ref->digest ? ref->digest : ref->tag;
+
+  if (ib_registry_get_manifest (r, ref->repository, reference, &top, &top_len, &ctype, top_digest,
+                                err)
+          < 0
+      || ib_doc_kind (top, top_len, ctype, &kind, err) < 0)
+    goto out;
+  if (kind == IB_DOC_INDEX)
+    {
+      int rc = walk_index (r, &w, top, top_len, top_digest, 1, data, len, mdigest, err);
+      if (rc < 0)
+        goto out;
+      if (rc > 0)
+        {
+          cleanup_free char *want = ib_platform_string (os, arch, variant);
+          ib_error_set (err, ENOENT, "no image for %s; the index offers %s", want,
+                        w.offered.len ? w.offered.data : "no image for any platform");
+          goto out;
+        }
+      from_index = true;
+    }
+  else
+    {
+      *data = steal_pointer (&top);
+      *len = top_len;
+      memcpy (mdigest, top_digest, IB_DIGEST_LEN);
+    }
+  if (ib_manifest_parse (*data, *len, m, err) < 0)
+    goto out;
+  if (!is_config_media_type ((*m)->config.media_type))
+    {
+      ib_error_set (err, ENOTSUP, "not a container image (config media type %s)",
+                    (*m)->config.media_type);
+      goto out;
+    }
+  if (get_small_blob (r, ref->repository, &(*m)->config, &config, &config_len, err) < 0)
+    goto out;
+  if (!from_index)
+    {
+      json_t *c = json_loadb (config, config_len, 0, NULL);
+      const char *cos = json_string_value (json_object_get (c, "os"));
+      const char *carch = json_string_value (json_object_get (c, "architecture"));
+      const char *cvar = json_string_value (json_object_get (c, "variant"));
+      int rc = 0;
+      if (cos && carch && ib_platform_rank (os, arch, variant, cos, carch, cvar) == 0)
+        {
+          cleanup_free char *have = ib_platform_string (cos, carch, cvar);
+          cleanup_free char *want = ib_platform_string (os, arch, variant);
+          if (explicit_platform)
+            rc = ib_error_set (err, ENOENT, "the image is for %s, not %s (it is a single-platform "
+                               "image, not an index)", have, want);
+          else
+            ib_warn ("pull %s: the image is for %s, not for this host's %s", shown, have, want);
+        }
+      json_decref (c);
+      if (rc < 0)
+        goto out;
+    }
+  for (size_t i = 0; i < w.n_indexes; i++)
+    if (ib_store_put_blob (store, w.indexes[i], w.index_lens[i], NULL, err) < 0)
+      goto out;
+  if (ib_store_put_blob (store, config, config_len, NULL, err) < 0)
+    goto out;
+  ret = 0;
+out:
+  if (ret < 0)
+    {
+      free (*data);
+      *data = NULL;
+      ib_manifest_free (*m);
+      *m = NULL;
+    }
+  walk_free (&w);
+  return ret;
 }
 
 int
@@ -1490,6 +1953,7 @@ ib_pull (ib_store_t *store, const char *ref_string, const char *os, const char *
   if (ib_ref_parse (ref_string, &ref, err) < 0)
     return ib_error_prefix (err, "pull");
   cleanup_free char *shown = ib_ref_string (&ref);
+  bool explicit_platform = os != NULL || arch != NULL;
   if (os == NULL || arch == NULL)
     {
       const char *hos, *harch, *hvar;
@@ -1506,54 +1970,16 @@ ib_pull (ib_store_t *store, const char *ref_string, const char *os, const char *
 
   ib_registry_t *r = NULL;
   cleanup_free char *data = NULL;
-  cleanup_free char *ctype = NULL;
   size_t len = 0;
   char mdigest[IB_DIGEST_LEN];
   ib_manifest_t *m = NULL;
-  ib_doc_kind_t kind;
   int ret = -1;
-  const char *reference = ref.digest ? ref.digest : ref.tag;
 
-  if (ib_registry_new (&ref, &r, err) < 0)
+  if (ib_registry_new (&ref, &r, err) < 0
+      || resolve_manifest (r, store, &ref, shown, os, arch, variant, explicit_platform, &data,
+                           &len, mdigest, &m, err)
+             < 0)
     goto out;
-  if (ib_registry_get_manifest (r, ref.repository, reference, &data, &len, &ctype, mdigest, err) < 0
-      || ib_doc_kind (data, len, ctype, &kind, err) < 0)
-    goto out;
-  if (kind == IB_DOC_INDEX)
-    {
-      ib_descriptor_t sel;
-      if (ib_index_select (data, len, os, arch, variant, &sel, err) < 0)
-        goto out;
-      ib_info ("pull %s: index %.19s.. -> %s/%s%s%s manifest", shown, mdigest, os, arch,
-               sel.variant ? "/" : "", sel.variant ? sel.variant : "");
-      if (ib_store_put_blob (store, data, len, NULL, err) < 0)
-        {
-          ib_descriptor_clear (&sel);
-          goto out;
-        }
-      free (data);
-      free (ctype);
-      data = ctype = NULL;
-      int rc = ib_registry_get_manifest (r, ref.repository, sel.digest, &data, &len, &ctype,
-                                         mdigest, err);
-      ib_descriptor_clear (&sel);
-      if (rc < 0 || ib_doc_kind (data, len, ctype, &kind, err) < 0)
-        goto out;
-      if (kind != IB_DOC_MANIFEST)
-        {
-          ib_error_set (err, ENOTSUP, "the index points at another index (nested indexes are not "
-                        "supported)");
-          goto out;
-        }
-    }
-  if (ib_manifest_parse (data, len, &m, err) < 0)
-    goto out;
-  if (!is_config_media_type (m->config.media_type))
-    {
-      ib_error_set (err, ENOTSUP, "not a container image (config media type %s)",
-                    m->config.media_type);
-      goto out;
-    }
   if (pull_blob (r, store, ref.repository, shown, "config", &m->config, err) < 0)
     goto out;
   for (size_t i = 0; i < m->n_layers; i++)
