@@ -146,7 +146,10 @@ def main():
         rng = random.Random(20240501)
         small = {"data/random.bin": bytes(rng.getrandbits(8) for _ in range(2 << 20)),
                  "etc/hello": b"hello from the fault tests\n"}
-        synthetic(layout, tmp, "small", small, "linux", "amd64")
+        d = synthetic(layout, tmp, "small", small, "linux", "amd64")
+        m = json.loads((layout / "blobs/sha256" / d["digest"][7:]).read_bytes())
+        out["small_layer"] = m["layers"][0]["digest"]
+        out["small_config"] = m["config"]["digest"]
         run(*skopeo, "--format", "oci", f"oci:{layout}:small", f"docker://{registry}/faults/small:1")
         out["small"] = f"{registry}/faults/small:1"
         out["small_files"] = {p: hashlib.sha256(b).hexdigest() for p, b in small.items()}
