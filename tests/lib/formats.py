@@ -125,8 +125,10 @@ def main():
         layout = tmp / "layout"
         run("umoci", "init", "--layout", layout)
         for blob in (base / "blobs/sha256").iterdir():
-            os.link(blob, layout / "blobs/sha256" / blob.name) if blob.stat().st_dev == tmp.stat().st_dev \
-                else shutil.copy(blob, layout / "blobs/sha256" / blob.name)
+            try:
+                os.link(blob, layout / "blobs/sha256" / blob.name)
+            except OSError:  # another file system, or fs.protected_hardlinks for a user
+                shutil.copy(blob, layout / "blobs/sha256" / blob.name)
         amd64 = descriptor(base, "bookworm")
         arm64 = synthetic(layout, tmp, "arm64", {"etc/platform": b"linux/arm64/v8\n"}, "linux", "arm64")
         armv7 = synthetic(layout, tmp, "armv7", {"etc/platform": b"linux/arm/v7\n"}, "linux", "arm")
