@@ -88,6 +88,7 @@ typedef struct stage_state
   char **shell;              /* SHELL, default /bin/sh -c */
   char manifest_digest[IB_DIGEST_LEN];
   int64_t manifest_size;
+  char *foreign;             /* "linux/arm64" when the host cannot run the stage's binaries */
 } stage_state_t;
 
 typedef struct build
@@ -239,18 +240,56 @@ stage_index (build_t *b, const char *name)
   return -1;
 }
 
+/* Is the stored image's config for a platform that serves os/arch/variant
+ * (ib_platform_rank)?  A config that names none (scratch builds of other
+ * tools) counts as serving any. */
+static bool
+config_serves (json_t *config, const char *os, const char *arch, const char *variant)
+{
+  const char *cos = json_string_value (json_object_get (config, "os"));
+  const char *carch = json_string_value (json_object_get (config, "architecture"));
+  if (cos == NULL || carch == NULL)
+    return true;
+  return ib_platform_rank (os, arch, variant, cos, carch,
+                           json_string_value (json_object_get (config, "variant")))
+         > 0;
+}
+
+/* FROM an image for os/arch/variant (explicit_platform: from --platform,
+ * else the host's): the stored one when its platform serves, else pulled
+ * for that platform (which moves the name's tag to it). */
 static int
-from_image (build_t *b, stage_state_t *st, const char *image, ib_error_t *err)
+from_image (build_t *b, stage_state_t *st, const char *image, const char *os, const char *arch,
+            const char *variant, bool explicit_platform, ib_error_t *err)
 {
   ib_descriptor_t desc = { 0 };
   ib_manifest_t *m = NULL;
   json_t *config = NULL;
   bool pulled = false;
-  if (ib_store_load_image (b->store, image, &desc, &m, &config, err) < 0)
+  if (ib_store_load_image (b->store, image, &desc, &m, &config, err) == 0
+      && !config_serves (config, os, arch, variant))
+    {
+      cleanup_free char *want = ib_platform_string (os, arch, variant);
+      ib_info ("[%s] FROM %s: the stored image is for another platform; pulling %s",
+               st->def->name ? st->def->name : "stage", image, want);
+      ib_descriptor_clear (&desc);
+      ib_manifest_free (m);
+      json_decref (config);
+      m = NULL;
+      config = NULL;
+      if (ib_rootfs_pull (b->store, image, os, arch, variant, st->rootfs, true, err) < 0
+          || ib_store_load_image (b->store, image, &desc, &m, &config, err) < 0)
+        return -1;
+      pulled = true;
+    }
+  else if (m == NULL)
     {
       /* not stored: pull it, unpacking each layer while it downloads */
       ib_error_free (err);
-      if (ib_rootfs_pull (b->store, image, NULL, NULL, NULL, st->rootfs, true, err) < 0
+      if (ib_rootfs_pull (b->store, image, explicit_platform ? os : NULL,
+                          explicit_platform ? arch : NULL, explicit_platform ? variant : NULL,
+                          st->rootfs, true, err)
+              < 0
           || ib_store_load_image (b->store, image, &desc, &m, &config, err) < 0)
         return -1;
       pulled = true;
@@ -309,6 +348,7 @@ from_stage (stage_state_t *st, stage_state_t *src, ib_error_t *err)
       st->layers[i].os = st->layers[i].arch = st->layers[i].variant = NULL;
     }
   st->n_layers = src->n_layers;
+  st->foreign = src->foreign ? xstrdup (src->foreign) : NULL;
   return 0;
 }
 
@@ -319,19 +359,22 @@ do_from (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err)
   if (expand (b, NULL, in->text, &image, err) < 0)
     return -1;
   const char *platform = ib_instr_flag (in, "platform");
+  const char *hos, *harch, *hvar;
+  ib_host_platform (&hos, &harch, &hvar);
+  cleanup_free char *os = xstrdup (hos), *arch = xstrdup (harch);
+  cleanup_free char *variant = hvar ? xstrdup (hvar) : NULL;
   if (platform)
     {
-      const char *os, *arch, *variant;
-      ib_host_platform (&os, &arch, &variant);
+      /* Another platform's image may be pulled, copied from and added to;
+       * RUN in it is refused (do_run), as there is no emulation. */
       cleanup_free char *want = NULL;
-      cleanup_free char *host = xasprintf ("%s/%s", os, arch);
       if (expand (b, NULL, platform, &want, err) < 0)
         return -1;
-      if (strcmp (want, host) != 0)
-        return ib_error_set (err, ENOTSUP,
-                             "--platform=%s: building for another platform than the host's "
-                             "(%s) is not supported yet",
-                             want, host);
+      free (os), free (arch), free (variant);
+      if (ib_platform_parse (want, &os, &arch, &variant, err) < 0)
+        return ib_error_prefix (err, "--platform=%s", want);
+      if (ib_platform_rank (hos, harch, hvar, os, arch, variant) == 0)
+        st->foreign = ib_platform_string (os, arch, variant);
     }
   if (ib_store_tmp_dir (b->store, "stage", &st->rootfs, err) < 0)
     return -1;
@@ -341,14 +384,16 @@ do_from (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err)
     return from_stage (st, &b->stages[idx], err);
   if (strcmp (image, "scratch") == 0)
     {
-      st->config = json_pack ("{s:s, s:s, s:{}, s:{s:s, s:[]}}", "architecture", "amd64", "os",
-                              "linux", "config", "rootfs", "type", "layers", "diff_ids");
+      st->config = json_pack ("{s:s, s:s, s:{}, s:{s:s, s:[]}}", "architecture", arch, "os", os,
+                              "config", "rootfs", "type", "layers", "diff_ids");
+      if (variant)
+        json_object_set_new (st->config, "variant", json_string (variant));
       st->layers = xmalloc (sizeof (ib_descriptor_t));
       return 0;
     }
   if (rmdir (st->rootfs) < 0) /* ib_rootfs_prepare creates it */
     return ib_error_sys (err, errno, "prepare %s", st->rootfs);
-  return from_image (b, st, image, err);
+  return from_image (b, st, image, os, arch, variant, platform != NULL, err);
 }
 
 /* ------------------------------------------------------------------ */
@@ -453,6 +498,15 @@ do_run (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err)
       return ib_error_set (err, ENOTSUP, "%s is not supported yet", *f);
   if (net && strcmp (net, "host") != 0 && strcmp (net, "none") != 0 && strcmp (net, "default") != 0)
     return ib_error_set (err, EINVAL, "--network=%s: expected host, none or default", net);
+  if (st->foreign)
+    {
+      const char *os, *arch, *variant;
+      ib_host_platform (&os, &arch, &variant);
+      cleanup_free char *host = ib_platform_string (os, arch, variant);
+      return ib_error_set (err, ENOEXEC, "cannot run %s binaries on %s (the stage is FROM "
+                           "--platform=%s; only COPY and COPY --from work there)",
+                           st->foreign, host, st->foreign);
+    }
 
   cleanup_strv char **argv = NULL;
   cleanup_free char *shown = NULL;
@@ -1030,6 +1084,7 @@ build_free (build_t *b)
       free (st->layers);
       vars_free (&st->args);
       ib_strv_free (st->shell);
+      free (st->foreign);
     }
   free (b->stages);
   vars_free (&b->build_args);

@@ -269,21 +269,6 @@ cmd_build (int argc, char **argv, ib_error_t *err)
   return r;
 }
 
-static int
-parse_platform (const char *s, char **os, char **arch, char **variant)
-{
-  cleanup_free char *p = xstrdup (s);
-  char *save = NULL;
-  char *a = strtok_r (p, "/", &save), *b = strtok_r (NULL, "/", &save),
-       *v = strtok_r (NULL, "/", &save);
-  if (a == NULL || b == NULL || strtok_r (NULL, "/", &save))
-    return -1;
-  *os = xstrdup (a);
-  *arch = xstrdup (b);
-  *variant = xstrdup (v);
-  return 0;
-}
-
 /* --creds USER:PASSWORD for the registry of `ref_string` (skopeo's option). */
 static int
 set_creds (const char *cmd, const char *creds, const char *ref_string, ib_error_t *err)
@@ -324,8 +309,14 @@ cmd_pull (int argc, char **argv, ib_error_t *err)
           creds = optarg;
           continue;
         }
-      if (c != 'p' || parse_platform (optarg, &os, &arch, &variant) < 0)
-        usage_error ("pull: --platform takes OS/ARCH[/VARIANT], got '%s'", optarg ? optarg : "");
+      ib_error_t perr = NULL;
+      free (os), free (arch), free (variant);
+      os = arch = variant = NULL;
+      if (c != 'p' || ib_platform_parse (optarg, &os, &arch, &variant, &perr) < 0)
+        {
+          ib_error_free (&perr);
+          usage_error ("pull: --platform takes OS/ARCH[/VARIANT], got '%s'", optarg ? optarg : "");
+        }
     }
   if (argc - optind != 1)
     usage_error ("%s", "pull: expected one image reference");
@@ -628,7 +619,7 @@ cmd_images (int argc, char **argv, ib_error_t *err)
       ib_store_close (store);
       return -1;
     }
-  printf ("%-60s %-19s %10s\n", "NAME", "DIGEST", "SIZE");
+  printf ("%-60s %-19s %-16s %10s\n", "NAME", "DIGEST", "PLATFORM", "SIZE");
   size_t i;
   json_t *e;
   json_array_foreach (list, i, e)
@@ -640,16 +631,26 @@ cmd_images (int argc, char **argv, ib_error_t *err)
       continue;
     ib_manifest_t *m = NULL;
     ib_descriptor_t d = { 0 };
+    json_t *config = NULL;
     double size = 0;
-    if (ib_store_load_image (store, digest, &d, &m, NULL, NULL) == 0)
+    cleanup_free char *platform = NULL;
+    if (ib_store_load_image (store, digest, &d, &m, &config, NULL) == 0)
       {
         size = (double) m->config.size;
         for (size_t k = 0; k < m->n_layers; k++)
           size += (double) m->layers[k].size;
+        const char *os = json_string_value (json_object_get (config, "os"));
+        const char *arch = json_string_value (json_object_get (config, "architecture"));
+        if (os && arch)
+          platform = ib_platform_string (
+              os, arch, json_string_value (json_object_get (config, "variant")));
       }
     ib_manifest_free (m);
     ib_descriptor_clear (&d);
-    printf ("%-60s %.19s %8.1fMB\n", name ? name : "<none>", digest, size / 1e6);
+    if (config)
+      json_decref (config);
+    printf ("%-60s %.19s %-16s %8.1fMB\n", name ? name : "<none>", digest,
+            platform ? platform : "-", size / 1e6);
   }
   json_decref (list);
   ib_store_close (store);

@@ -61,6 +61,8 @@ struct ib_progress
   bool ticker_running, stop;
   pthread_t ticker;
   pthread_cond_t wake;
+  ib_log_sink_fn saved_sink; /* TTY: log lines go above the bars meanwhile */
+  void *saved_sink_ud;
 };
 
 void
@@ -358,6 +360,19 @@ ticker_main (void *arg)
   return NULL;
 }
 
+/* A log line (warning, info) while a TTY display is up: printed above the
+ * item rows, which are redrawn below it, so the bars are not torn. */
+static void
+tty_log (const char *level, const char *line, void *ud)
+{
+  (void) level;
+  ib_progress_t *p = ud;
+  cleanup_free char *text = clean_dup (line);
+  pthread_mutex_lock (&p->lock);
+  tty_render (p, mono_now (), text, false);
+  pthread_mutex_unlock (&p->lock);
+}
+
 /* ---------- PLAIN and JSON ---------- */
 
 static void
@@ -439,6 +454,11 @@ ib_progress_begin (const char *title)
       ib_buf_t b = { 0 };
       ib_buf_printf (&b, "%s\n", p->title);
       write_buf (p, &b);
+    }
+  if (p->mode == IB_PROGRESS_TTY)
+    {
+      ib_log_get_sink (&p->saved_sink, &p->saved_sink_ud);
+      ib_log_set_sink (tty_log, p);
     }
   if (p->mode == IB_PROGRESS_TTY && g_clock == NULL)
     {
@@ -669,6 +689,8 @@ ib_progress_end (ib_progress_t *p)
       pthread_join (p->ticker, NULL);
       pthread_cond_destroy (&p->wake);
     }
+  if (p->mode == IB_PROGRESS_TTY)
+    ib_log_set_sink (p->saved_sink, p->saved_sink_ud);
   pthread_mutex_lock (&p->lock);
   if (p->mode == IB_PROGRESS_TTY && (p->lines_drawn > 0 || p->first_live < p->n))
     tty_render (p, mono_now (), NULL, true);

@@ -69,7 +69,8 @@ typedef struct ib_progress ib_progress_t;
 /* Begin a display titled `title` (copied), e.g. "pull
  * docker.io/library/debian:bookworm"; TTY and PLAIN print the title as a
  * line.  Never NULL; free with ib_progress_end.  One TTY display at a time
- * per terminal. */
+ * per terminal; while it is up, log lines (ib_info, ib_warn: common/util.h
+ * ib_log_set_sink) are printed above its bars instead of through them. */
 ib_progress_t *ib_progress_begin (const char *title);
 
 /* Add an item and return its index (0, 1, ...).  id: short name shown

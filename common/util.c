@@ -383,8 +383,25 @@ ib_rm_rf (const char *path, ib_error_t *err)
   return rm_rf_at (AT_FDCWD, path, path, err);
 }
 
+static ib_log_sink_fn log_sink;
+static void *log_sink_ud;
+
+void
+ib_log_set_sink (ib_log_sink_fn sink, void *ud)
+{
+  __atomic_store_n (&log_sink_ud, ud, __ATOMIC_RELEASE);
+  __atomic_store_n (&log_sink, sink, __ATOMIC_RELEASE);
+}
+
+void
+ib_log_get_sink (ib_log_sink_fn *sink, void **ud)
+{
+  *sink = __atomic_load_n (&log_sink, __ATOMIC_ACQUIRE);
+  *ud = __atomic_load_n (&log_sink_ud, __ATOMIC_ACQUIRE);
+}
+
 static void
-log_va (const char *prefix, const char *fmt, va_list ap)
+log_va (const char *level, const char *prefix, const char *fmt, va_list ap)
 {
   ib_buf_t b = { 0 };
   ib_buf_puts (&b, prefix);
@@ -393,8 +410,16 @@ log_va (const char *prefix, const char *fmt, va_list ap)
     abort ();
   ib_buf_puts (&b, s);
   free (s);
-  ib_buf_puts (&b, "\n");
-  fwrite (b.data, 1, b.len, stderr); /* one write: lines from threads don't interleave */
+  ib_log_sink_fn sink;
+  void *ud;
+  ib_log_get_sink (&sink, &ud);
+  if (sink)
+    sink (level, b.data, ud);
+  else
+    {
+      ib_buf_puts (&b, "\n");
+      fwrite (b.data, 1, b.len, stderr); /* one write: lines from threads don't interleave */
+    }
   ib_buf_free (&b);
 }
 
@@ -405,7 +430,7 @@ ib_info (const char *fmt, ...)
     return;
   va_list ap;
   va_start (ap, fmt);
-  log_va ("", fmt, ap);
+  log_va ("info", "", fmt, ap);
   va_end (ap);
 }
 
@@ -414,7 +439,7 @@ ib_warn (const char *fmt, ...)
 {
   va_list ap;
   va_start (ap, fmt);
-  log_va ("imgbuild: warning: ", fmt, ap);
+  log_va ("warning", "imgbuild: warning: ", fmt, ap);
   va_end (ap);
 }
 
@@ -425,7 +450,7 @@ ib_debug (const char *fmt, ...)
     return;
   va_list ap;
   va_start (ap, fmt);
-  log_va ("imgbuild: debug: ", fmt, ap);
+  log_va ("debug", "imgbuild: debug: ", fmt, ap);
   va_end (ap);
 }
 

@@ -92,6 +92,15 @@ void ib_info (const char *fmt, ...) __attribute__ ((format (printf, 1, 2)));
 void ib_warn (const char *fmt, ...) __attribute__ ((format (printf, 1, 2)));
 void ib_debug (const char *fmt, ...) __attribute__ ((format (printf, 1, 2)));
 
+/* Where log lines go instead of stderr while a progress display needs them
+ * (common/progress.c: above the TTY bars, or as JSON events).  `sink` gets
+ * the level ("info", "warning" or "debug"), the whole line as it would be
+ * printed (prefix included, no newline) and `ud`; NULL restores stderr.
+ * Set and cleared by one thread while no other thread logs. */
+typedef void (*ib_log_sink_fn) (const char *level, const char *line, void *ud);
+void ib_log_set_sink (ib_log_sink_fn sink, void *ud);
+void ib_log_get_sink (ib_log_sink_fn *sink, void **ud);
+
 /* Seconds since the epoch from $SOURCE_DATE_EPOCH, or -1 when unset/invalid. */
 int64_t ib_source_date_epoch (void);
 

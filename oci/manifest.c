@@ -4,6 +4,7 @@
 #include "oci/manifest.h"
 #include "common/util.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -224,17 +225,171 @@ ib_manifest_parse (const char *data, size_t len, ib_manifest_t **out, ib_error_t
   return 0;
 }
 
-static bool
-streq0 (const char *a, const char *b)
+/* ---------- platforms ---------- */
+
+/* A platform normalized as containerd's platforms.Normalize does: os
+ * lowercase; architecture aliases (x86_64 -> amd64, aarch64 -> arm64,
+ * armhf -> arm/v7, armel -> arm/v6, i386 -> 386); variants with a "v";
+ * defaults: arm -> v7, arm64 -> v8, amd64 -> v1.  `level` is the variant as
+ * a number (v8.2 -> 82, v7 -> 70, v3 -> 30) for arches whose variants are
+ * ordered (amd64, arm, arm64); -1 otherwise. */
+typedef struct norm_platform
 {
-  return a && b && strcmp (a, b) == 0;
+  char os[64], arch[64], variant[64];
+  int level;
+} norm_platform_t;
+
+static void
+lower_copy (char *dst, size_t n, const char *src)
+{
+  size_t i = 0;
+  for (; src && src[i] && i + 1 < n; i++)
+    dst[i] = (char) tolower ((unsigned char) src[i]);
+  dst[i] = '\0';
+}
+
+static bool
+ordered_arch (const char *arch)
+{
+  return strcmp (arch, "amd64") == 0 || strcmp (arch, "arm") == 0 || strcmp (arch, "arm64") == 0;
+}
+
+/* "v8.2" -> 82, "v7" -> 70; -1 when not of that form */
+static int
+variant_level (const char *v)
+{
+  if (v[0] != 'v' || !isdigit ((unsigned char) v[1]))
+    return -1;
+  char *end;
+  long major = strtol (v + 1, &end, 10);
+  long minor = 0;
+  if (*end == '.')
+    {
+      if (!isdigit ((unsigned char) end[1]))
+        return -1;
+      minor = strtol (end + 1, &end, 10);
+    }
+  if (*end || major > 99 || minor > 9)
+    return -1;
+  return (int) (major * 10 + minor);
+}
+
+static void
+normalize (const char *os, const char *arch, const char *variant, norm_platform_t *n)
+{
+  lower_copy (n->os, sizeof n->os, os);
+  lower_copy (n->arch, sizeof n->arch, arch);
+  char v[64];
+  lower_copy (v, sizeof v, variant);
+  if (strcmp (n->arch, "x86_64") == 0 || strcmp (n->arch, "x86-64") == 0)
+    strcpy (n->arch, "amd64");
+  else if (strcmp (n->arch, "aarch64") == 0)
+    strcpy (n->arch, "arm64");
+  else if (strcmp (n->arch, "i386") == 0)
+    strcpy (n->arch, "386");
+  else if (strcmp (n->arch, "armhf") == 0)
+    {
+      strcpy (n->arch, "arm");
+      if (!*v)
+        strcpy (v, "v7");
+    }
+  else if (strcmp (n->arch, "armel") == 0)
+    {
+      strcpy (n->arch, "arm");
+      if (!*v)
+        strcpy (v, "v6");
+    }
+  if (ordered_arch (n->arch) && isdigit ((unsigned char) v[0]))
+    {
+      char t[sizeof v];
+      snprintf (t, sizeof t, "v%.60s", v); /* "7" -> "v7" */
+      memcpy (v, t, sizeof v);
+    }
+  if (!*v && strcmp (n->arch, "arm") == 0)
+    strcpy (v, "v7");
+  else if (!*v && strcmp (n->arch, "arm64") == 0)
+    strcpy (v, "v8");
+  else if (!*v && strcmp (n->arch, "amd64") == 0)
+    strcpy (v, "v1");
+  snprintf (n->variant, sizeof n->variant, "%s", v);
+  n->level = ordered_arch (n->arch) ? variant_level (v) : -1;
+}
+
+int
+ib_platform_rank (const char *want_os, const char *want_arch, const char *want_variant,
+                  const char *os, const char *arch, const char *variant)
+{
+  if (os == NULL || arch == NULL || want_os == NULL || want_arch == NULL)
+    return 0;
+  norm_platform_t w, h;
+  normalize (want_os, want_arch, want_variant && *want_variant ? want_variant : NULL, &w);
+  normalize (os, arch, variant && *variant ? variant : NULL, &h);
+  if (strcmp (w.os, h.os) != 0 || strcmp (w.arch, h.arch) != 0)
+    return 0;
+  bool want_any = want_variant == NULL || *want_variant == '\0';
+  if (w.level >= 0 && h.level >= 0)
+    {
+      if (want_any && strcmp (w.arch, "amd64") == 0)
+        /* plain amd64: any microarchitecture level, the lowest first (an
+         * amd64/v3 image is still amd64; v1 runs on every amd64 CPU) */
+        return 1000 - (h.level - 10);
+      if (h.level > w.level)
+        return 0; /* needs a newer CPU than asked for */
+      return 1000 - (w.level - h.level); /* closest level below the request */
+    }
+  if (strcmp (w.variant, h.variant) == 0)
+    return 1000;
+  if (want_any)
+    return 999; /* no variant asked for: any will do, none preferred */
+  return 0;
+}
+
+char *
+ib_platform_string (const char *os, const char *arch, const char *variant)
+{
+  return xasprintf ("%s/%s%s%s", os ? os : "?", arch ? arch : "?",
+                    variant && *variant ? "/" : "", variant && *variant ? variant : "");
+}
+
+int
+ib_platform_parse (const char *s, char **os, char **arch, char **variant, ib_error_t *err)
+{
+  *os = *arch = *variant = NULL;
+  const char *a = s ? strchr (s, '/') : NULL;
+  const char *b = a ? strchr (a + 1, '/') : NULL;
+  if (s == NULL || a == NULL || a == s || a[1] == '/' || a[1] == '\0'
+      || (b && (b[1] == '\0' || strchr (b + 1, '/'))))
+    return ib_error_set (err, EINVAL, "platform \"%s\": expected OS/ARCH[/VARIANT]",
+                         s ? s : "");
+  cleanup_free char *o = xstrndup (s, (size_t) (a - s));
+  cleanup_free char *ar = b ? xstrndup (a + 1, (size_t) (b - a - 1)) : xstrdup (a + 1);
+  norm_platform_t n;
+  normalize (o, ar, b ? b + 1 : NULL, &n);
+  *os = xstrdup (n.os);
+  *arch = xstrdup (n.arch);
+  /* keep a variant only where one was given or implied by an alias */
+  bool implied = strcmp (n.arch, "arm") == 0 && strcmp (ar, "arm") != 0;
+  *variant = (b || implied) ? xstrdup (n.variant) : NULL;
+  return 0;
+}
+
+static bool
+is_attestation (json_t *e, const char *eos, const char *earch)
+{
+  const char *rt = json_string_value (
+      json_object_get (json_object_get (e, "annotations"), "vnd.docker.reference.type"));
+  return (eos && strcmp (eos, "unknown") == 0) || (earch && strcmp (earch, "unknown") == 0)
+         || (rt && strcmp (rt, "attestation-manifest") == 0);
 }
 
 int
 ib_index_select (const char *data, size_t len, const char *os, const char *arch,
-                 const char *variant, ib_descriptor_t *out, ib_error_t *err)
+                 const char *variant, size_t nested_skip, ib_descriptor_t *out, char **offered,
+                 ib_error_t *err)
 {
   memset (out, 0, sizeof *out);
+  if (offered)
+    *offered = NULL;
   cleanup_json json_t *j = parse_json (data, len, "index", err);
   if (j == NULL)
     return -1;
@@ -242,11 +397,12 @@ ib_index_select (const char *data, size_t len, const char *os, const char *arch,
   if (!json_is_array (ms))
     return ib_error_set (err, EINVAL, "index: missing manifests array");
 
-  /* Exact variant match when one is asked for; else prefer an entry without
-   * a variant, then the first match. */
-  ssize_t best = -1;
+  /* The best-ranked image manifest (ib_platform_rank; the first of equals);
+   * failing that, the nested_skip-th nested index that may hold it. */
+  ssize_t best = -1, nested = -1;
   int best_rank = 0;
-  ib_buf_t offered = { 0 };
+  size_t n_nested = 0;
+  ib_buf_t off = { 0 };
   size_t i;
   json_t *e;
   json_array_foreach (ms, i, e)
@@ -256,25 +412,24 @@ ib_index_select (const char *data, size_t len, const char *os, const char *arch,
     const char *eos = json_string_value (json_object_get (p, "os"));
     const char *earch = json_string_value (json_object_get (p, "architecture"));
     const char *evar = json_string_value (json_object_get (p, "variant"));
-    if (evar && *evar == '\0')
-      evar = NULL;
-    if (mt && !is_manifest_mt (mt))
-      continue; /* nested indexes, artifacts */
-    if (eos == NULL || earch == NULL || strcmp (eos, "unknown") == 0)
-      continue; /* attestation manifests carry unknown/unknown */
-    ib_buf_printf (&offered, "%s%s/%s%s%s", offered.len ? ", " : "", eos, earch, evar ? "/" : "",
-                   evar ? evar : "");
-    if (!streq0 (eos, os) || !streq0 (earch, arch))
+    if (is_attestation (e, eos, earch))
       continue;
-    int rank;
-    if (variant)
+    if (mt && is_index_mt (mt))
       {
-        if (!streq0 (evar, variant))
+        if (json_is_object (p) && eos && earch
+            && ib_platform_rank (os, arch, variant, eos, earch, evar) == 0)
           continue;
-        rank = 2;
+        if (n_nested++ == nested_skip)
+          nested = (ssize_t) i;
+        continue;
       }
-    else
-      rank = evar == NULL ? 2 : 1;
+    if (mt && !is_manifest_mt (mt) && !is_schema1 (mt))
+      continue; /* artifacts */
+    if (eos == NULL || earch == NULL)
+      continue;
+    cleanup_free char *ps = ib_platform_string (eos, earch, evar);
+    ib_buf_printf (&off, "%s%s", off.len ? ", " : "", ps);
+    int rank = ib_platform_rank (os, arch, variant, eos, earch, evar);
     if (rank > best_rank)
       {
         best = (ssize_t) i;
@@ -282,14 +437,18 @@ ib_index_select (const char *data, size_t len, const char *os, const char *arch,
       }
   }
   if (best < 0)
+    best = nested;
+  if (best < 0)
     {
-      int r = ib_error_set (err, ENOENT, "no manifest for platform %s/%s%s%s in the index (it offers: %s)",
-                            os, arch, variant ? "/" : "", variant ? variant : "",
-                            offered.len ? offered.data : "nothing");
-      ib_buf_free (&offered);
+      cleanup_free char *want = ib_platform_string (os, arch, variant);
+      int r = ib_error_set (err, ENOENT, "no image for %s; the index offers %s", want,
+                            off.len ? off.data : "no image for any platform");
+      if (offered)
+        *offered = ib_buf_steal (&off);
+      ib_buf_free (&off);
       return r;
     }
-  ib_buf_free (&offered);
+  ib_buf_free (&off);
   char what[64];
   snprintf (what, sizeof what, "index: manifest %zd", best);
   return parse_descriptor (json_array_get (ms, (size_t) best), out, what, err);

@@ -53,10 +53,43 @@ int ib_doc_kind (const char *data, size_t len, const char *content_type, ib_doc_
 int ib_manifest_parse (const char *data, size_t len, ib_manifest_t **out, ib_error_t *err);
 void ib_manifest_free (ib_manifest_t *m);
 
-/* From an index / manifest list pick the entry for os/arch[/variant]
- * (variant NULL = any).  Error lists the platforms the index offers. */
+/* Platforms (image-spec image-index.md "platform"; matching as containerd's
+ * platforms package).  Both sides are normalized first: os lowercase;
+ * x86_64 -> amd64, aarch64 -> arm64, i386 -> 386, armhf -> arm/v7,
+ * armel -> arm/v6; variant "7" -> "v7"; no variant means v7 for arm, v8 for
+ * arm64, v1 for amd64.
+ * ib_platform_rank: how well an image for os/arch/variant serves a request
+ * for want_*: 0 = not at all, else higher is better (at most 1000).  OS and
+ * architecture must be equal.  amd64, arm and arm64 variants are ordered
+ * levels: an image of the requested level or a lower one matches, the
+ * closest best (arm/v7 accepts v7, v6, v5; arm64 = arm64/v8); a plain amd64
+ * request (want_variant NULL) accepts every amd64 level (v1, v2, v3..),
+ * lowest first.  Other architectures: the variant must be equal when one is
+ * asked for; without one, any, an image without a variant first. */
+int ib_platform_rank (const char *want_os, const char *want_arch, const char *want_variant,
+                      const char *os, const char *arch, const char *variant);
+/* "os/arch[/variant]" (variant NULL or "" left out; NULL os/arch as "?"); caller frees. */
+char *ib_platform_string (const char *os, const char *arch, const char *variant);
+/* Parse "OS/ARCH[/VARIANT]" (--platform, FROM --platform=) into normalized
+ * strings the caller frees; *variant is NULL when none was given.  EINVAL
+ * for anything else, naming the input. */
+int ib_platform_parse (const char *s, char **os, char **arch, char **variant, ib_error_t *err);
+
+/* From an index / manifest list (image-index.md, Docker manifest list)
+ * choose for os/arch[/variant] (variant NULL = the default, see
+ * ib_platform_rank): the best-ranked image manifest entry.  Entries for
+ * unknown/unknown (BuildKit attestation manifests) and artifacts are never
+ * chosen nor listed.  When no image manifest matches, the nested_skip-th
+ * (0-based) entry that is itself an index and has no platform or a matching
+ * one is returned instead (out->media_type is an index type): the caller
+ * searches it, with nested_skip + 1 here when it holds nothing.
+ * Returns 0 with *out filled (caller clears).  Otherwise -1; when nothing
+ * matches the status is ENOENT, the message "no image for linux/s390x; the
+ * index offers linux/amd64, linux/arm64/v8" and *offered (may be NULL) gets
+ * the list of platforms offered (caller frees; "" when none). */
 int ib_index_select (const char *data, size_t len, const char *os, const char *arch,
-                     const char *variant, ib_descriptor_t *out, ib_error_t *err);
+                     const char *variant, size_t nested_skip, ib_descriptor_t *out,
+                     char **offered, ib_error_t *err);
 void ib_descriptor_clear (ib_descriptor_t *d);
 
 /* Serialize a manifest (always OCI media types) with the given config and

@@ -35,6 +35,13 @@
 #define TOKEN_BODY_MAX (1 << 20)
 #define MAX_REDIRECTS 10
 #define BLOB_ATTEMPTS 3
+#define REQUEST_ATTEMPTS 5        /* manifests, tokens, pings: tries in all */
+#define RETRY_BASE_MS 250         /* backoff: 250 ms, 500 ms, 1 s, .. */
+#define RETRY_CAP_MS 8000         /* .. at most 8 s between tries */
+#define RETRY_AFTER_CAP_MS 60000  /* a server's Retry-After is honoured up to 60 s */
+#define STALL_TIMEOUT_S 60        /* default of IMGBUILD_STALL_TIMEOUT */
+#define CONFIG_MAX (8 << 20)      /* bytes; image configs are read into memory */
+#define INDEX_DEPTH_MAX 4         /* an index in an index in an index in an index */
 #define USER_AGENT "imgbuild/0.1"
 
 enum auth_kind
@@ -106,10 +113,11 @@ typedef struct xfer
   long status;
   char *content_type_resp, *location, *www_auth, *content_range;
   uint64_t chunk_min; /* OCI-Chunk-Min-Length of the response, 0 when absent */
+  char *retry_after; /* Retry-After header value (RFC 9110 10.2.3), or NULL */
+  CURLcode curl_code; /* of the last http_once; CURLE_OK when it got a response */
   ib_buf_t resp;
   bool overflow;
   bool transient; /* the failure may go away when retried */
-  int curl_code;  /* CURLcode of a failed transfer, else 0 */
 } xfer_t;
 
 static void
@@ -130,7 +138,8 @@ xfer_reset_response (xfer_t *x)
   free (x->location);
   free (x->www_auth);
   free (x->content_range);
-  x->content_type_resp = x->location = x->www_auth = x->content_range = NULL;
+  free (x->retry_after);
+  x->content_type_resp = x->location = x->www_auth = x->content_range = x->retry_after = NULL;
   x->chunk_min = 0;
   ib_buf_free (&x->resp);
   x->overflow = false;
@@ -278,6 +287,7 @@ static void
 curl_init_once (void)
 {
   curl_global_init (CURL_GLOBAL_DEFAULT);
+  srandom ((unsigned) time (NULL) ^ (unsigned) getpid ()); /* backoff jitter */
 }
 
 /* Decide the scheme and TLS settings of a new client (docs/security.md):
@@ -321,6 +331,9 @@ tls_configure (ib_registry_t *r, bool loopback, ib_error_t *err)
  * user agent, protocols, redirects (never followed by curl: see
  * registry_do), timeouts, TLS verification, CA certificates, client
  * certificate.  Called for every handle that talks to the registry `r`. */
+static long stall_timeout_s (void);
+static bool retryable_failure (CURLcode c, long status);
+
 static void
 setup_handle (ib_registry_t *r, CURL *c)
 {
@@ -331,7 +344,7 @@ setup_handle (ib_registry_t *r, CURL *c)
   curl_easy_setopt (c, CURLOPT_PROTOCOLS_STR, "http,https");
   curl_easy_setopt (c, CURLOPT_CONNECTTIMEOUT, 30L);
   curl_easy_setopt (c, CURLOPT_LOW_SPEED_LIMIT, 1L);   /* bytes/s ... */
-  curl_easy_setopt (c, CURLOPT_LOW_SPEED_TIME, 120L);  /* ... for this many seconds = stalled */
+  curl_easy_setopt (c, CURLOPT_LOW_SPEED_TIME, stall_timeout_s ()); /* ... this long = stalled */
   curl_easy_setopt (c, CURLOPT_SSL_VERIFYPEER, r->tls_verify ? 1L : 0L);
   curl_easy_setopt (c, CURLOPT_SSL_VERIFYHOST, r->tls_verify ? 2L : 0L);
   if (r->ca_blob)
@@ -452,6 +465,11 @@ on_header (char *line, size_t size, size_t nmemb, void *ud)
       free (x->location);
       x->location = trim_dup (v, vn);
     }
+  else if (header_is (line, n, "Retry-After", &v, &vn))
+    {
+      free (x->retry_after);
+      x->retry_after = trim_dup (v, vn);
+    }
   else if (header_is (line, n, "Content-Range", &v, &vn))
     {
       free (x->content_range);
@@ -558,7 +576,7 @@ on_xferinfo (void *ud, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal,
 {
   xfer_t *x = ud;
   (void) dltotal, (void) dlnow, (void) ultotal;
-  ib_progress_update (x->progress, x->progress_item, (int64_t) ulnow);
+  ib_progress_update (x->progress, x->progress_item, (int64_t) (x->upload_base + (uint64_t) ulnow));
   return 0;
 }
 
@@ -602,6 +620,7 @@ curl_failure_on (ib_registry_t *r, CURL *handle, const char *errbuf, xfer_t *x, 
 {
   cleanup_free char *host = url_host (url);
   const char *detail = errbuf[0] ? errbuf : curl_easy_strerror (c);
+  x->transient = false;
   if (x->sink_errno)
     return ib_error_sys (err, x->sink_errno, "write downloaded data");
   if (x->overflow)
@@ -613,6 +632,7 @@ curl_failure_on (ib_registry_t *r, CURL *handle, const char *errbuf, xfer_t *x, 
                          "%s: the registry wants a TLS client certificate (%s); put NAME.cert "
                          "and NAME.key in certs.d/%s/ or in --cert-dir DIR",
                          host, detail, r->name);
+  x->transient = retryable_failure (c, 0);
   switch (c)
     {
     case CURLE_COULDNT_CONNECT:
@@ -640,7 +660,6 @@ curl_failure_on (ib_registry_t *r, CURL *handle, const char *errbuf, xfer_t *x, 
     case CURLE_COULDNT_RESOLVE_PROXY:
       return ib_error_set (err, ENOENT, "resolve proxy for %s: %s", host, detail);
     case CURLE_OPERATION_TIMEDOUT:
-      x->transient = true;
       return ib_error_set (err, ETIMEDOUT, "%s: timed out (%s)", host, detail);
     case CURLE_PEER_FAILED_VERIFICATION:
       return ib_error_set (err, EPROTO,
@@ -664,7 +683,6 @@ curl_failure_on (ib_registry_t *r, CURL *handle, const char *errbuf, xfer_t *x, 
     case CURLE_GOT_NOTHING:
     case CURLE_HTTP2:
     case CURLE_HTTP2_STREAM:
-      x->transient = true;
       if (x->status == 0 && r->client_cert == NULL && ib_str_has_prefix (url, "https:"))
         /* a registry that wants a client certificate often just hangs up */
         return ib_error_set (err, EIO,
@@ -795,8 +813,7 @@ status_error (xfer_t *x, ib_error_t *err)
             ret = ib_error_set (err, e, "unexpected HTTP status %ld", x->status);
         }
     }
-  if (x->status >= 500 || x->status == 429)
-    x->transient = true;
+  x->transient = retryable_failure (CURLE_OK, x->status);
   if (j)
     json_decref (j);
   return ret;
@@ -845,6 +862,146 @@ resolve_url (const char *base, const char *loc)
   curl_free (out);
   curl_url_cleanup (u);
   return r;
+}
+
+/* Seconds without a single byte received after which a transfer counts as
+ * stalled and fails with CURLE_OPERATION_TIMEDOUT: $IMGBUILD_STALL_TIMEOUT
+ * (a positive integer), else STALL_TIMEOUT_S. */
+static long
+stall_timeout_s (void)
+{
+  const char *e = getenv ("IMGBUILD_STALL_TIMEOUT");
+  if (e && *e)
+    {
+      char *end;
+      long v = strtol (e, &end, 10);
+      if (*end == '\0' && v > 0 && v <= 86400)
+        return v;
+      ib_warn ("IMGBUILD_STALL_TIMEOUT=%s is not a number of seconds; using %d", e,
+               STALL_TIMEOUT_S);
+    }
+  return STALL_TIMEOUT_S;
+}
+
+/* ---------- retries ---------- */
+
+/* May trying the same request again succeed?  Connection failures other than
+ * a refused connection (dropped, reset, stalled, timed out), 408, 429 and
+ * 5xx other than 501/505 (not implemented, version not supported).
+ * `c` is the transfer's result; `status` counts only when c is CURLE_OK. */
+static bool
+retryable_failure (CURLcode c, long status)
+{
+  switch (c)
+    {
+    case CURLE_OK:
+      return status == 408 || status == 429 || (status >= 500 && status != 501 && status != 505);
+    case CURLE_OPERATION_TIMEDOUT:
+    case CURLE_PARTIAL_FILE:
+    case CURLE_RECV_ERROR:
+    case CURLE_SEND_ERROR:
+    case CURLE_GOT_NOTHING:
+    case CURLE_WEIRD_SERVER_REPLY:
+    case CURLE_HTTP2:
+    case CURLE_HTTP2_STREAM:
+      return true;
+    default:
+      return false;
+    }
+}
+
+/* Milliseconds to wait before try number attempt+1 after try `attempt`
+ * (1-based) failed.  A Retry-After value (RFC 9110 section 10.2.3: delay
+ * seconds, or an HTTP-date) sent with a 429 or 5xx is honoured, capped at
+ * RETRY_AFTER_CAP_MS; otherwise exponential backoff with jitter: a random
+ * time between half and all of RETRY_BASE_MS * 2^(attempt-1), at most
+ * RETRY_CAP_MS. */
+static long
+retry_delay_ms (int attempt, long status, const char *retry_after_value)
+{
+  const char *ra = retry_after_value;
+  if (ra && (status == 429 || status >= 500))
+    {
+      while (*ra == ' ' || *ra == '\t')
+        ra++;
+      long long ms = -1;
+      if (isdigit ((unsigned char) *ra))
+        {
+          char *end;
+          long long secs = strtoll (ra, &end, 10);
+          while (*end == ' ' || *end == '\t')
+            end++;
+          if (*end == '\0')
+            ms = secs > RETRY_AFTER_CAP_MS / 1000 ? RETRY_AFTER_CAP_MS : secs * 1000;
+        }
+      else if (*ra)
+        {
+          time_t t = curl_getdate (ra, NULL);
+          if (t != (time_t) -1)
+            {
+              struct timespec now;
+              clock_gettime (CLOCK_REALTIME, &now);
+              ms = (long long) t * 1000 - ((long long) now.tv_sec * 1000 + now.tv_nsec / 1000000);
+              if (ms < 0)
+                ms = 0;
+            }
+        }
+      if (ms >= 0)
+        return (long) (ms > RETRY_AFTER_CAP_MS ? RETRY_AFTER_CAP_MS : ms);
+    }
+  long d = RETRY_CAP_MS;
+  if (attempt < 1)
+    attempt = 1;
+  if (attempt <= 6)
+    d = RETRY_BASE_MS << (attempt - 1);
+  if (d > RETRY_CAP_MS)
+    d = RETRY_CAP_MS;
+  return d / 2 + (long) (random () % (d / 2 + 1));
+}
+
+static void
+sleep_ms (long ms)
+{
+  struct timespec ts = { ms / 1000, (ms % 1000) * 1000000L };
+  while (nanosleep (&ts, &ts) < 0 && errno == EINTR)
+    ;
+}
+
+static int http_once (ib_registry_t *r, xfer_t *x, const char *url, const char *auth,
+                      ib_error_t *err);
+
+/* http_once, tried again on a retryable failure (retryable_failure,
+ * retry_delay_ms) up to REQUEST_ATTEMPTS times in all, for requests that
+ * can be repeated as they are: not a POST, no body streamed from a file and
+ * no response streamed into one (blob downloads have their own loop, which
+ * resumes).  The last try's outcome is returned: a status such as 503 for
+ * the caller to judge, or the connection error. */
+static int
+http_retry (ib_registry_t *r, xfer_t *x, const char *url, const char *auth, ib_error_t *err)
+{
+  bool repeatable = x->sink_fd < 0 && x->upload_fd < 0 && strcmp (x->method, "POST") != 0;
+  for (int attempt = 1;; attempt++)
+    {
+      ib_error_t e = NULL;
+      int rc = http_once (r, x, url, auth, &e);
+      /* a failed transfer: as curl_failure_on judged it (x->transient) */
+      bool again = rc < 0 ? x->transient : retryable_failure (CURLE_OK, x->status);
+      if (!repeatable || attempt >= REQUEST_ATTEMPTS || !again)
+        {
+          if (rc < 0)
+            *err = e;
+          return rc;
+        }
+      long ms = retry_delay_ms (attempt, rc < 0 ? 0 : x->status, rc < 0 ? NULL : x->retry_after);
+      cleanup_free char *host = url_host (url);
+      if (rc < 0)
+        ib_warn ("%s %s: %s; trying again in %.1f s", x->method, host, e->msg, (double) ms / 1e3);
+      else
+        ib_warn ("%s %s: HTTP %ld%s; trying again in %.1f s", x->method, host, x->status,
+                 x->status == 429 ? " (too many requests)" : "", (double) ms / 1e3);
+      ib_error_free (&e);
+      sleep_ms (ms);
+    }
 }
 
 /* Perform one request on `url`; `auth` is a full "Authorization: ..." line or NULL. */
@@ -927,7 +1084,7 @@ http_once (ib_registry_t *r, xfer_t *x, const char *url, const char *auth, ib_er
   ib_debug ("%s %s", x->method, url);
   CURLcode rc = curl_easy_perform (c);
   curl_slist_free_all (h);
-  x->curl_code = (int) rc;
+  x->curl_code = rc;
   if (rc != CURLE_OK)
     return curl_failure (r, x, rc, url, err);
   long st = 0;
@@ -1060,7 +1217,7 @@ fetch_token (ib_registry_t *r, const char *realm, const char *service, const cha
     }
   x.body_max = TOKEN_BODY_MAX;
   int64_t asked = ib_auth_now_ms ();
-  int ret = http_once (r, &x, u, auth, err);
+  int ret = http_retry (r, &x, u, auth, err);
   if (auth)
     explicit_bzero (auth, strlen (auth));
   if (form)
@@ -1117,7 +1274,7 @@ ping (ib_registry_t *r, ib_error_t *err)
   cleanup_free char *url = xasprintf ("%s/v2/", r->base);
   xfer_t x;
   xfer_init (&x, "GET");
-  int ret = http_once (r, &x, url, NULL, err);
+  int ret = http_retry (r, &x, url, NULL, err);
   if (ret == 0)
     {
       if (x.status == 401 && x.www_auth)
@@ -1384,7 +1541,7 @@ registry_do (ib_registry_t *r, xfer_t *x, const char *url, ib_error_t *err)
       cleanup_free char *auth = NULL;
       if (own && auth_header (r, x->scope, &auth, err) < 0)
         return -1;
-      if (http_once (r, x, cur, auth, err) < 0)
+      if (http_retry (r, x, cur, auth, err) < 0)
         return -1;
       if (x->status == 401 && own && retried_auth)
         return auth_refused (r, x->www_auth, x->scope, err);
@@ -1591,6 +1748,7 @@ typedef struct fetch_job
   uint64_t published;     /* bytes of the partial file readers may read */
   unsigned generation;    /* +1 whenever the file starts over from byte 0 */
   ib_error_t err;
+  int item;               /* its progress item */
 } fetch_job_t;
 
 struct ib_fetch
@@ -1608,6 +1766,8 @@ struct ib_fetch
   bool cancel;            /* under mu */
   bool finished;          /* under mu: the loop thread has ended */
   int64_t stall_s;
+  ib_progress_t *progress; /* not owned; may be NULL */
+  bool unpacking;         /* a caller unpacks the layers: "Pull complete" is theirs to say */
 };
 
 static int64_t
@@ -1616,36 +1776,6 @@ now_ms (void)
   struct timespec ts;
   clock_gettime (CLOCK_MONOTONIC, &ts);
   return (int64_t) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-/* Backoff before retry `attempt` (1-based): exponential from 250 ms with
- * jitter, capped at 8 s; a Retry-After (RFC 9110 section 10.2.3: seconds
- * or an HTTP-date) overrides it, capped at 60 s. */
-static int64_t
-fetch_retry_delay_ms (int attempt, const char *retry_after)
-{
-  if (retry_after && *retry_after)
-    {
-      char *end;
-      long s = strtol (retry_after, &end, 10);
-      int64_t ms = -1;
-      if (end != retry_after && *end == '\0' && s >= 0)
-        ms = (int64_t) s * 1000;
-      else
-        {
-          time_t when = curl_getdate (retry_after, NULL);
-          if (when != -1)
-            ms = ((int64_t) when - (int64_t) time (NULL)) * 1000;
-          if (ms < 0 && when != -1)
-            ms = 0;
-        }
-      if (ms >= 0)
-        return ms > 60000 ? 60000 : ms;
-    }
-  int64_t base = 250LL << (attempt > 5 ? 5 : attempt - 1);
-  if (base > 8000)
-    base = 8000;
-  return base / 2 + (int64_t) (random () % (base / 2 + 1));
 }
 
 static void
@@ -1722,6 +1852,7 @@ job_on_write (char *data, size_t size, size_t nmemb, void *ud)
       j->published = x->sink_written;
       job_wake (j->f);
       pthread_mutex_unlock (&j->f->mu);
+      ib_progress_update (j->f->progress, j->item, (int64_t) x->sink_written);
     }
   return r;
 }
@@ -1729,6 +1860,7 @@ job_on_write (char *data, size_t size, size_t nmemb, void *ud)
 static void
 job_fail (fetch_job_t *j, ib_error_t *e)
 {
+  ib_progress_done (j->f->progress, j->item, false, (*e)->msg);
   pthread_mutex_lock (&j->f->mu);
   j->err = *e;
   *e = NULL;
@@ -1867,6 +1999,7 @@ job_start (fetch_job_t *j, ib_error_t *err)
         return -1;
       if (r == 1)
         {
+          ib_progress_done (f->progress, j->item, true, "Already exists");
           job_done (j);
           return 0;
         }
@@ -1912,6 +2045,8 @@ job_start (fetch_job_t *j, ib_error_t *err)
   curl_easy_setopt (c, CURLOPT_WRITEDATA, j);
   curl_easy_setopt (c, CURLOPT_PRIVATE, j);
   ib_debug ("GET %s%s", j->url, j->x.sink_written ? " (resuming)" : "");
+  ib_progress_set_status (f->progress, j->item, NULL);
+  ib_progress_update (f->progress, j->item, (int64_t) j->x.sink_written);
   CURLMcode mc = curl_multi_add_handle (f->multi, c);
   if (mc != CURLM_OK)
     return ib_error_set (err, EIO, "curl_multi_add_handle: %s", curl_multi_strerror (mc));
@@ -1921,7 +2056,7 @@ job_start (fetch_job_t *j, ib_error_t *err)
 
 /* Give up now, or schedule another attempt of a transient failure. */
 static void
-job_retry_or_fail (fetch_job_t *j, ib_error_t *e, bool transient)
+job_retry_or_fail (fetch_job_t *j, ib_error_t *e, bool transient, long status)
 {
   j->attempt++;
   if (!transient || j->attempt >= FETCH_ATTEMPTS)
@@ -1931,7 +2066,15 @@ job_retry_or_fail (fetch_job_t *j, ib_error_t *e, bool transient)
       job_fail (j, e);
       return;
     }
-  int64_t delay = fetch_retry_delay_ms (j->attempt, j->retry_after);
+  int64_t delay = retry_delay_ms (j->attempt, status, j->retry_after);
+  {
+    char st[64];
+    if (status)
+      snprintf (st, sizeof st, "Retrying in %.1fs (HTTP %ld)", (double) delay / 1000.0, status);
+    else
+      snprintf (st, sizeof st, "Retrying in %.1fs", (double) delay / 1000.0);
+    ib_progress_set_status (j->f->progress, j->item, st);
+  }
   ib_warn ("%s: blob %.19s..: %s; retrying in %.1f s (%llu bytes so far)", j->f->shown,
            j->desc.digest, (*e)->msg, (double) delay / 1000.0,
            (unsigned long long) j->x.sink_written);
@@ -1960,7 +2103,7 @@ job_finished (fetch_job_t *j, CURLcode rc)
         }
       ib_error_set (&e, EBADMSG, "the registry sent more than the %lld bytes its descriptor gives",
                     (long long) j->desc.size);
-      job_retry_or_fail (j, &e, true);
+      job_retry_or_fail (j, &e, true, 0);
       return;
     }
   if (rc != CURLE_OK)
@@ -1973,7 +2116,7 @@ job_finished (fetch_job_t *j, CURLcode rc)
           job_fail (j, &e);
           return;
         }
-      job_retry_or_fail (j, &e, j->x.transient);
+      job_retry_or_fail (j, &e, j->x.transient, 0);
       return;
     }
   job_release_easy (j);
@@ -2018,7 +2161,7 @@ job_finished (fetch_job_t *j, CURLcode rc)
       status_error (&j->x, &e);
       if (st == 404)
         ib_error_prefix (&e, "the registry does not have it");
-      job_retry_or_fail (j, &e, j->x.transient);
+      job_retry_or_fail (j, &e, j->x.transient, st);
       return;
     }
   /* a redirect target may be a fresh URL per request (signed): start at the registry again */
@@ -2049,7 +2192,7 @@ job_finished (fetch_job_t *j, CURLcode rc)
         }
       ib_error_set (&e, EBADMSG, "digest mismatch: %llu bytes received that hash to %s",
                     (unsigned long long) got_size, got);
-      job_retry_or_fail (j, &e, true);
+      job_retry_or_fail (j, &e, true, 0);
       return;
     }
   if (ib_store_commit_blob_hashed (f->store, j->path, j->desc.digest, &e) < 0)
@@ -2057,6 +2200,10 @@ job_finished (fetch_job_t *j, CURLcode rc)
       job_fail (j, &e);
       return;
     }
+  if (f->unpacking)
+    ib_progress_set_status (f->progress, j->item, "Download complete");
+  else
+    ib_progress_done (f->progress, j->item, true, "Download complete");
   job_done (j); /* the fd stays open for readers: the blob file, now committed */
 }
 
@@ -2143,7 +2290,8 @@ fetch_loop (void *arg)
 
 int
 ib_fetch_start (ib_registry_t *r, ib_store_t *store, const char *repo, const char *shown,
-                const ib_descriptor_t *blobs, size_t n, ib_fetch_t **out, ib_error_t *err)
+                const ib_descriptor_t *blobs, size_t n, ib_progress_t *progress, bool unpacking,
+                ib_fetch_t **out, ib_error_t *err)
 {
   *out = NULL;
   for (size_t i = 0; i < n; i++)
@@ -2159,11 +2307,15 @@ ib_fetch_start (ib_registry_t *r, ib_store_t *store, const char *repo, const cha
   f->shown = xstrdup (shown ? shown : repo);
   f->n = n;
   f->jobs = xmalloc ((n ? n : 1) * sizeof *f->jobs);
-  const char *stall = getenv ("IMGBUILD_STALL_TIMEOUT");
-  f->stall_s = stall && atol (stall) > 0 ? atol (stall) : 60;
+  f->stall_s = stall_timeout_s ();
+  f->progress = progress;
+  f->unpacking = unpacking;
   for (size_t i = 0; i < n; i++)
     {
       fetch_job_t *j = &f->jobs[i];
+      char id[13];
+      ib_progress_short_id (blobs[i].digest, id);
+      j->item = ib_progress_add (progress, id, "Downloading", blobs[i].size > 0 ? blobs[i].size : -1);
       j->f = f;
       j->fd = -1;
       memcpy (j->desc.digest, blobs[i].digest, IB_DIGEST_LEN);
@@ -2309,7 +2461,7 @@ ib_registry_fetch_blob (ib_registry_t *r, const char *repo, const char *digest, 
   ib_descriptor_t d = { .size = -1 };
   memcpy (d.digest, digest, IB_DIGEST_LEN);
   ib_fetch_t *f = NULL;
-  int ret = ib_fetch_start (r, store, repo, NULL, &d, 1, &f, err);
+  int ret = ib_fetch_start (r, store, repo, NULL, &d, 1, NULL, false, &f, err);
   if (ret == 0)
     ret = ib_fetch_wait (f, err);
   ib_fetch_free (f);
@@ -2393,11 +2545,13 @@ digest_url (ib_registry_t *r, const char *url, const char *digest)
  * from fd. */
 static int
 upload_monolithic (ib_registry_t *r, const char *scope, const char *location, const char *digest,
-                   int fd, uint64_t size, ib_error_t *err)
+                   int fd, uint64_t size, ib_progress_t *progress, int item, ib_error_t *err)
 {
   cleanup_free char *put_url = digest_url (r, location, digest);
   xfer_t x;
   xfer_init (&x, "PUT");
+  x.progress = progress;
+  x.progress_item = item;
   x.scope = scope;
   x.content_type = "application/octet-stream";
   x.upload_fd = fd;
@@ -2417,7 +2571,7 @@ upload_monolithic (ib_registry_t *r, const char *scope, const char *location, co
 static int
 upload_chunked (ib_registry_t *r, const char *scope, const char *location, const char *digest,
                 int fd, uint64_t size, uint64_t chunk, uint64_t chunk_min, unsigned *chunks,
-                ib_error_t *err)
+                ib_progress_t *progress, int item, ib_error_t *err)
 {
   if (chunk < chunk_min)
     {
@@ -2441,6 +2595,8 @@ upload_chunked (ib_registry_t *r, const char *scope, const char *location, const
       x.upload_fd = fd;
       x.upload_base = off;
       x.upload_size = len;
+      x.progress = progress;
+      x.progress_item = item;
       int ret = upload_request (r, &x, cur, err);
       if (ret == 0 && x.status != 202)
         ret = status_error (&x, err);
@@ -2474,10 +2630,12 @@ upload_chunked (ib_registry_t *r, const char *scope, const char *location, const
  * registry when `from` is not NULL and the registry agrees (201), else
  * uploaded (into the upload its mount answer started, or a new one):
  * monolithic, or chunked when ib_registry_chunk_size() is set and the blob
- * is larger.  `how` (64 bytes) gets what happened, for the progress line. */
+ * is larger.  `how` (64 bytes) gets what happened, for the progress line:
+ * "Mounted from REPO", "Pushed" or "Pushed (N chunks)"; bytes sent go to
+ * the progress item (may be NULL/-1). */
 static int
 upload_blob (ib_registry_t *r, const char *repo, const char *digest, ib_store_t *store,
-             const char *from, char how[64], ib_error_t *err)
+             const char *from, char how[64], ib_progress_t *progress, int item, ib_error_t *err)
 {
   cleanup_free char *path = ib_store_blob_path (store, digest);
   cleanup_close int fd = open (path, O_RDONLY | O_CLOEXEC);
@@ -2510,7 +2668,7 @@ upload_blob (ib_registry_t *r, const char *repo, const char *digest, ib_store_t 
     }
   if (mounted)
     {
-      snprintf (how, 64, "mounted from %s", from);
+      snprintf (how, 64, "Mounted from %s", from);
       return 0;
     }
   if (from)
@@ -2518,17 +2676,22 @@ upload_blob (ib_registry_t *r, const char *repo, const char *digest, ib_store_t 
   cleanup_free char *scope = push_scope (repo);
   uint64_t size = (uint64_t) st.st_size, chunk = ib_registry_chunk_size ();
   int ret;
+  ib_progress_set_status (progress, item, "Pushing");
+  ib_progress_update (progress, item, 0);
   if (chunk > 0 && size > chunk)
     {
       unsigned n = 0;
-      ret = upload_chunked (r, scope, location, digest, fd, size, chunk, chunk_min, &n, err);
-      snprintf (how, 64, "uploaded in %u chunks", n);
+      ret = upload_chunked (r, scope, location, digest, fd, size, chunk, chunk_min, &n, progress,
+                            item, err);
+      snprintf (how, 64, "Pushed (%u chunks)", n);
     }
   else
     {
-      ret = upload_monolithic (r, scope, location, digest, fd, size, err);
-      snprintf (how, 64, "uploaded");
+      ret = upload_monolithic (r, scope, location, digest, fd, size, progress, item, err);
+      snprintf (how, 64, "Pushed");
     }
+  if (ret == 0)
+    ib_progress_update (progress, item, (int64_t) size);
   if (ret < 0)
     return ib_error_prefix (err, "push blob %s", digest);
   return 0;
@@ -2544,32 +2707,329 @@ ib_registry_push_blob (ib_registry_t *r, const char *repo, const char *digest, i
   if (exists)
     return 0;
   char how[64];
-  return upload_blob (r, repo, digest, store, NULL, how, err);
+  return upload_blob (r, repo, digest, store, NULL, how, NULL, -1, err);
 }
 
 /* ---------- pull / push ---------- */
 
 
-static int
-pull_blob (ib_registry_t *r, ib_store_t *store, const char *repo, const char *shown,
-           const char *what, const ib_descriptor_t *d, ib_error_t *err)
+static bool
+is_manifest_media_type (const char *mt)
 {
-  char sd[24], sz[32];
-  short_digest (d->digest, sd);
-  ib_human_size (d->size, sz);
-  if (ib_store_has_blob (store, d->digest))
-    {
-      ib_info ("pull %s: %s %s %s (already in store)", shown, what, sd, sz);
-      return 0;
-    }
-  ib_info ("pull %s: %s %s %s", shown, what, sd, sz);
-  return ib_registry_fetch_blob (r, repo, d->digest, store, err);
+  return mt && (strcmp (mt, IB_MT_OCI_MANIFEST) == 0 || strcmp (mt, IB_MT_DOCKER_MANIFEST) == 0);
 }
 
 static bool
 is_config_media_type (const char *mt)
 {
   return strcmp (mt, IB_MT_OCI_CONFIG) == 0 || strcmp (mt, IB_MT_DOCKER_CONFIG) == 0;
+}
+
+/* ---------- pull: from a reference to one platform's manifest ---------- */
+
+typedef struct manifest_walk
+{
+  const char *repo, *shown;
+  const char *os, *arch, *variant; /* the platform asked for */
+  ib_buf_t offered;                /* platforms the indexes walked offer, for the error */
+  char **indexes;                  /* verified index documents, stored at the end */
+  size_t *index_lens;
+  size_t n_indexes;
+} manifest_walk_t;
+
+static void
+walk_offered (manifest_walk_t *w, const char *list)
+{
+  /* append each platform of `list` ("a, b") not listed yet */
+  const char *p = list;
+  while (p && *p)
+    {
+      size_t n = strcspn (p, ",");
+      cleanup_free char *one = xstrndup (p, n);
+      bool seen = false;
+      const char *q = w->offered.data;
+      while (q && *q && !seen)
+        {
+          size_t k = strcspn (q, ",");
+          seen = k == n && strncmp (q, one, n) == 0;
+          q += k;
+          while (*q == ',' || *q == ' ')
+            q++;
+        }
+      if (!seen)
+        ib_buf_printf (&w->offered, "%s%s", w->offered.len ? ", " : "", one);
+      p += n;
+      while (*p == ',' || *p == ' ')
+        p++;
+    }
+}
+
+static void
+walk_keep_index (manifest_walk_t *w, const char *data, size_t len)
+{
+  w->indexes = xrealloc (w->indexes, (w->n_indexes + 1) * sizeof *w->indexes);
+  w->index_lens = xrealloc (w->index_lens, (w->n_indexes + 1) * sizeof *w->index_lens);
+  char *copy = xmalloc (len + 1);
+  memcpy (copy, data, len);
+  copy[len] = '\0';
+  w->indexes[w->n_indexes] = copy;
+  w->index_lens[w->n_indexes++] = len;
+}
+
+static void
+walk_free (manifest_walk_t *w)
+{
+  for (size_t i = 0; i < w->n_indexes; i++)
+    free (w->indexes[i]);
+  free (w->indexes);
+  free (w->index_lens);
+  ib_buf_free (&w->offered);
+}
+
+/* GET the manifest or index an index entry names; the bytes must hash to
+ * its digest (ib_registry_get_manifest checks) and be as long as its size. */
+static int
+get_child (ib_registry_t *r, manifest_walk_t *w, const ib_descriptor_t *d, char **data,
+           size_t *len, ib_doc_kind_t *kind, ib_error_t *err)
+{
+  cleanup_free char *ct = NULL;
+  char got[IB_DIGEST_LEN];
+  if (ib_registry_get_manifest (r, w->repo, d->digest, data, len, &ct, got, err) < 0)
+    return -1;
+  int ret = 0;
+  if ((int64_t) *len != d->size)
+    ret = ib_error_set (err, EINVAL, "manifest %s: the index gives its size as %lld bytes, the "
+                        "registry sent %zu", d->digest, (long long) d->size, *len);
+  else if (ib_doc_kind (*data, *len, ct, kind, err) < 0)
+    ret = ib_error_prefix (err, "manifest %s", d->digest);
+  else if (*kind == IB_DOC_INDEX && is_manifest_media_type (d->media_type))
+    ret = ib_error_set (err, EINVAL, "manifest %s: the index lists it as an image manifest (%s) "
+                        "but it is an index", d->digest, d->media_type);
+  if (ret < 0)
+    {
+      free (*data);
+      *data = NULL;
+    }
+  return ret;
+}
+
+/* Search the index `data` (digest `digest`, `depth` levels deep) for the
+ * platform's manifest: 0 and *mdata etc. set when found, 1 when it holds
+ * none (w->offered extended), -1 on errors. */
+static int
+walk_index (ib_registry_t *r, manifest_walk_t *w, const char *data, size_t len,
+            const char *digest, int depth, char **mdata, size_t *mlen, char mdigest[IB_DIGEST_LEN],
+            ib_error_t *err)
+{
+  for (size_t skip = 0;; skip++)
+    {
+      ib_descriptor_t sel;
+      cleanup_free char *offered = NULL;
+      ib_error_t e = NULL;
+      if (ib_index_select (data, len, w->os, w->arch, w->variant, skip, &sel, &offered, &e) < 0)
+        {
+          if (e->status != ENOENT)
+            {
+              *err = e;
+              return ib_error_prefix (err, "index %s", digest);
+            }
+          ib_error_free (&e);
+          walk_offered (w, offered);
+          return 1;
+        }
+      char *cdata = NULL;
+      size_t clen = 0;
+      ib_doc_kind_t kind;
+      char sd[24];
+      short_digest (digest, sd);
+      if (get_child (r, w, &sel, &cdata, &clen, &kind, err) < 0)
+        {
+          ib_descriptor_clear (&sel);
+          return -1;
+        }
+      int rc;
+      if (kind == IB_DOC_MANIFEST)
+        {
+          cleanup_free char *ps = ib_platform_string (sel.os, sel.arch, sel.variant);
+          ib_info ("pull %s: index %s -> %s manifest", w->shown, sd, ps);
+          *mdata = cdata;
+          *mlen = clen;
+          memcpy (mdigest, sel.digest, IB_DIGEST_LEN);
+          rc = 0;
+        }
+      else if (depth >= INDEX_DEPTH_MAX)
+        {
+          free (cdata);
+          rc = ib_error_set (err, ELOOP, "index %s: indexes nested more than %d deep", sel.digest,
+                             INDEX_DEPTH_MAX);
+        }
+      else
+        {
+          ib_info ("pull %s: index %s -> index %.19s..", w->shown, sd, sel.digest);
+          rc = walk_index (r, w, cdata, clen, sel.digest, depth + 1, mdata, mlen, mdigest, err);
+          free (cdata);
+        }
+      ib_descriptor_clear (&sel);
+      if (rc == 0)
+        walk_keep_index (w, data, len);
+      if (rc <= 0)
+        return rc;
+      /* that nested index holds nothing for us: the next one */
+    }
+}
+
+/* GET a small blob (an image config) into memory; verified against the
+ * descriptor's digest and size. */
+static int
+get_small_blob (ib_registry_t *r, const char *repo, const ib_descriptor_t *d, char **data,
+                size_t *len, ib_error_t *err)
+{
+  *data = NULL;
+  if (d->size > CONFIG_MAX)
+    return ib_error_set (err, EFBIG, "blob %s: %lld bytes, more than the %d allowed for an "
+                         "image config", d->digest, (long long) d->size, CONFIG_MAX);
+  cleanup_free char *scope = pull_scope (repo);
+  cleanup_free char *url = xasprintf ("%s/v2/%s/blobs/%s", r->base, repo, d->digest);
+  xfer_t x;
+  xfer_init (&x, "GET");
+  x.scope = scope;
+  x.body_max = CONFIG_MAX;
+  int ret = registry_do (r, &x, url, err);
+  if (ret == 0 && x.status != 200)
+    ret = status_error (&x, err);
+  if (ret == 0)
+    {
+      char got[IB_DIGEST_LEN];
+      ib_digest_buf (x.resp.data ? x.resp.data : "", x.resp.len, got);
+      if (strcmp (got, d->digest) != 0)
+        ret = ib_error_set (err, EINVAL, "digest mismatch (the bytes received hash to %s)", got);
+      else if ((int64_t) x.resp.len != d->size)
+        ret = ib_error_set (err, EINVAL, "the manifest gives its size as %lld bytes, the "
+                            "registry sent %zu", (long long) d->size, x.resp.len);
+      else
+        {
+          *len = x.resp.len;
+          *data = ib_buf_steal (&x.resp);
+        }
+    }
+  xfer_free (&x);
+  if (ret < 0)
+    ib_error_prefix (err, "config %s", d->digest);
+  return ret;
+}
+
+/* The manifest-resolution part of a pull (distribution-spec "Pulling
+ * manifests", image-index.md): GET the reference (verified when it is a
+ * digest); schema 1 refused; from an index (or nested indexes, at most
+ * INDEX_DEPTH_MAX deep) the platform's manifest, whose bytes must match the
+ * index's descriptor (digest and size).  The image config is read into
+ * memory and verified; when the manifest did not come from an index, its
+ * platform is checked against an explicitly asked one (error) or the host's
+ * (warning).  Only when everything checked out are the indexes walked and
+ * the config stored as blobs; the platform manifest itself is left to the
+ * caller.  *data (caller frees), *len, mdigest and *m (ib_manifest_free)
+ * describe the platform manifest. */
+static int
+resolve_manifest (ib_registry_t *r, ib_store_t *store, const ib_ref_t *ref, const char *shown,
+                  const char *os, const char *arch, const char *variant, bool explicit_platform,
+                  char **top_doc, size_t top_len, const char *ctype,
+                  const char top_digest[IB_DIGEST_LEN], char **data, size_t *len,
+                  char mdigest[IB_DIGEST_LEN], ib_manifest_t **m, json_t **config_out,
+                  ib_error_t *err)
+{
+  *data = NULL;
+  *m = NULL;
+  *config_out = NULL;
+  manifest_walk_t w = { .repo = ref->repository, .shown = shown, .os = os, .arch = arch,
+                        .variant = variant };
+  cleanup_free char *top = steal_pointer (top_doc);
+  cleanup_free char *config = NULL;
+  size_t config_len = 0;
+  ib_doc_kind_t kind;
+  bool from_index = false;
+  int ret = -1;
+
+  if (ib_doc_kind (top, top_len, ctype, &kind, err) < 0)
+    goto out;
+  if (kind == IB_DOC_INDEX)
+    {
+      int rc = walk_index (r, &w, top, top_len, top_digest, 1, data, len, mdigest, err);
+      if (rc < 0)
+        goto out;
+      if (rc > 0)
+        {
+          cleanup_free char *want = ib_platform_string (os, arch, variant);
+          ib_error_set (err, ENOENT, "no image for %s; the index offers %s", want,
+                        w.offered.len ? w.offered.data : "no image for any platform");
+          goto out;
+        }
+      from_index = true;
+    }
+  else
+    {
+      *data = steal_pointer (&top);
+      *len = top_len;
+      memcpy (mdigest, top_digest, IB_DIGEST_LEN);
+    }
+  if (ib_manifest_parse (*data, *len, m, err) < 0)
+    goto out;
+  if (!is_config_media_type ((*m)->config.media_type))
+    {
+      ib_error_set (err, ENOTSUP, "not a container image (config media type %s)",
+                    (*m)->config.media_type);
+      goto out;
+    }
+  if (get_small_blob (r, ref->repository, &(*m)->config, &config, &config_len, err) < 0)
+    goto out;
+  json_error_t je;
+  json_t *c = json_loadb (config, config_len, 0, &je);
+  if (!json_is_object (c))
+    {
+      if (c)
+        json_decref (c);
+      ib_error_set (err, EINVAL, "config %s: not a JSON object (%s)", (*m)->config.digest,
+                    je.text);
+      goto out;
+    }
+  *config_out = c;
+  if (!from_index)
+    {
+      const char *cos = json_string_value (json_object_get (c, "os"));
+      const char *carch = json_string_value (json_object_get (c, "architecture"));
+      const char *cvar = json_string_value (json_object_get (c, "variant"));
+      int rc = 0;
+      if (cos && carch && ib_platform_rank (os, arch, variant, cos, carch, cvar) == 0)
+        {
+          cleanup_free char *have = ib_platform_string (cos, carch, cvar);
+          cleanup_free char *want = ib_platform_string (os, arch, variant);
+          if (explicit_platform)
+            rc = ib_error_set (err, ENOENT, "the image is for %s, not %s (it is a single-platform "
+                               "image, not an index)", have, want);
+          else
+            ib_warn ("pull %s: the image is for %s, not for this host's %s", shown, have, want);
+        }
+      if (rc < 0)
+        goto out;
+    }
+  for (size_t i = 0; i < w.n_indexes; i++)
+    if (ib_store_put_blob (store, w.indexes[i], w.index_lens[i], NULL, err) < 0)
+      goto out;
+  if (ib_store_put_blob (store, config, config_len, NULL, err) < 0)
+    goto out;
+  ret = 0;
+out:
+  if (ret < 0)
+    {
+      free (*data);
+      *data = NULL;
+      ib_manifest_free (*m);
+      *m = NULL;
+      if (*config_out)
+        json_decref (*config_out);
+      *config_out = NULL;
+    }
+  walk_free (&w);
+  return ret;
 }
 
 /* Get the manifest `reference` of `ref` from the first source that serves
@@ -2641,6 +3101,7 @@ struct ib_pull_session
   ib_manifest_t *m;
   json_t *config;
   ib_fetch_t *fetch;
+  ib_progress_t *progress;
 };
 
 static void
@@ -2649,6 +3110,7 @@ pull_session_free (ib_pull_session_t *s)
   if (s == NULL)
     return;
   ib_fetch_free (s->fetch);
+  ib_progress_end (s->progress);
   ib_registry_free (s->r);
   ib_manifest_free (s->m);
   if (s->config)
@@ -2661,13 +3123,14 @@ pull_session_free (ib_pull_session_t *s)
 
 int
 ib_pull_begin (ib_store_t *store, const char *ref_string, const char *os, const char *arch,
-               const char *variant, ib_pull_session_t **out, ib_error_t *err)
+               const char *variant, bool unpacking, ib_pull_session_t **out, ib_error_t *err)
 {
   *out = NULL;
   ib_ref_t ref;
   if (ib_ref_parse (ref_string, &ref, err) < 0)
     return ib_error_prefix (err, "pull");
   cleanup_free char *shown = ib_ref_string (&ref);
+  bool explicit_platform = os != NULL || arch != NULL;
   if (os == NULL || arch == NULL)
     {
       const char *hos, *harch, *hvar;
@@ -2684,84 +3147,35 @@ ib_pull_begin (ib_store_t *store, const char *ref_string, const char *os, const 
 
   ib_registry_t *r = NULL;
   char *data = NULL;
-  cleanup_free char *ctype = NULL;
-  cleanup_free char *source = NULL; /* "REGISTRY/REPO" it came from, for the tag */
   size_t len = 0;
   char mdigest[IB_DIGEST_LEN];
   ib_manifest_t *m = NULL;
-  ib_doc_kind_t kind;
   int ret = -1;
+  cleanup_free char *ctype = NULL;
+  cleanup_free char *top = NULL;
+  size_t top_len = 0;
+  char top_digest[IB_DIGEST_LEN];
+  json_t *config = NULL;
   const char *reference = ref.digest ? ref.digest : ref.tag;
 
   /* from here on `ref` names where the image comes from (a mirror, a
    * location registries.conf rewrote); `shown` keeps the name asked for */
-  if (pull_open (&ref, reference, shown, &r, &data, &len, &ctype, mdigest, err) < 0
-      || ib_doc_kind (data, len, ctype, &kind, err) < 0)
+  if (pull_open (&ref, reference, shown, &r, &top, &top_len, &ctype, top_digest, err) < 0
+      || resolve_manifest (r, store, &ref, shown, os, arch, variant, explicit_platform, &top,
+                           top_len, ctype, top_digest, &data, &len, mdigest, &m, &config, err)
+             < 0)
     goto out;
-  if (kind == IB_DOC_INDEX)
-    {
-      ib_descriptor_t sel;
-      if (ib_index_select (data, len, os, arch, variant, &sel, err) < 0)
-        goto out;
-      ib_info ("pull %s: index %.19s.. -> %s/%s%s%s manifest", shown, mdigest, os, arch,
-               sel.variant ? "/" : "", sel.variant ? sel.variant : "");
-      if (ib_store_put_blob (store, data, len, NULL, err) < 0)
-        {
-          ib_descriptor_clear (&sel);
-          goto out;
-        }
-      free (data);
-      free (ctype);
-      data = ctype = NULL;
-      int rc = ib_registry_get_manifest (r, ref.repository, sel.digest, &data, &len, &ctype,
-                                         mdigest, err);
-      ib_descriptor_clear (&sel);
-      if (rc < 0 || ib_doc_kind (data, len, ctype, &kind, err) < 0)
-        goto out;
-      if (kind != IB_DOC_MANIFEST)
-        {
-          ib_error_set (err, ENOTSUP, "the index points at another index (nested indexes are not "
-                        "supported)");
-          goto out;
-        }
-    }
-  if (ib_manifest_parse (data, len, &m, err) < 0)
-    goto out;
-  if (!is_config_media_type (m->config.media_type))
-    {
-      ib_error_set (err, ENOTSUP, "not a container image (config media type %s)",
-                    m->config.media_type);
-      goto out;
-    }
-  if (pull_blob (r, store, ref.repository, shown, "config", &m->config, err) < 0)
-    goto out;
-  json_t *config = NULL;
-  {
-    cleanup_free char *cdata = NULL;
-    size_t clen = 0;
-    if (ib_store_read_blob (store, m->config.digest, &cdata, &clen, err) < 0)
-      goto out;
-    json_error_t je;
-    config = json_loadb (cdata, clen, 0, &je);
-    if (!json_is_object (config))
-      {
-        if (config)
-          json_decref (config);
-        ib_error_set (err, EINVAL, "config %s: not a JSON object (%s)", m->config.digest, je.text);
-        goto out;
-      }
-  }
-  for (size_t i = 0; i < m->n_layers; i++)
-    {
-      char sd[24], sz[32];
-      short_digest (m->layers[i].digest, sd);
-      ib_human_size (m->layers[i].size, sz);
-      ib_info ("pull %s: layer %s %s%s", shown, sd, sz,
-               ib_store_has_blob (store, m->layers[i].digest) ? " (already in store)" : "");
-    }
   ib_fetch_t *fetch = NULL;
-  if (ib_fetch_start (r, store, ref.repository, shown, m->layers, m->n_layers, &fetch, err) < 0)
+  ib_progress_t *progress = NULL;
+  {
+    cleanup_free char *title = xasprintf ("pull %s", shown);
+    progress = ib_progress_begin (title);
+  }
+  if (ib_fetch_start (r, store, ref.repository, shown, m->layers, m->n_layers, progress,
+                      unpacking, &fetch, err)
+      < 0)
     {
+      ib_progress_end (progress);
       json_decref (config);
       goto out;
     }
@@ -2777,6 +3191,7 @@ ib_pull_begin (ib_store_t *store, const char *ref_string, const char *os, const 
   s->m = steal_pointer (&m);
   s->config = config;
   s->fetch = fetch;
+  s->progress = progress;
   *out = s;
   ret = 0;
 
@@ -2810,6 +3225,13 @@ ib_pull_session_read (ib_pull_session_t *s, size_t layer, ib_fetch_cursor_t *cur
 }
 
 void
+ib_pull_session_layer_done (ib_pull_session_t *s, size_t layer, bool ok, const char *why)
+{
+  if (layer < s->m->n_layers)
+    ib_progress_done (s->progress, (int) layer, ok, ok ? "Pull complete" : why);
+}
+
+void
 ib_pull_abort (ib_pull_session_t *s)
 {
   pull_session_free (s);
@@ -2835,7 +3257,7 @@ ib_pull_end (ib_pull_session_t *s, ib_descriptor_t *out, ib_error_t *err)
       /* skopeo's oci: transport reads only OCI descriptors from index.json:
        * tag an OCI rendering of the same config and layers. */
       char *oci = ib_manifest_serialize (&m->config, m->layers, m->n_layers, NULL);
-      ib_info ("pull %s: manifest %s (Docker schema 2, stored as OCI)", shown, s->mdigest);
+      ib_progress_message (s->progress, "Docker schema 2 manifest stored as an OCI manifest");
       free (s->data);
       s->data = oci;
       s->len = strlen (oci);
@@ -2848,7 +3270,10 @@ ib_pull_end (ib_pull_session_t *s, ib_descriptor_t *out, ib_error_t *err)
                           err)
       < 0)
     goto out;
-  ib_info ("pull %s: manifest %s", shown, s->mdigest);
+  if (ib_progress_get_mode () == IB_PROGRESS_QUIET)
+    ib_info ("pull %s: manifest %s", shown, s->mdigest);
+  else
+    ib_progress_message (s->progress, "Digest: %s", s->mdigest);
   if (out)
     {
       out->media_type = xstrdup (m->media_type);
@@ -2870,7 +3295,7 @@ ib_pull (ib_store_t *store, const char *ref_string, const char *os, const char *
   if (out)
     memset (out, 0, sizeof *out);
   ib_pull_session_t *s = NULL;
-  if (ib_pull_begin (store, ref_string, os, arch, variant, &s, err) < 0)
+  if (ib_pull_begin (store, ref_string, os, arch, variant, false, &s, err) < 0)
     return -1;
   return ib_pull_end (s, out, err);
 }
@@ -2882,7 +3307,21 @@ typedef struct push_ctx
   ib_store_t *store;
   const char *shown; /* the destination, for messages */
   char **present;    /* "REGISTRY/REPO@DIGEST" known to be there */
+  ib_progress_t *progress; /* this destination's display */
 } push_ctx_t;
+
+/* docker push's last line for a manifest: "TAG: digest: D size: N" (or
+ * without "TAG: " when pushed by digest). */
+static void
+pushed_message (ib_progress_t *progress, const char *reference, const char *data, size_t len)
+{
+  char md[IB_DIGEST_LEN];
+  ib_digest_buf (data, len, md);
+  if (ib_str_has_prefix (reference, "sha256:"))
+    ib_progress_message (progress, "digest: %s size: %zu", md, len);
+  else
+    ib_progress_message (progress, "%s: digest: %s size: %zu", reference, md, len);
+}
 
 static bool
 push_known (push_ctx_t *pc, const char *registry, const char *repo, const char *digest)
@@ -2949,32 +3388,37 @@ push_manifest (push_ctx_t *pc, ib_registry_t *r, const char *repo, const char *d
   for (size_t i = 0; i <= m->n_layers && ret == 0; i++)
     {
       const ib_descriptor_t *d = i == 0 ? &m->config : &m->layers[i - 1];
-      const char *what = i == 0 ? "config" : "layer";
-      char sd[24], sz[32];
-      short_digest (d->digest, sd);
-      ib_human_size (d->size, sz);
+      const char *already = i == 0 ? "Already exists" : "Layer already exists";
+      char id[13];
+      ib_progress_short_id (d->digest, id);
+      int item = ib_progress_add (pc->progress, id, "Preparing", d->size);
       if (push_known (pc, r->name, repo, d->digest))
-        continue;
+        {
+          ib_progress_done (pc->progress, item, true, already);
+          continue;
+        }
       bool exists = false;
       ret = ib_registry_blob_exists (r, repo, d->digest, &exists, err);
-      if (ret < 0)
-        break;
-      if (exists)
-        ib_info ("push %s: %s %s %s (already in the registry)", pc->shown, what, sd, sz);
-      else
+      if (ret == 0 && exists)
+        ib_progress_done (pc->progress, item, true, already);
+      else if (ret == 0)
         {
           cleanup_free char *from = mount_source (pc, r->name, repo, d->digest);
           char how[64];
-          ret = upload_blob (r, repo, d->digest, pc->store, from, how, err);
+          ret = upload_blob (r, repo, d->digest, pc->store, from, how, pc->progress, item, err);
           if (ret == 0)
-            ib_info ("push %s: %s %s %s (%s)", pc->shown, what, sd, sz, how);
+            ib_progress_done (pc->progress, item, true, how);
         }
-      if (ret == 0)
+      if (ret < 0)
+        ib_progress_done (pc->progress, item, false, (*err)->msg);
+      else
         push_note (pc, r->name, repo, d->digest);
     }
   if (ret == 0)
     ret = ib_registry_put_manifest (r, repo, reference, data, len,
                                     media_type ? media_type : m->media_type, err);
+  if (ret == 0)
+    pushed_message (pc->progress, reference, data, len);
   ib_manifest_free (m);
   return ret;
 }
@@ -3021,7 +3465,10 @@ push_one (push_ctx_t *pc, ib_registry_t *r, const ib_ref_t *dst, const ib_descri
   json_decref (j);
   if (rc < 0)
     return -1;
-  return ib_registry_put_manifest (r, dst->repository, reference, data, len, d->media_type, err);
+  if (ib_registry_put_manifest (r, dst->repository, reference, data, len, d->media_type, err) < 0)
+    return -1;
+  pushed_message (pc->progress, reference, data, len);
+  return 0;
 }
 
 /* Where a push of `ref` goes: its registries.conf location (never a
@@ -3095,10 +3542,16 @@ ib_push_refs (ib_store_t *store, const char *src_name, char *const *dst_refs, ib
             }
         }
       if (ret == 0)
-        ret = push_one (&pc, r, &ref, &d, data, len, kind, err);
-      if (ret == 0)
+        {
+          cleanup_free char *title = xasprintf ("push %s", shown);
+          pc.progress = ib_progress_begin (title);
+          ret = push_one (&pc, r, &ref, &d, data, len, kind, err);
+          ib_progress_end (pc.progress);
+          pc.progress = NULL;
+        }
+      if (ret == 0 && ib_progress_get_mode () == IB_PROGRESS_QUIET)
         ib_info ("push %s: manifest %s", shown, d.digest);
-      else
+      else if (ret < 0)
         ib_error_prefix (err, "push %s to %s", src_name, shown);
       ib_ref_free (&ref);
     }

@@ -24,6 +24,7 @@
 #define IB_OCI_REGISTRY_H
 
 #include "common/error.h"
+#include "common/progress.h"
 #include "oci/manifest.h"
 #include "oci/ref.h"
 #include <jansson.h>
@@ -112,11 +113,17 @@ int ib_registry_fetch_blob (ib_registry_t *r, const char *repo, const char *dige
  * (to blob storage) are followed by hand, sending Authorization only to
  * the registry's own origin.  Blobs already in the store are not fetched.
  * `shown` (may be NULL) names the image in messages.  `blobs` is copied.
- * The registry client `r` must not be used by the caller until
- * ib_fetch_wait returned. */
+ * `progress` (may be NULL; not owned, must outlive the fetch) gets one item
+ * per blob, added in order: "Downloading" with its bytes, "Retrying in
+ * 1.2s (HTTP 503)" while a retry waits, done with "Already exists",
+ * "Download complete" or the error; when `unpacking`, a verified blob's
+ * item only gets the status "Download complete" and the caller says when
+ * it is done (ib_pull_session_layer_done).  The registry client `r` must
+ * not be used by the caller until ib_fetch_wait returned. */
 typedef struct ib_fetch ib_fetch_t;
 int ib_fetch_start (ib_registry_t *r, ib_store_t *store, const char *repo, const char *shown,
-                    const ib_descriptor_t *blobs, size_t n, ib_fetch_t **out, ib_error_t *err);
+                    const ib_descriptor_t *blobs, size_t n, ib_progress_t *progress,
+                    bool unpacking, ib_fetch_t **out, ib_error_t *err);
 
 /* A reader's position in one blob of a fetch; zero-initialise. */
 typedef struct ib_fetch_cursor
@@ -187,23 +194,24 @@ int ib_pull (ib_store_t *store, const char *ref_string, const char *os, const ch
  * layer, stores the manifest and tags it (as ib_pull does), and frees the
  * session whatever the outcome; ib_pull_abort stops and frees it (the
  * partial downloads stay, to be resumed).  The manifest and config
- * (borrowed, valid until end/abort) give the layers and diff_ids.  Errors
- * start "pull REF: ". */
+ * (borrowed, valid until end/abort) give the layers and diff_ids.  The
+ * session shows a progress display "pull REF" (common/progress.h, the
+ * mode the CLI set) with an item per layer from begin to end/abort.
+ * Errors start "pull REF: ". */
 typedef struct ib_pull_session ib_pull_session_t;
 int ib_pull_begin (ib_store_t *store, const char *ref_string, const char *os, const char *arch,
-                   const char *variant, ib_pull_session_t **out, ib_error_t *err);
+                   const char *variant, bool unpacking, ib_pull_session_t **out,
+                   ib_error_t *err);
 const ib_manifest_t *ib_pull_session_manifest (const ib_pull_session_t *s);
 json_t *ib_pull_session_config (const ib_pull_session_t *s);
 ssize_t ib_pull_session_read (ib_pull_session_t *s, size_t layer, ib_fetch_cursor_t *cur,
                               void *buf, size_t len, ib_error_t *err);
 int ib_pull_end (ib_pull_session_t *s, ib_descriptor_t *out, ib_error_t *err);
 void ib_pull_abort (ib_pull_session_t *s);
+/* With `unpacking` (ib_pull_begin): layer i is unpacked (ok) or its unpack
+ * failed (`why`, copied): its progress item says "Pull complete" or why. */
+void ib_pull_session_layer_done (ib_pull_session_t *s, size_t layer, bool ok, const char *why);
 
-/* Push stored image `src_name` (name or digest) to `dst_ref`: blobs then the
- * manifest (its stored bytes and media type, so its digest is kept), tagged
- * with dst_ref's tag (or by digest).  A stored index is pushed with every
- * platform manifest it lists (each must be in the store).  Blobs the
- * registry has already are skipped.  Errors start "push SRC to DST: ". */
 /* Push stored image `src_name` (name or digest) to `dst_ref` (its
  * registries.conf location; never a mirror; blocked refused): blobs then
  * the manifest (its stored bytes and media type, so its digest is kept),

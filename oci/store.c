@@ -545,7 +545,7 @@ ib_store_load_image (ib_store_t *s, const char *name, ib_descriptor_t *desc,
       const char *os, *arch, *variant;
       ib_host_platform (&os, &arch, &variant);
       ib_descriptor_t sel;
-      if (ib_index_select (data, len, os, arch, variant, &sel, err) < 0)
+      if (ib_index_select (data, len, os, arch, variant, 0, &sel, NULL, err) < 0)
         goto fail;
       ib_descriptor_clear (&d);
       d = sel;

@@ -1941,7 +1941,7 @@ ib_rootfs_pull (ib_store_t *store, const char *ref, const char *os, const char *
                 const char *variant, const char *dest, bool snapshot, ib_error_t *err)
 {
   ib_pull_session_t *s = NULL;
-  if (ib_pull_begin (store, ref, os, arch, variant, &s, err) < 0)
+  if (ib_pull_begin (store, ref, os, arch, variant, true, &s, err) < 0)
     return -1;
   const ib_manifest_t *m = ib_pull_session_manifest (s);
   cleanup_strv char **diff_ids = NULL;
@@ -1993,11 +1993,13 @@ ib_rootfs_pull (ib_store_t *store, const char *ref, const char *os, const char *
                           i, digests[i], diff_ids[i], got);
       if (r < 0)
         {
+          ib_pull_session_layer_done (s, i, false, e->msg);
           ib_pull_abort (s);
           remove_quietly (dest);
           *err = e;
           return ib_error_prefix (err, "pull %s", ref);
         }
+      ib_pull_session_layer_done (s, i, true, NULL);
     }
   if (ib_pull_end (s, NULL, err) < 0)
     {

@@ -1,5 +1,6 @@
 """Fixtures for the e2e suite: a local registry with a Debian base image,
 and a helper that runs bin/imgbuild.  Everything listens on 127.0.0.1."""
+import json
 import os
 import subprocess
 from pathlib import Path
@@ -49,3 +50,71 @@ def base_image(registry):
 @pytest.fixture(scope="session")
 def store(tmp_path_factory):
     return tmp_path_factory.mktemp("store")
+
+
+@pytest.fixture(scope="session")
+def formats(registry, base_image):
+    """Images in every format (tests/lib/formats.py): a dict of references."""
+    out = json.loads(sh("/usr/bin/python3", ROOT / "tests/lib/formats.py", registry).stdout)
+    out["v2s2"] = base_image
+    return out
+
+
+class FaultProxy:
+    """tests/lib/faultproxy.py in front of the registry, with its request log."""
+
+    def __init__(self, upstream, spec, logfile):
+        self.logfile = logfile
+        self.proc = subprocess.Popen(
+            ["/usr/bin/python3", str(ROOT / "tests/lib/faultproxy.py"), "--upstream", upstream,
+             "--spec", json.dumps(spec), "--log", str(logfile), "--lifetime", "600"],
+            stdout=subprocess.PIPE, text=True, start_new_session=True)
+        self.port = int(self.proc.stdout.readline())
+        self.host = f"127.0.0.1:{self.port}"
+
+    def log(self):
+        """Requests seen so far, in order of arrival."""
+        return json.loads(self.logfile.read_text())
+
+    def stop(self):
+        self.proc.terminate()
+        self.proc.wait(timeout=10)
+
+
+@pytest.fixture
+def faultproxy(registry, tmp_path):
+    """faultproxy(spec) starts a proxy with that fault list; stopped after the test."""
+    started = []
+
+    def start(spec):
+        p = FaultProxy(registry, spec, tmp_path / f"proxy-log-{len(started)}.json")
+        started.append(p)
+        return p
+
+    yield start
+    for p in started:
+        p.stop()
+
+
+def walk_blobs(store):
+    """{digest: size} of every file under blobs/sha256, each checked to hash to its name."""
+    import hashlib
+    found = {}
+    d = Path(store) / "blobs/sha256"
+    for f in d.iterdir() if d.is_dir() else []:
+        h = hashlib.sha256()
+        with open(f, "rb") as fp:
+            for chunk in iter(lambda: fp.read(1 << 20), b""):
+                h.update(chunk)
+        assert h.hexdigest() == f.name, f"store {store} holds a wrong blob {f.name}"
+        found["sha256:" + f.name] = f.stat().st_size
+    return found
+
+
+def stored_names(store):
+    """Names tagged in the store's index.json (empty when it has none)."""
+    p = Path(store) / "index.json"
+    if not p.exists():
+        return []
+    return [m.get("annotations", {}).get("org.opencontainers.image.ref.name")
+            for m in json.loads(p.read_text()).get("manifests", [])]

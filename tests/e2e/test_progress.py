@@ -1,7 +1,136 @@
-"""Progress options of the CLI (common/progress.c is unit-tested in
-tests/unit/test_progress.c).  The push progress e2e tests live on branch
-issue3-progress until progress is wired into the merged push and pull."""
-from conftest import imgbuild
+"""Progress output of `imgbuild push`, `pull` and `unpack` (common/progress.c):
+JSON lines, plain lines, quiet, and TTY bars on a pseudo-terminal."""
+import fcntl
+import json
+import os
+import pty
+import re
+import select
+import socket
+import struct
+import subprocess
+import termios
+import time
+import uuid
+
+import pytest
+
+from conftest import IMGBUILD, imgbuild, sh
+from regutil import Registry
+
+RFC3339_MS = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
+PUSH_DONE = {"Pushed", "Layer already exists", "Already exists"}
+
+
+@pytest.fixture(scope="module")
+def pushed_src(registry, base_image, store):
+    """The base image in the store, and the short ids of its blobs."""
+    r = imgbuild("pull", base_image, store=store)
+    assert r.rc == 0, r
+    info = json.loads(imgbuild("inspect", base_image, store=store).out)
+    blobs = [info["manifest"]["config"]] + info["manifest"]["layers"]
+    return base_image, {b["digest"].split(":")[1][:12]: b["size"] for b in blobs}
+
+
+@pytest.fixture(scope="module")
+def target(tmp_path_factory):
+    """A second registry: pushes there upload (nothing to mount from)."""
+    reg = Registry(tmp_path_factory.mktemp("progress-target"))
+    yield f"127.0.0.1:{reg.port}"
+    reg.stop()
+
+
+def fresh(target):
+    return f"{target}/progress/{uuid.uuid4().hex[:8]}:v1"
+
+
+def remote_layers(ref):
+    out = sh("skopeo", "inspect", "--tls-verify=false", f"docker://{ref}").stdout
+    return json.loads(out)["Layers"]
+
+
+def test_push_json_lines(target, pushed_src, store):
+    src, blobs = pushed_src
+    dst = fresh(target)
+    r = imgbuild("--progress=json", "push", src, dst, store=store)
+    assert r.rc == 0, r
+    assert r.out == ""
+    events = [json.loads(line) for line in r.err.splitlines()]  # every line is JSON
+    assert events
+    for e in events:
+        assert RFC3339_MS.match(e["time"]), e
+        assert e["title"] == f"push {dst}"
+        assert e["event"] in ("add", "update", "status", "done", "message")
+    done = {e["id"]: e for e in events if e["event"] == "done"}
+    assert set(done) == set(blobs)
+    for i, size in blobs.items():
+        d = done[i]
+        assert d["ok"] is True and d["status"] == "Pushed", d
+        assert d["current"] == size and d["total"] == size
+        mine = [e["event"] for e in events if e.get("id") == i]
+        assert mine[0] == "add" and mine[-1] == "done" and mine.count("done") == 1
+        assert "status" in mine  # Preparing -> Pushing
+    msg = [e for e in events if e["event"] == "message"]
+    assert len(msg) == 1 and msg[0]["message"].startswith("v1: digest: sha256:")
+    assert events[-1]["event"] == "message"
+    assert remote_layers(dst) == remote_layers(src)
+
+    # Again: the registry has every blob now.  IMGBUILD_PROGRESS says json.
+    r = imgbuild("push", src, dst, store=store, env={"IMGBUILD_PROGRESS": "json"})
+    assert r.rc == 0, r
+    events = [json.loads(line) for line in r.err.splitlines()]
+    done = [e for e in events if e["event"] == "done"]
+    assert sorted(e["status"] for e in done) == ["Already exists"] + ["Layer already exists"] * (len(blobs) - 1)
+    assert all(e["ok"] for e in done)
+    assert not [e for e in events if e["event"] == "update"]
+
+
+def test_push_plain_lines(target, pushed_src, store):
+    src, blobs = pushed_src
+    dst = fresh(target)
+    r = imgbuild("--progress", "plain", "push", src, dst, store=store)
+    assert r.rc == 0, r
+    lines = r.err.splitlines()
+    assert lines[0] == f"push {dst}"
+    assert "\x1b" not in r.err
+    for i in blobs:
+        mine = [l for l in lines if l.startswith(f"{i}: ")]
+        assert re.fullmatch(rf"{i}: Preparing [0-9.]+k?M?G?B", mine[0]), mine
+        assert mine[1] == f"{i}: Pushing"
+        assert re.fullmatch(rf"{i}: Pushed \([0-9.]+k?M?G?B in [0-9.]+s(, [0-9.]+k?M?G?B/s)?\)", mine[-1]), mine
+    assert re.fullmatch(r"v1: digest: sha256:[0-9a-f]{64} size: \d+", lines[-1])
+
+
+def test_push_quiet_prints_nothing(target, pushed_src, store):
+    src, _ = pushed_src
+    dst = fresh(target)
+    r = imgbuild("-q", "push", src, dst, store=store)
+    assert r.rc == 0, r
+    assert r.err == "" and r.out == ""
+    assert remote_layers(dst) == remote_layers(src)
+    # -q wins over the environment, --progress over -q
+    r = imgbuild("-q", "push", src, dst, store=store, env={"IMGBUILD_PROGRESS": "plain"})
+    assert r.rc == 0 and r.err == "", r
+    r = imgbuild("-q", "--progress=json", "push", src, dst, store=store)
+    assert r.rc == 0 and all(json.loads(l) for l in r.err.splitlines()) and r.err, r
+
+
+def test_push_failure_ends_with_one_error_line(pushed_src, store):
+    src, _ = pushed_src
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    r = imgbuild("-q", "push", src, f"127.0.0.1:{port}/x:1", store=store)
+    assert r.rc == 1
+    assert len(r.err.splitlines()) == 1 and r.err.startswith("imgbuild: push "), r
+    assert f"127.0.0.1:{port}" in r.err
+    r = imgbuild("--progress=json", "push", src, f"127.0.0.1:{port}/x:1", store=store)
+    assert r.rc == 1
+    *events, last = r.err.splitlines()
+    assert last.startswith("imgbuild: push ")
+    done = [json.loads(l) for l in events if json.loads(l)["event"] == "done"]
+    assert len(done) == 1 and done[0]["ok"] is False and f"127.0.0.1:{port}" in done[0]["status"]
 
 
 def test_bad_progress_mode_is_a_usage_error(store):
@@ -9,3 +138,132 @@ def test_bad_progress_mode_is_a_usage_error(store):
     assert r.rc == 2 and "--progress" in r.err and "fancy" in r.err
     r = imgbuild("images", store=store, env={"IMGBUILD_PROGRESS": "fancy"})
     assert r.rc == 2 and "IMGBUILD_PROGRESS" in r.err
+
+
+def run_on_pty(args, cols=100, rows=24, term="xterm", timeout=600):
+    """Run imgbuild with stderr on a pseudo-terminal; (rc, stdout, terminal bytes)."""
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+    env = dict(os.environ, TERM=term)
+    env.pop("IMGBUILD_PROGRESS", None)
+    p = subprocess.Popen([str(IMGBUILD), *map(str, args)], stdin=subprocess.DEVNULL,
+                         stdout=subprocess.PIPE, stderr=slave, env=env)
+    os.close(slave)
+    out = b""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([master], [], [], 1)
+        if not ready:
+            if p.poll() is not None:
+                break
+            continue
+        try:
+            data = os.read(master, 65536)
+        except OSError:  # EIO: the last holder of the terminal closed it
+            break
+        if not data:
+            break
+        out += data
+    os.close(master)
+    stdout = p.stdout.read()
+    p.stdout.close()
+    return p.wait(timeout=60), stdout, out.decode().replace("\r\n", "\n")
+
+
+def test_push_tty_bars(target, pushed_src, store):
+    src, blobs = pushed_src
+    dst = fresh(target)
+    rc, _, term = run_on_pty(["--store", store, "push", src, dst])
+    assert rc == 0, term
+    assert term.startswith(f"push {dst}\n")
+    assert re.search(r"\x1b\[\dA\r", term), term  # redrawn in place
+    # a bar while the layer was being sent: "id: Pushing [===>   ]  12.3MB/63.4MB"
+    layer = max(blobs, key=blobs.get)
+    assert re.search(rf"{layer}: Pushing \[=*>? *\]  [0-9.]+[kMG]?B/[0-9.]+MB", term), term
+    # each item's final line stays; the digest line comes last
+    final = term[term.rfind("A\r") + 2:] if "A\r" in term else term
+    for i in blobs:
+        assert f"{i}: Pushed\x1b[K\n" in final, final
+    assert re.search(r"v1: digest: sha256:[0-9a-f]{64} size: \d+\x1b\[K\n$", term), final
+    # every line fits in the 100 columns
+    for line in re.sub(r"\x1b\[(\d+A|K)|\r", "", term).splitlines():
+        assert len(line) <= 99, line
+
+
+def test_push_on_dumb_terminal_is_plain(target, pushed_src, store):
+    src, _ = pushed_src
+    rc, _, term = run_on_pty(["--store", store, "push", src, fresh(target)], term="dumb")
+    assert rc == 0, term
+    assert "\x1b" not in term and ": Pushing\n" in term
+
+
+# ---------- pull and unpack ----------
+
+def base_blobs(base_image, store):
+    info = json.loads(imgbuild("inspect", base_image, store=store).out)
+    return {l["digest"].split(":")[1][:12]: l["size"] for l in info["manifest"]["layers"]}, info["digest"]
+
+
+def test_pull_json_lines(registry, base_image, store, tmp_path):
+    fresh_store = tmp_path / "s"
+    r = imgbuild("--progress=json", "pull", base_image, store=fresh_store)
+    assert r.rc == 0, r
+    layers, digest = base_blobs(base_image, fresh_store)
+    assert r.out.strip() == digest
+    events = [json.loads(line) for line in r.err.splitlines()]  # every line is JSON
+    for e in events:
+        assert RFC3339_MS.match(e["time"]) and e["title"] == f"pull {base_image}", e
+    done = {e["id"]: e for e in events if e["event"] == "done"}
+    assert set(done) == set(layers)
+    for i, size in layers.items():
+        d = done[i]
+        assert d["ok"] is True and d["status"] == "Download complete", d
+        assert d["current"] == size and d["total"] == size
+        mine = [e["event"] for e in events if e.get("id") == i]
+        assert mine[0] == "add" and mine[-1] == "done" and mine.count("done") == 1
+    msg = [e["message"] for e in events if e["event"] == "message"]
+    assert msg[-1] == f"Digest: {digest}"
+
+    # again: every layer is in the store, nothing moves
+    r = imgbuild("--progress=json", "pull", base_image, store=fresh_store)
+    assert r.rc == 0, r
+    events = [json.loads(line) for line in r.err.splitlines()]
+    assert sorted(e["status"] for e in events if e["event"] == "done") == ["Already exists"] * len(layers)
+    assert not [e for e in events if e["event"] == "update"]
+
+
+def test_pull_plain_lines_and_quiet(registry, base_image, tmp_path):
+    r = imgbuild("--progress", "plain", "pull", base_image, store=tmp_path / "s")
+    assert r.rc == 0, r
+    lines = r.err.splitlines()
+    assert lines[0] == f"pull {base_image}" and "\x1b" not in r.err
+    layers, digest = base_blobs(base_image, tmp_path / "s")
+    for i in layers:
+        mine = [l for l in lines if l.startswith(f"{i}: ")]
+        assert re.fullmatch(rf"{i}: Downloading [0-9.]+k?M?G?B", mine[0]), mine
+        assert re.fullmatch(rf"{i}: Download complete \([0-9.]+k?M?G?B in [0-9.]+s(, [0-9.]+k?M?G?B/s)?\)",
+                            mine[-1]), mine
+    assert lines[-1] == f"Digest: {digest}"
+    r = imgbuild("-q", "pull", base_image, store=tmp_path / "q")
+    assert r.rc == 0 and r.err == "" and r.out.strip() == digest, r
+
+
+def test_unpack_tty_bars_then_pull_complete(registry, base_image, tmp_path):
+    """imgbuild unpack of an image not in the store: downloads and unpacks in
+    one pass; each layer's bar ends as "Pull complete"."""
+    rc, out, term = run_on_pty(["--store", tmp_path / "s", "unpack", base_image, tmp_path / "root"])
+    assert rc == 0, term
+    assert (tmp_path / "root" / "etc" / "os-release").is_file()
+    layers, _ = base_blobs(base_image, tmp_path / "s")
+    assert term.startswith(f"pull {base_image}\n"), term
+    final = term[term.rfind("A\r") + 2:] if "A\r" in term else term
+    for i in layers:
+        assert f"{i}: Pull complete\x1b[K\n" in final, final
+    assert re.search(r"Digest: sha256:[0-9a-f]{64}\x1b\[K\n", term), term
+    # bars fit the 100 columns; log lines (the unpack's warnings) come whole,
+    # on lines of their own above the bars
+    lines = re.sub(r"\x1b\[(\d+A|K)|\r", "", term).splitlines()
+    for line in lines:
+        assert len(line) <= 99 or line.startswith("imgbuild: warning: "), line
+    assert any(l.startswith("imgbuild: warning: unpack layer 0 ") for l in lines) \
+        or "imgbuild: warning:" not in term, term

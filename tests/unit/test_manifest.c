@@ -9,6 +9,7 @@
 #include "common/util.h"
 #include "oci/manifest.h"
 
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -205,13 +206,36 @@ test_bad_manifests (void **state)
     }
 }
 
+#define SEL(doc, os, arch, var, d, err) \
+  ib_index_select (doc, strlen (doc), os, arch, var, 0, d, NULL, err)
+
+static const char nested_index[] =
+  "{\"schemaVersion\":2,\"mediaType\":\"application/vnd.oci.image.index.v1+json\",\"manifests\":["
+  "{\"mediaType\":\"application/vnd.oci.image.manifest.v1+json\",\"size\":12,\"digest\":\"sha256:" H3
+  "\",\"platform\":{\"architecture\":\"unknown\",\"os\":\"unknown\"}},"
+  "{\"mediaType\":\"application/vnd.oci.image.index.v1+json\",\"size\":20,\"digest\":\"sha256:" H1
+  "\",\"platform\":{\"architecture\":\"s390x\",\"os\":\"linux\"}},"
+  "{\"mediaType\":\"application/vnd.oci.image.index.v1+json\",\"size\":21,\"digest\":\"sha256:" H2 "\"},"
+  "{\"mediaType\":\"application/vnd.oci.image.manifest.v1+json\",\"size\":13,\"digest\":\"sha256:" H4
+  "\",\"platform\":{\"architecture\":\"riscv64\",\"os\":\"linux\"}},"
+  "{\"mediaType\":\"application/vnd.docker.distribution.manifest.list.v2+json\",\"size\":22,"
+  "\"digest\":\"sha256:" H3 "\"}]}";
+
+static const char attest_index[] =
+  "{\"schemaVersion\":2,\"manifests\":["
+  "{\"mediaType\":\"application/vnd.oci.image.manifest.v1+json\",\"size\":12,\"digest\":\"sha256:" H3
+  "\",\"platform\":{\"architecture\":\"amd64\",\"os\":\"linux\"},\"annotations\":"
+  "{\"vnd.docker.reference.type\":\"attestation-manifest\"}},"
+  "{\"mediaType\":\"application/vnd.oci.image.manifest.v1+json\",\"size\":13,\"digest\":\"sha256:" H4
+  "\",\"platform\":{\"architecture\":\"amd64\",\"os\":\"linux\",\"variant\":\"v2\"}}]}";
+
 static void
 test_index_select (void **state)
 {
   (void) state;
   ib_descriptor_t d;
   ib_error_t err = NULL;
-  assert_int_equal (ib_index_select (docker_list, strlen (docker_list), "linux", "amd64", NULL, &d, &err), 0);
+  assert_int_equal (SEL (docker_list, "linux", "amd64", NULL, &d, &err), 0);
   assert_string_equal (d.digest, "sha256:" H3);
   assert_string_equal (d.media_type, IB_MT_DOCKER_MANIFEST);
   assert_int_equal (d.size, 531);
@@ -220,40 +244,155 @@ test_index_select (void **state)
   assert_null (d.variant);
   ib_descriptor_clear (&d);
 
-  assert_int_equal (ib_index_select (docker_list, strlen (docker_list), "linux", "arm64", NULL, &d, &err), 0);
+  /* arm64 means arm64/v8, with or without the variant written */
+  assert_int_equal (SEL (docker_list, "linux", "arm64", NULL, &d, &err), 0);
   assert_string_equal (d.digest, "sha256:" H2);
   assert_string_equal (d.variant, "v8");
   ib_descriptor_clear (&d);
-
-  assert_int_equal (ib_index_select (docker_list, strlen (docker_list), "linux", "arm", "v7", &d, &err), 0);
-  assert_string_equal (d.digest, "sha256:" H1);
-  ib_descriptor_clear (&d);
-
-  /* an entry without a variant wins over one with, when none is asked for */
-  assert_int_equal (ib_index_select (oci_index, strlen (oci_index), "linux", "amd64", NULL, &d, &err), 0);
+  assert_int_equal (SEL (docker_list, "linux", "arm64", "v8", &d, &err), 0);
   assert_string_equal (d.digest, "sha256:" H2);
   ib_descriptor_clear (&d);
-  assert_int_equal (ib_index_select (oci_index, strlen (oci_index), "linux", "amd64", "v3", &d, &err), 0);
+  assert_int_equal (SEL (docker_list, "linux", "aarch64", NULL, &d, &err), 0);
+  assert_string_equal (d.digest, "sha256:" H2);
+  ib_descriptor_clear (&d);
+
+  assert_int_equal (SEL (docker_list, "linux", "arm", "v7", &d, &err), 0);
+  assert_string_equal (d.digest, "sha256:" H1);
+  ib_descriptor_clear (&d);
+  /* plain arm is arm/v7 */
+  assert_int_equal (SEL (docker_list, "linux", "arm", NULL, &d, &err), 0);
+  assert_string_equal (d.digest, "sha256:" H1);
+  ib_descriptor_clear (&d);
+  /* an arm/v8 (32-bit) machine runs arm/v7 images */
+  assert_int_equal (SEL (docker_list, "linux", "arm", "v8", &d, &err), 0);
   assert_string_equal (d.digest, "sha256:" H1);
   ib_descriptor_clear (&d);
 
-  /* not offered: the error lists what is (attestations left out) */
-  assert_int_equal (ib_index_select (docker_list, strlen (docker_list), "linux", "s390x", NULL, &d, &err), -1);
-  assert_non_null (strstr (err->msg, "linux/s390x"));
-  assert_non_null (strstr (err->msg, "linux/arm/v7, linux/arm64/v8, linux/amd64, linux/ppc64le"));
+  /* plain amd64: an entry without a variant wins over amd64/v3 */
+  assert_int_equal (SEL (oci_index, "linux", "amd64", NULL, &d, &err), 0);
+  assert_string_equal (d.digest, "sha256:" H2);
+  ib_descriptor_clear (&d);
+  assert_int_equal (SEL (oci_index, "linux", "amd64", "v3", &d, &err), 0);
+  assert_string_equal (d.digest, "sha256:" H1);
+  ib_descriptor_clear (&d);
+  /* v2 asked: v3 needs a newer CPU, v1 (no variant) does not */
+  assert_int_equal (SEL (oci_index, "linux", "amd64", "v2", &d, &err), 0);
+  assert_string_equal (d.digest, "sha256:" H2);
+  ib_descriptor_clear (&d);
+  /* a plain amd64 request takes amd64/v2 when that is all there is;
+   * attestations (by annotation or unknown/unknown) are never chosen */
+  assert_int_equal (SEL (attest_index, "linux", "amd64", NULL, &d, &err), 0);
+  assert_string_equal (d.digest, "sha256:" H4);
+  ib_descriptor_clear (&d);
+  assert_int_equal (SEL (attest_index, "linux", "amd64", "v1", &d, &err), -1);
+  assert_string_equal (err->msg, "no image for linux/amd64/v1; the index offers linux/amd64/v2");
   ib_error_free (&err);
-  assert_int_equal (ib_index_select (docker_list, strlen (docker_list), "linux", "arm", "v6", &d, &err), -1);
+
+  /* not offered: the error lists what is (attestations left out) */
+  char *offered = NULL;
+  assert_int_equal (ib_index_select (docker_list, strlen (docker_list), "linux", "s390x", NULL, 0,
+                                     &d, &offered, &err),
+                    -1);
+  assert_int_equal (err->status, ENOENT);
+  assert_string_equal (err->msg, "no image for linux/s390x; the index offers linux/arm/v7, "
+                                 "linux/arm64/v8, linux/amd64, linux/ppc64le");
+  assert_string_equal (offered, "linux/arm/v7, linux/arm64/v8, linux/amd64, linux/ppc64le");
+  free (offered);
+  ib_error_free (&err);
+  assert_int_equal (SEL (docker_list, "linux", "arm", "v6", &d, &err), -1);
   assert_non_null (strstr (err->msg, "linux/arm/v6"));
   ib_error_free (&err);
-  assert_int_equal (ib_index_select (oci_index, strlen (oci_index), "windows", "amd64", NULL, &d, &err), -1);
-  assert_non_null (strstr (err->msg, "offers: linux/amd64/v3, linux/amd64)"));
+  assert_int_equal (SEL (oci_index, "windows", "amd64", NULL, &d, &err), -1);
+  assert_non_null (strstr (err->msg, "offers linux/amd64/v3, linux/amd64"));
   assert_null (strstr (err->msg, "unknown"));
   ib_error_free (&err);
 
-  const char *empty = "{\"schemaVersion\":2,\"manifests\":[]}";
-  assert_int_equal (ib_index_select (empty, strlen (empty), "linux", "amd64", NULL, &d, &err), -1);
-  assert_non_null (strstr (err->msg, "nothing"));
+  /* nested indexes: a matching manifest first, then each index that may
+   * hold one (no platform or a matching one), in order */
+  assert_int_equal (SEL (nested_index, "linux", "riscv64", NULL, &d, &err), 0);
+  assert_string_equal (d.digest, "sha256:" H4);
+  ib_descriptor_clear (&d);
+  assert_int_equal (SEL (nested_index, "linux", "amd64", NULL, &d, &err), 0);
+  assert_string_equal (d.digest, "sha256:" H2);
+  assert_string_equal (d.media_type, IB_MT_OCI_INDEX);
+  ib_descriptor_clear (&d);
+  assert_int_equal (ib_index_select (nested_index, strlen (nested_index), "linux", "amd64", NULL,
+                                     1, &d, NULL, &err),
+                    0);
+  assert_string_equal (d.digest, "sha256:" H3);
+  assert_string_equal (d.media_type, IB_MT_DOCKER_LIST);
+  ib_descriptor_clear (&d);
+  assert_int_equal (ib_index_select (nested_index, strlen (nested_index), "linux", "amd64", NULL,
+                                     2, &d, &offered, &err),
+                    -1);
+  assert_string_equal (offered, "linux/riscv64");
+  free (offered);
   ib_error_free (&err);
+  /* the s390x-only nested index is searched for s390x */
+  assert_int_equal (SEL (nested_index, "linux", "s390x", NULL, &d, &err), 0);
+  assert_string_equal (d.digest, "sha256:" H1);
+  ib_descriptor_clear (&d);
+
+  const char *empty = "{\"schemaVersion\":2,\"manifests\":[]}";
+  assert_int_equal (SEL (empty, "linux", "amd64", NULL, &d, &err), -1);
+  assert_non_null (strstr (err->msg, "no image for any platform"));
+  ib_error_free (&err);
+}
+
+static void
+test_platforms (void **state)
+{
+  (void) state;
+  char *os, *arch, *variant;
+  ib_error_t err = NULL;
+  assert_int_equal (ib_platform_parse ("linux/arm64", &os, &arch, &variant, &err), 0);
+  assert_string_equal (os, "linux");
+  assert_string_equal (arch, "arm64");
+  assert_null (variant);
+  free (os), free (arch), free (variant);
+  assert_int_equal (ib_platform_parse ("Linux/x86_64", &os, &arch, &variant, &err), 0);
+  assert_string_equal (os, "linux");
+  assert_string_equal (arch, "amd64");
+  assert_null (variant);
+  free (os), free (arch), free (variant);
+  assert_int_equal (ib_platform_parse ("linux/armhf", &os, &arch, &variant, &err), 0);
+  assert_string_equal (arch, "arm");
+  assert_string_equal (variant, "v7");
+  free (os), free (arch), free (variant);
+  assert_int_equal (ib_platform_parse ("linux/arm/7", &os, &arch, &variant, &err), 0);
+  assert_string_equal (variant, "v7");
+  free (os), free (arch), free (variant);
+  const char *bad[] = { "linux", "linux/", "/amd64", "linux//v7", "linux/arm/v7/x", "linux/arm/", "" };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+    {
+      if (ib_platform_parse (bad[i], &os, &arch, &variant, &err) != -1)
+        fail_msg ("accepted platform '%s'", bad[i]);
+      assert_int_equal (err->status, EINVAL);
+      assert_non_null (strstr (err->msg, "OS/ARCH"));
+      ib_error_free (&err);
+    }
+
+  /* ranks: 0 = no, equal platforms best */
+  assert_int_equal (ib_platform_rank ("linux", "amd64", NULL, "linux", "amd64", NULL), 1000);
+  assert_int_equal (ib_platform_rank ("linux", "amd64", NULL, "linux", "arm64", NULL), 0);
+  assert_int_equal (ib_platform_rank ("linux", "amd64", NULL, "windows", "amd64", NULL), 0);
+  assert_true (ib_platform_rank ("linux", "amd64", NULL, "linux", "amd64", "v3") > 0);
+  assert_true (ib_platform_rank ("linux", "amd64", NULL, "linux", "amd64", "v2")
+               > ib_platform_rank ("linux", "amd64", NULL, "linux", "amd64", "v3"));
+  assert_int_equal (ib_platform_rank ("linux", "amd64", "v2", "linux", "amd64", "v3"), 0);
+  assert_int_equal (ib_platform_rank ("linux", "arm64", NULL, "linux", "arm64", "v8"), 1000);
+  assert_int_equal (ib_platform_rank ("linux", "arm64", "v8", "linux", "aarch64", NULL), 1000);
+  assert_int_equal (ib_platform_rank ("linux", "arm", "v6", "linux", "arm", "v7"), 0);
+  assert_true (ib_platform_rank ("linux", "arm", "v7", "linux", "arm", "v6") > 0);
+  assert_int_equal (ib_platform_rank ("linux", "ppc64le", NULL, "linux", "ppc64le", NULL), 1000);
+  assert_int_equal (ib_platform_rank ("linux", "mips64", "x", "linux", "mips64", "y"), 0);
+  assert_int_equal (ib_platform_rank ("linux", "amd64", NULL, NULL, "amd64", NULL), 0);
+  char *s = ib_platform_string ("linux", "arm64", "v8");
+  assert_string_equal (s, "linux/arm64/v8");
+  free (s);
+  s = ib_platform_string ("linux", "amd64", "");
+  assert_string_equal (s, "linux/amd64");
+  free (s);
 }
 
 static void
@@ -379,6 +518,7 @@ main (void)
     cmocka_unit_test (test_parse_oci),     cmocka_unit_test (test_parse_docker),
     cmocka_unit_test (test_doc_kind_fallbacks), cmocka_unit_test (test_schema1),
     cmocka_unit_test (test_bad_manifests), cmocka_unit_test (test_index_select),
+    cmocka_unit_test (test_platforms),
     cmocka_unit_test (test_serialize),     cmocka_unit_test (test_config),
     cmocka_unit_test (test_chain_id),      cmocka_unit_test (test_host_platform),
   };
