@@ -204,10 +204,10 @@ enum src_kind
 
 /* The decoding half of the unpack pipeline.  A worker thread reads the
  * layer's bytes through `read`, decompresses them (gzip with ISA-L's
- * igzip, several times faster than zlib's inflate; zstd with libzstd),
- * hashes the tar stream (the diff_id) and hands it over in PIPE_BUF_SIZE
- * buffers through a ring of PIPE_NBUF; libarchive, in the calling thread,
- * parses the tar and the files are written there.  Decoding and writing
+ * igzip, several times faster than zlib's inflate; zstd with libzstd)
+ * and hands the tar stream over in PIPE_BUF_SIZE buffers through a ring of
+ * PIPE_NBUF; in the calling thread each buffer is hashed (the diff_id) as
+ * it is taken, libarchive parses the tar and the files are written.  Decoding and writing
  * thus run on two cores, and memory stays bounded (PIPE_NBUF MiB). */
 #define PIPE_BUF_SIZE (1 << 20)
 #define PIPE_NBUF 4
@@ -442,8 +442,6 @@ src_decoder (void *arg)
       ssize_t r = 1;
       while (n < PIPE_BUF_SIZE && (r = src_produce (s, s->buf[slot] + n, PIPE_BUF_SIZE - n)) > 0)
         n += (size_t) r;
-      if (n > 0)
-        ib_sha256_update (s->hash, s->buf[slot], n);
 
       pthread_mutex_lock (&s->mu);
       if (n > 0)
@@ -486,6 +484,11 @@ src_next (struct src *s, const void **out)
   else
     n = s->msg ? -1 : 0;
   pthread_mutex_unlock (&s->mu);
+  /* The diff_id: hashed here, on the reader's side of the ring, where the
+   * bytes are about to be read anyway; inflate alone keeps the decoder
+   * thread busy (on 2 cores the two sides are then about even). */
+  if (n > 0)
+    ib_sha256_update (s->hash, *out, (size_t) n);
   return n;
 }
 
