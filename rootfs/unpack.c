@@ -1463,14 +1463,22 @@ apply_dirmeta (struct unpack *u, ib_error_t *err)
 static int
 unpack_stream (struct unpack *u, struct archive *a, ib_error_t *err)
 {
+  cleanup_free char *prev = NULL; /* the last entry applied, for errors between entries */
   for (;;)
     {
       struct archive_entry *e;
       int r = archive_read_next_header (a, &e);
       if (r == ARCHIVE_EOF)
         break;
-      if (r < ARCHIVE_WARN)
-        return arch_error (u, a, NULL, err);
+      if (r == ARCHIVE_RETRY || r < ARCHIVE_WARN)
+        {
+          /* RETRY: a damaged header (bad checksum); libarchive would skip
+           * ahead to the next plausible one, we refuse the layer */
+          arch_error (u, a, NULL, err);
+          if (prev)
+            return ib_error_prefix (err, "the tar header after entry %s", prev);
+          return ib_error_prefix (err, "the first tar header");
+        }
       if (r == ARCHIVE_WARN)
         ib_debug ("%s", archive_error_string (a));
       u->stats->entries++;
@@ -1481,6 +1489,8 @@ unpack_stream (struct unpack *u, struct archive *a, ib_error_t *err)
         continue; /* "./": the target itself, left as the caller made it */
       if (apply_entry (u, a, e, name, err) < 0)
         return -1;
+      free (prev);
+      prev = steal_pointer (&name);
     }
   /* Hash what follows the end-of-archive blocks too: diff_id covers it all. */
   for (;;)
