@@ -13,7 +13,7 @@ LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o)
 UNIT_SRC := $(wildcard tests/unit/test_*.c)
 UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 
-.PHONY: all deps test unit e2e asan demo clean
+.PHONY: all deps test unit e2e asan fuzz demo clean
 all: $(BIN)/imgbuild
 
 $(BUILD)/%.o: %.c $(wildcard */*.h)
@@ -47,8 +47,13 @@ e2e: all $(UNIT_BIN)
 asan:
 	$(MAKE) BUILD=build-asan BIN=bin-asan CFLAGS="-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer" LDFLAGS="-fsanitize=address,undefined" all unit
 
+# libFuzzer targets (clang): ref, manifest/index/config, layer unpack; each
+# runs FUZZ_SECONDS (default 60).  tests/fuzz/run.sh says more.
+fuzz:
+	bash tests/fuzz/run.sh
+
 demo:
 	bash tests/demo.sh
 
 clean:
-	rm -rf build build-asan bin bin-asan
+	rm -rf build build-asan build-fuzz bin bin-asan

@@ -830,7 +830,7 @@ main (int argc, char **argv)
   int sub_argc = argc - optind;
   char **sub_argv = argv + optind;
   ib_error_t err = NULL;
-  int r, status = 0;
+  int r = -1, status = 0;
   if (strcmp (cmd, "build") == 0)
     r = cmd_build (sub_argc, sub_argv, &err);
   else if (strcmp (cmd, "pull") == 0)

@@ -372,7 +372,7 @@ setup_dev (const char *dev, ib_error_t *err)
   if (do_mount ("tmpfs", shm, "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777", err) < 0)
     return -1;
 
-  cleanup_free char *priv = ib_path_join (dev, PRIVATE_DIR + strlen ("/dev/"));
+  cleanup_free char *priv = ib_path_join (dev, &PRIVATE_DIR[sizeof "/dev/" - 1]);
   if (mkdir (priv, 0755) < 0)
     return ib_error_sys (err, errno, "create %s", priv);
   return 0;

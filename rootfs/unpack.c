@@ -1820,15 +1820,18 @@ record_snapshot (ib_store_t *store, const char *dest, const char *snap)
   ib_error_t err = NULL;
   cleanup_free char *tmproot = ib_path_join (store->root, "tmp");
   cleanup_free char *snaps = ib_path_join (store->root, "snapshots");
+  /* declared before the first goto: cleanup would free them uninitialised */
+  cleanup_free char *tmpl = NULL;
+  cleanup_free char *copy = NULL;
   if (ib_mkdir_p (tmproot, 0700, &err) < 0 || ib_mkdir_p (snaps, 0700, &err) < 0)
     goto fail;
-  cleanup_free char *tmpl = ib_path_join (tmproot, "snap-XXXXXX");
+  tmpl = ib_path_join (tmproot, "snap-XXXXXX");
   if (mkdtemp (tmpl) == NULL)
     {
       ib_error_sys (&err, errno, "create %s", tmpl);
       goto fail;
     }
-  cleanup_free char *copy = ib_path_join (tmpl, "rootfs");
+  copy = ib_path_join (tmpl, "rootfs");
   if (ib_copy_tree (dest, copy, &err) < 0)
     goto fail_rm;
   if (rename (copy, snap) < 0)

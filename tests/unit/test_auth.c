@@ -194,6 +194,7 @@ test_lookup_order (void **state)
                                      "\"t.io\": {\"auth\": \"" B64_DEEP "\"}}}");
   cleanup_free char *home = write_tmp ("home/.docker/config.json",
                                        "{\"auths\": {\"u.io\": {\"auth\": \"" B64_TESTER "\"}}}");
+  (void) dk; /* written for its side effect: the file */
   cleanup_free char *xdg = tpath ("xdg");
   cleanup_free char *dc = tpath ("dc");
   setenv ("REGISTRY_AUTH_FILE", a, 1);

@@ -138,7 +138,7 @@ test_blobs (void **state)
   assert_string_equal (d, HELLO_DIGEST);
   assert_true (ib_store_has_blob (s, HELLO_DIGEST));
   cleanup_free char *p = ib_store_blob_path (s, HELLO_DIGEST);
-  cleanup_free char *want = xasprintf ("%s/blobs/sha256/%s", s->root, HELLO_DIGEST + 7);
+  cleanup_free char *want = xasprintf ("%s/blobs/sha256/%s", s->root, &HELLO_DIGEST[7]);
   assert_string_equal (p, want);
   /* again: fine, no duplicate */
   assert_int_equal (ib_store_put_blob (s, "hello", 5, NULL, &err), 0);

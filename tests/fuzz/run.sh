@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# make fuzz: build the libFuzzer targets (clang, ASan+UBSan) and run each
+# for FUZZ_SECONDS (default 60).  Seeds: tests/fuzz/seeds/TARGET, and for
+# the unpack target the hostile layers of tests/fixtures/hostile (made
+# here, gzipped and plain).  The corpus grows in build-fuzz/corpus/TARGET;
+# a crash leaves build-fuzz/crashes/TARGET-* and fails the run (make it a
+# regression test: tests/unit or tests/fixtures/hostile).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+secs=${FUZZ_SECONDS:-60}
+out=build-fuzz
+san="-fsanitize=address,undefined -fno-sanitize-recover=undefined"
+make -s CC=clang BUILD=$out BIN=$out/bin CFLAGS="-O1 -g -fno-omit-frame-pointer -fsanitize=fuzzer-no-link $san" \
+  LDFLAGS="$san" $out/libimgbuild.a
+pkgs="libcurl jansson libarchive libcrypto libzstd libseccomp zlib libisal"
+mkdir -p $out/crashes
+python3 tests/fixtures/hostile/make_layers.py --seeds $out/seeds-unpack
+status=0
+for t in ref manifest unpack; do
+  clang -std=gnu11 -D_GNU_SOURCE -I. $(pkg-config --cflags $pkgs) -O1 -g -fno-omit-frame-pointer \
+    -fsanitize=fuzzer $san -o $out/fuzz_$t tests/fuzz/fuzz_$t.c $out/libimgbuild.a \
+    $(pkg-config --libs $pkgs) -lpthread
+  mkdir -p $out/corpus/$t
+  seeds=tests/fuzz/seeds/$t
+  [ $t = unpack ] && seeds=$out/seeds-unpack
+  echo "== fuzz_$t for ${secs}s"
+  ASAN_OPTIONS=detect_leaks=1 $out/fuzz_$t -max_total_time="$secs" -max_len=1048576 -rss_limit_mb=1024 \
+    -print_final_stats=1 -artifact_prefix=$out/crashes/$t- $out/corpus/$t $seeds || status=1
+done
+exit $status
