@@ -580,8 +580,11 @@ ib_progress_set_status (ib_progress_t *p, int item, const char *status)
   if (it == NULL)
     goto out;
   int64_t now = mono_now ();
+  cleanup_free char *before = xstrdup (label (it));
   free (it->status);
   it->status = clean_dup (status);
+  if (strcmp (before, label (it)) == 0)
+    goto out; /* the same text: nothing to show (a JSON "status" event included) */
   switch (p->mode)
     {
     case IB_PROGRESS_TTY: tty_changed (p, now); break;
