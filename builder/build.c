@@ -11,6 +11,7 @@
 #include "rootfs/unpack.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
@@ -307,7 +308,7 @@ from_image (build_t *b, stage_state_t *st, const char *image, const char *os, co
     }
   for (size_t i = 0; i < m->n_layers; i++)
     ib_strv_push (&digests, m->layers[i].digest);
-  if (!pulled && ib_rootfs_prepare (b->store, digests, diff_ids, st->rootfs, err) < 0)
+  if (!pulled && ib_rootfs_prepare (b->store, digests, diff_ids, st->rootfs, true, err) < 0)
     goto out;
   st->config = config;
   config = NULL;
@@ -409,7 +410,11 @@ commit_layer (build_t *b, stage_state_t *st, const ib_fs_scan_t *before, const c
     return -1;
   close (fd);
   ib_layer_result_t res;
-  if (ib_layer_write_diff (st->rootfs, before, ib_layer_exclude, tmp, b->sde, &res, err) < 0)
+  ib_layer_opts_t lo = { .compression = b->opts->compression, .level = b->opts->compression_level,
+                         .sde = b->sde };
+  struct timespec t0, t1;
+  clock_gettime (CLOCK_MONOTONIC, &t0);
+  if (ib_layer_write_diff (st->rootfs, before, ib_layer_exclude, tmp, &lo, &res, err) < 0)
     {
       unlink (tmp);
       return -1;
@@ -422,10 +427,11 @@ commit_layer (build_t *b, stage_state_t *st, const ib_fs_scan_t *before, const c
     }
   if (ib_store_commit_blob (b->store, tmp, res.digest, NULL, NULL, err) < 0)
     return -1;
+  clock_gettime (CLOCK_MONOTONIC, &t1);
   st->layers = xrealloc (st->layers, (st->n_layers + 1) * sizeof (ib_descriptor_t));
   ib_descriptor_t *d = &st->layers[st->n_layers++];
   memset (d, 0, sizeof *d);
-  d->media_type = xstrdup (IB_MT_OCI_LAYER_GZIP);
+  d->media_type = xstrdup (ib_compression_media_type (b->opts->compression));
   memcpy (d->digest, res.digest, IB_DIGEST_LEN);
   d->size = (int64_t) res.size;
   json_t *rootfs = json_object_get (st->config, "rootfs");
@@ -436,15 +442,19 @@ commit_layer (build_t *b, stage_state_t *st, const ib_fs_scan_t *before, const c
     }
   json_array_append_new (json_object_get (rootfs, "diff_ids"), json_string (res.diff_id));
   add_history (b, st, created_by, false);
-  ib_info ("  layer %.19s  %llu entries, %.1f kB", res.digest, (unsigned long long) res.entries,
-           (double) res.size / 1000.0);
+  ib_info ("  layer %.19s  %llu entries, %.1f kB, written in %.2f s", res.digest,
+           (unsigned long long) res.entries, (double) res.size / 1000.0,
+           (double) (t1.tv_sec - t0.tv_sec) + (double) (t1.tv_nsec - t0.tv_nsec) / 1e9);
   return 0;
 }
 
 /* The environment of a RUN: the image's Env plus the stage's ARGs (which
- * are not persisted in the image).  PATH defaults as Docker's. */
+ * are not persisted in the image), plus SOURCE_DATE_EPOCH when the build has
+ * one (environment or --reproducible) and neither defines it, so that the
+ * tools that honour it (wheel, gzip, dpkg-deb, ...) do.  PATH defaults as
+ * Docker's. */
 static char **
-run_env (stage_state_t *st)
+run_env (build_t *b, stage_state_t *st)
 {
   char **env = NULL;
   json_t *jenv = json_object_get (config_section (st->config), "Env");
@@ -467,6 +477,14 @@ run_env (stage_state_t *st)
       }
   if (!has_path)
     ib_strv_push (&env, DEFAULT_PATH);
+  bool has_sde = false;
+  for (size_t k = 0; env && env[k]; k++)
+    has_sde |= ib_str_has_prefix (env[k], "SOURCE_DATE_EPOCH=");
+  if (b->sde >= 0 && !has_sde)
+    {
+      cleanup_free char *kv = xasprintf ("SOURCE_DATE_EPOCH=%lld", (long long) b->sde);
+      ib_strv_push (&env, kv);
+    }
   if (env == NULL)
     env = xmalloc (sizeof (char *));
   return env;
@@ -527,7 +545,7 @@ do_run (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err)
     }
   ib_info ("[%s] RUN %s", st->def->name ? st->def->name : "stage", shown);
 
-  cleanup_strv char **env = run_env (st);
+  cleanup_strv char **env = run_env (b, st);
   uid_t uid;
   gid_t gid;
   if (resolve_user (st, &uid, &gid, err) < 0)
@@ -922,6 +940,64 @@ tag_image (build_t *b, stage_state_t *st, const char *name, char **full, ib_erro
   return r;
 }
 
+/* OUTPUT type=tar: the stage's root filesystem (or the tree under src=)
+ * as one tarball written by the layer writer (sorted, PAX, mtimes clamped
+ * to SOURCE_DATE_EPOCH: byte-identical across builds of the same tree),
+ * uncompressed unless compression=gzip|zstd; written beside dest, fsynced
+ * and renamed over it. */
+static int
+export_tar (build_t *b, stage_state_t *st, const ib_instr_t *in, const char *src,
+            const char *dest, ib_error_t *err)
+{
+  ib_layer_opts_t lo = { .compression = IB_COMPRESSION_NONE, .level = -1, .sde = b->sde };
+  const char *c = kv_get (in, "compression");
+  if (c && ib_compression_parse (c, &lo.compression) < 0)
+    return ib_error_set (err, EINVAL, "compression=%s: expected gzip, zstd or none", c);
+  cleanup_free char *from = NULL;
+  if (ib_root_resolve (st->rootfs, src ? src : "/", true, &from, err) < 0)
+    return -1;
+  struct stat sb;
+  if (stat (from, &sb) < 0)
+    return ib_error_sys (err, errno, "src=%s", src ? src : "/");
+  if (!S_ISDIR (sb.st_mode))
+    return ib_error_set (err, ENOTDIR, "src=%s: not a directory", src);
+  bool whole = src == NULL || strcmp (from, st->rootfs) == 0;
+  cleanup_free char *dir = xstrdup (dest);
+  char *slash = strrchr (dir, '/');
+  if (slash)
+    slash[slash == dir ? 1 : 0] = '\0';
+  if (slash && ib_mkdir_p (dir, 0755, err) < 0)
+    return -1;
+  cleanup_free char *tmp = xasprintf ("%s/.%s.imgbuild-XXXXXX", slash ? dir : ".",
+                                      slash ? strrchr (dest, '/') + 1 : dest);
+  int fd = mkstemp (tmp);
+  if (fd < 0)
+    return ib_error_sys (err, errno, "create a file beside %s", dest);
+  close (fd);
+  ib_layer_result_t res;
+  /* the sandbox's mount points are empty directories in the tarball */
+  static char *const mount_points[] = { "proc/*", "sys/*", "dev/*", NULL };
+  if (ib_layer_write_diff (from, NULL, whole ? mount_points : NULL, tmp, &lo, &res, err) < 0)
+    {
+      unlink (tmp);
+      return -1;
+    }
+  int tfd = open (tmp, O_RDONLY | O_CLOEXEC);
+  if (tfd < 0 || fsync (tfd) < 0 || chmod (tmp, 0644) < 0 || rename (tmp, dest) < 0)
+    {
+      int e = errno;
+      if (tfd >= 0)
+        close (tfd);
+      unlink (tmp);
+      return ib_error_sys (err, e, "write %s", dest);
+    }
+  close (tfd);
+  if (ib_fsync_dir (slash ? dir : ".", err) < 0)
+    return -1;
+  ib_info ("  tar %s  %llu entries, %s", res.digest, (unsigned long long) res.entries, dest);
+  return 0;
+}
+
 static int
 run_output (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err)
 {
@@ -975,6 +1051,16 @@ run_output (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err
       if (ib_export_oci (b->store, st->manifest_digest, name ? name : "latest", dest, err) < 0)
         return -1;
       ib_info ("[%s] OUTPUT oci %s", st->def->name ? st->def->name : "stage", dest);
+      return 0;
+    }
+  if (strcmp (type, "tar") == 0)
+    {
+      if (dest == NULL)
+        return ib_error_set (err, EINVAL, "type=tar needs dest=FILE");
+      if (export_tar (b, st, in, src, dest, err) < 0)
+        return ib_error_prefix (err, "type=tar,dest=%s", dest);
+      ib_info ("[%s] OUTPUT tar %s -> %s", st->def->name ? st->def->name : "stage",
+               src ? src : "/", dest);
       return 0;
     }
   return ib_error_set (err, ENOTSUP, "type=%s is not supported yet", type);
@@ -1128,6 +1214,8 @@ int
 ib_build (ib_store_t *store, const ib_build_opts_t *opts, ib_error_t *err)
 {
   build_t b = { .store = store, .opts = opts, .sde = ib_source_date_epoch () };
+  if (b.sde < 0 && opts->reproducible)
+    b.sde = 0;
   int ret = -1;
   cleanup_free char *text = NULL;
   if (ib_read_file (opts->recipe_path, &text, NULL, err) < 0)
@@ -1200,7 +1288,7 @@ ib_build (ib_store_t *store, const ib_build_opts_t *opts, ib_error_t *err)
         const ib_instr_t *in = &b.stages[i].def->instrs[k];
         const char *type = in->kind == IB_I_OUTPUT ? kv_get (in, "type") : NULL;
         if (type && strcmp (type, "local") && strcmp (type, "image") && strcmp (type, "oci")
-            && strcmp (type, "registry"))
+            && strcmp (type, "registry") && strcmp (type, "tar"))
           {
             ib_error_set (err, ENOTSUP, "%s:%d: OUTPUT type=%s is not supported yet",
                           b.recipe->path, in->line, type);

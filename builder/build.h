@@ -14,6 +14,7 @@
 
 #include "common/error.h"
 #include "oci/store.h"
+#include "rootfs/layer.h"
 
 typedef struct ib_build_opts
 {
@@ -23,6 +24,10 @@ typedef struct ib_build_opts
   const char *target;        /* stage name or index; NULL = last stage */
   char **tags;               /* -t REF: tag the target stage's image */
   char **outputs;            /* --output SPEC for the target stage (OUTPUT syntax) */
+  ib_compression_t compression; /* of the layers written (default gzip) */
+  int compression_level;     /* -1: the compression's default */
+  bool reproducible;         /* SOURCE_DATE_EPOCH defaults to 0 (else: the current time for
+                              * `created`, file mtimes kept) */
 } ib_build_opts_t;
 
 /* Run the build.  Relative OUTPUT dest paths resolve against the current

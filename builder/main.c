@@ -39,6 +39,7 @@ static const char usage_text[] =
   "\n"
   "Commands:\n"
   "  [build] RECIPE [--build-arg K=V] [--target STAGE] [--output SPEC] [-t REF] [--context DIR]\n"
+  "          [--compression gzip|zstd|none] [--compression-level N] [--reproducible]\n"
   "                         build a recipe (a Dockerfile with OUTPUT)\n"
   "  pull REF [--platform OS/ARCH[/VARIANT]] [--authfile FILE] [--creds USER:PASS]\n"
   "                         pull an image into the store\n"
@@ -184,9 +185,13 @@ enter_userns (ib_error_t *err)
   return 0;
 }
 
+/* `dest` := the rootfs of image `name`, pulled (and unpacked while it
+ * downloads) when the store lacks it; `snapshot`: record the result as the
+ * image's snapshot for later runs and builds (run does; unpack, an export,
+ * does not). */
 static int
-image_rootfs (ib_store_t *store, const char *name, const char *dest, json_t **config_out,
-              ib_error_t *err)
+image_rootfs (ib_store_t *store, const char *name, const char *dest, bool snapshot,
+              json_t **config_out, ib_error_t *err)
 {
   ib_descriptor_t desc = { 0 };
   ib_manifest_t *m = NULL;
@@ -196,7 +201,7 @@ image_rootfs (ib_store_t *store, const char *name, const char *dest, json_t **co
     {
       /* not stored: pull it, unpacking each layer while it downloads */
       ib_error_free (err);
-      if (ib_rootfs_pull (store, name, NULL, NULL, NULL, dest, false, err) < 0)
+      if (ib_rootfs_pull (store, name, NULL, NULL, NULL, dest, snapshot, err) < 0)
         return -1;
       pulled = true;
     }
@@ -209,7 +214,7 @@ image_rootfs (ib_store_t *store, const char *name, const char *dest, json_t **co
   for (size_t i = 0; ret == 0 && i < m->n_layers; i++)
     ib_strv_push (&digests, m->layers[i].digest);
   if (ret == 0 && !pulled)
-    ret = ib_rootfs_prepare (store, digests, diff_ids, dest, err);
+    ret = ib_rootfs_prepare (store, digests, diff_ids, dest, snapshot, err);
   ib_descriptor_clear (&desc);
   ib_manifest_free (m);
   if (ret == 0 && config_out)
@@ -226,10 +231,17 @@ cmd_build (int argc, char **argv, ib_error_t *err)
     { "build-arg", required_argument, NULL, 'a' }, { "target", required_argument, NULL, 'T' },
     { "output", required_argument, NULL, 'o' },    { "tag", required_argument, NULL, 't' },
     { "context", required_argument, NULL, 'C' },   { "file", required_argument, NULL, 'f' },
+    { "compression", required_argument, NULL, 'Z' },
+    { "compression-level", required_argument, NULL, 'L' },
+    { "reproducible", no_argument, NULL, 'R' },
     REGISTRY_OPTIONS,                              { NULL, 0, NULL, 0 },
   };
   cleanup_strv char **args = NULL, **outputs = NULL, **tags = NULL;
   const char *target = NULL, *context = NULL, *file = NULL;
+  ib_compression_t compression = IB_COMPRESSION_GZIP;
+  int level = -1;
+  bool reproducible = false;
+  char *end;
   int c;
   optind = 0; /* 0: GNU getopt re-reads the optstring's ordering flag */
   while ((c = getopt_long (argc, argv, "t:o:f:", opts, NULL)) != -1)
@@ -241,6 +253,17 @@ cmd_build (int argc, char **argv, ib_error_t *err)
       case 't': ib_strv_push (&tags, optarg); break;
       case 'C': context = optarg; break;
       case 'f': file = optarg; break;
+      case 'Z':
+        if (ib_compression_parse (optarg, &compression) < 0)
+          usage_error ("--compression: expected gzip, zstd or none, got '%s'", optarg);
+        break;
+      case 'L':
+        errno = 0;
+        level = (int) strtol (optarg, &end, 10);
+        if (errno || end == optarg || *end || level < 0)
+          usage_error ("--compression-level: expected a number, got '%s'", optarg);
+        break;
+      case 'R': reproducible = true; break;
       default:
         if (!registry_option (c, optarg))
           exit (2);
@@ -259,11 +282,20 @@ cmd_build (int argc, char **argv, ib_error_t *err)
     usage_error ("%s", "build: missing RECIPE");
   if (optind < argc)
     usage_error ("build: unexpected argument '%s'", argv[optind]);
+  if (!ib_compression_level_ok (compression, level))
+    {
+      static const char *const ranges[] = { "0-9 for gzip", "1-19 for zstd", "none for none" };
+      fprintf (stderr, "imgbuild: --compression-level %d: out of range (%s)\nTry 'imgbuild --help'.\n",
+               level, ranges[compression]);
+      exit (2);
+    }
   ib_store_t *store = NULL;
   if (enter_userns (err) < 0 || open_store (&store, err) < 0)
     return -1;
   ib_build_opts_t bo = { .recipe_path = recipe, .context_dir = context, .build_args = args,
-                         .target = target, .tags = tags, .outputs = outputs };
+                         .target = target, .tags = tags, .outputs = outputs,
+                         .compression = compression, .compression_level = level,
+                         .reproducible = reproducible };
   int r = ib_build (store, &bo, err);
   ib_store_close (store);
   return r;
@@ -565,7 +597,7 @@ cmd_unpack (int argc, char **argv, ib_error_t *err)
   ib_store_t *store = NULL;
   if (enter_userns (err) < 0 || open_store (&store, err) < 0)
     return -1;
-  int r = image_rootfs (store, argv[1], argv[2], NULL, err);
+  int r = image_rootfs (store, argv[1], argv[2], false, NULL, err);
   ib_store_close (store);
   return r;
 }
@@ -703,7 +735,7 @@ cmd_run (int argc, char **argv, int *exit_status, ib_error_t *err)
       if (ib_store_tmp_dir (store, "run", &tmp_rootfs, err) < 0)
         goto out;
       rmdir (tmp_rootfs);
-      if (image_rootfs (store, image, tmp_rootfs, &config, err) < 0)
+      if (image_rootfs (store, image, tmp_rootfs, true, &config, err) < 0)
         goto out;
       rootfs = tmp_rootfs;
     }

@@ -10,22 +10,27 @@
  */
 #include "rootfs/layer.h"
 #include "common/util.h"
+#include "oci/manifest.h"
 
 #include <archive.h>
 #include <archive_entry.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <isa-l/crc.h>
+#include <isa-l/igzip_lib.h>
 #include <linux/openat2.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/sysmacros.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 #include <zlib.h>
+#include <zstd.h>
 
-#define GZIP_LEVEL 6
 #define SINK_BUF_SIZE (256 * 1024)
 
 struct scan_ent
@@ -80,11 +85,15 @@ normalize_excludes (char *const *exclude)
       while (*p == '/' || (p[0] == '.' && p[1] == '/'))
         p += *p == '/' ? 1 : 2;
       size_t len = strlen (p);
+      bool contents = len >= 2 && strcmp (p + len - 2, "/*") == 0;
+      if (contents)
+        len -= 2;
       while (len > 0 && p[len - 1] == '/')
         len--;
       if (len == 0)
         continue;
-      cleanup_free char *s = xstrndup (p, len);
+      /* "DIR/" + "*" is kept as "DIR/", which matches only what is under DIR */
+      cleanup_free char *s = contents ? xasprintf ("%.*s/", (int) len, p) : xstrndup (p, len);
       ib_strv_push (&v, s);
     }
   return v;
@@ -96,7 +105,8 @@ excluded (char *const *ex, const char *path)
   for (size_t i = 0; ex && ex[i]; i++)
     {
       size_t len = strlen (ex[i]);
-      if (strncmp (path, ex[i], len) == 0 && (path[len] == '\0' || path[len] == '/'))
+      if (strncmp (path, ex[i], len) == 0
+          && (ex[i][len - 1] == '/' || path[len] == '\0' || path[len] == '/'))
         return true;
     }
   return false;
@@ -228,26 +238,97 @@ ib_fs_scan (const char *rootfs, char *const *exclude, ib_fs_scan_t **out, ib_err
 }
 
 /* ---------------------------------------------------------------------- */
-/* Output: tar bytes -> sha256 (diff_id) + deflate -> sha256 (digest) + fd. */
+/* Compression settings.                                                  */
+
+int
+ib_compression_parse (const char *s, ib_compression_t *out)
+{
+  if (strcmp (s, "gzip") == 0)
+    *out = IB_COMPRESSION_GZIP;
+  else if (strcmp (s, "zstd") == 0)
+    *out = IB_COMPRESSION_ZSTD;
+  else if (strcmp (s, "none") == 0 || strcmp (s, "uncompressed") == 0)
+    *out = IB_COMPRESSION_NONE;
+  else
+    {
+      errno = EINVAL;
+      return -1;
+    }
+  return 0;
+}
+
+const char *
+ib_compression_media_type (ib_compression_t c)
+{
+  switch (c)
+    {
+    case IB_COMPRESSION_ZSTD: return IB_MT_OCI_LAYER_ZSTD;
+    case IB_COMPRESSION_NONE: return IB_MT_OCI_LAYER;
+    case IB_COMPRESSION_GZIP: break;
+    }
+  return IB_MT_OCI_LAYER_GZIP;
+}
+
+bool
+ib_compression_level_ok (ib_compression_t c, int level)
+{
+  if (level == -1)
+    return true;
+  switch (c)
+    {
+    case IB_COMPRESSION_GZIP: return level >= 0 && level <= 9;
+    case IB_COMPRESSION_ZSTD: return level >= 1 && level <= 19;
+    case IB_COMPRESSION_NONE: break;
+    }
+  return false;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Output: tar bytes -> sha256 (diff_id) + compressor -> sha256 (digest) + fd. */
+
+/* gzip member header (RFC 1952): no FNAME, MTIME 0, XFL 0, OS 3 (Unix). */
+static const unsigned char gzip_header[10] = { 0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 3 };
+
+enum engine
+{
+  ENGINE_NONE,
+  ENGINE_ZLIB,
+  ENGINE_ISAL,
+  ENGINE_ZSTD,
+};
 
 struct sink
 {
   int fd;
+  enum engine engine;
   z_stream z;
   bool z_live;
-  gz_header gzh;
+  struct isal_zstream iz;
+  unsigned char *isal_buf;
+  uint32_t crc;            /* ISA-L: CRC-32 of the input, for the gzip trailer */
+  uint64_t in_size;
+  ZSTD_CCtx *zc;
   ib_sha256_t *tar_hash, *gz_hash;
   uint64_t gz_size;
-  unsigned char *out;
+  unsigned char *out;      /* SINK_BUF_SIZE bytes of compressed output */
+  size_t out_len;
   int status;
   char *msg;
 };
 
 static int
-sink_flush (struct sink *s)
+sink_fail (struct sink *s, int status, char *msg)
 {
-  size_t n = SINK_BUF_SIZE - s->z.avail_out;
-  const unsigned char *p = s->out;
+  s->status = status;
+  free (s->msg);
+  s->msg = msg;
+  return -1;
+}
+
+/* Hash and write out[0..n). */
+static int
+sink_emit (struct sink *s, const unsigned char *p, size_t n)
+{
   ib_sha256_update (s->gz_hash, p, n);
   s->gz_size += n;
   while (n > 0)
@@ -256,72 +337,337 @@ sink_flush (struct sink *s)
       if (w < 0 && errno == EINTR)
         continue;
       if (w < 0)
-        {
-          s->status = errno;
-          free (s->msg);
-          s->msg = xasprintf ("write: %s", strerror (errno));
-          return -1;
-        }
+        return sink_fail (s, errno, xstrdup (strerror (errno)));
       p += w;
       n -= (size_t) w;
     }
-  s->z.next_out = s->out;
-  s->z.avail_out = SINK_BUF_SIZE;
   return 0;
 }
 
 static int
-sink_deflate (struct sink *s, const void *data, size_t len, int flush)
+sink_drain (struct sink *s)
+{
+  int r = sink_emit (s, s->out, s->out_len);
+  s->out_len = 0;
+  return r;
+}
+
+static int
+zlib_step (struct sink *s, const void *data, size_t len, bool finish)
 {
   s->z.next_in = (Bytef *) data;
   s->z.avail_in = (uInt) len;
   for (;;)
     {
-      int r = deflate (&s->z, flush);
+      s->z.next_out = s->out + s->out_len;
+      s->z.avail_out = (uInt) (SINK_BUF_SIZE - s->out_len);
+      int r = deflate (&s->z, finish ? Z_FINISH : Z_NO_FLUSH);
       if (r == Z_STREAM_ERROR)
-        {
-          s->status = EIO;
-          s->msg = xstrdup ("deflate failed");
-          return -1;
-        }
-      if (s->z.avail_out == 0 || (flush == Z_FINISH && r == Z_STREAM_END))
-        if (sink_flush (s) < 0)
-          return -1;
-      if (flush == Z_FINISH ? r == Z_STREAM_END : (s->z.avail_in == 0 && s->z.avail_out > 0))
+        return sink_fail (s, EIO, xstrdup ("deflate failed"));
+      s->out_len = SINK_BUF_SIZE - s->z.avail_out;
+      if (s->out_len == SINK_BUF_SIZE && sink_drain (s) < 0)
+        return -1;
+      if (finish ? r == Z_STREAM_END : s->z.avail_in == 0)
         return 0;
+    }
+}
+
+static int
+isal_step (struct sink *s, const void *data, size_t len, bool finish)
+{
+  s->iz.next_in = (uint8_t *) data;
+  s->iz.avail_in = (uint32_t) len;
+  s->iz.end_of_stream = finish;
+  s->iz.flush = NO_FLUSH;
+  for (;;)
+    {
+      s->iz.next_out = s->out + s->out_len;
+      s->iz.avail_out = (uint32_t) (SINK_BUF_SIZE - s->out_len);
+      int r = isal_deflate (&s->iz);
+      if (r != COMP_OK)
+        return sink_fail (s, EIO, xasprintf ("igzip deflate failed (%d)", r));
+      s->out_len = SINK_BUF_SIZE - s->iz.avail_out;
+      bool done = finish ? s->iz.internal_state.state == ZSTATE_END : s->iz.avail_in == 0;
+      if ((s->out_len == SINK_BUF_SIZE || done) && s->out_len > 0 && sink_drain (s) < 0)
+        return -1;
+      if (done)
+        return 0;
+    }
+}
+
+static int
+zstd_step (struct sink *s, const void *data, size_t len, bool finish)
+{
+  ZSTD_inBuffer in = { data, len, 0 };
+  for (;;)
+    {
+      ZSTD_outBuffer out = { s->out, SINK_BUF_SIZE, s->out_len };
+      size_t r = ZSTD_compressStream2 (s->zc, &out, &in, finish ? ZSTD_e_end : ZSTD_e_continue);
+      if (ZSTD_isError (r))
+        return sink_fail (s, EIO, xasprintf ("zstd: %s", ZSTD_getErrorName (r)));
+      s->out_len = out.pos;
+      if (s->out_len == SINK_BUF_SIZE && sink_drain (s) < 0)
+        return -1;
+      if (finish ? r == 0 : in.pos == in.size)
+        return 0;
+    }
+}
+
+/* Feed tar bytes to the compressor; finish: end the stream and flush it. */
+static int
+sink_push (struct sink *s, const void *data, size_t len, bool finish)
+{
+  int r = 0;
+  if ((s->engine == ENGINE_ZLIB || s->engine == ENGINE_ISAL) && len > 0)
+    {
+      s->crc = crc32_gzip_refl (s->crc, data, len);
+      s->in_size += len;
+    }
+  switch (s->engine)
+    {
+    case ENGINE_NONE:
+      if (len > 0)
+        r = sink_emit (s, data, len);
+      break;
+    case ENGINE_ZLIB: r = zlib_step (s, data, len, finish); break;
+    case ENGINE_ISAL: r = isal_step (s, data, len, finish); break;
+    case ENGINE_ZSTD: r = zstd_step (s, data, len, finish); break;
+    }
+  if (r == 0 && finish && (s->engine == ENGINE_ZLIB || s->engine == ENGINE_ISAL))
+    {
+      /* the gzip trailer (RFC 1952): CRC-32 and ISIZE, little-endian */
+      uint32_t isize = (uint32_t) s->in_size;
+      if (s->out_len + 8 > SINK_BUF_SIZE)
+        r = sink_drain (s);
+      for (int i = 0; r == 0 && i < 4; i++)
+        {
+          s->out[s->out_len + i] = (unsigned char) (s->crc >> (8 * i));
+          s->out[s->out_len + 4 + i] = (unsigned char) (isize >> (8 * i));
+        }
+      s->out_len += 8;
+    }
+  if (r == 0 && finish && s->out_len > 0)
+    r = sink_drain (s);
+  return r;
+}
+
+/* The compressor runs in a thread of its own, fed PIPE_SLOTS buffers of
+ * PIPE_CHUNK tar bytes: the tree walk, file reads and the diff_id hash on
+ * one core, deflate/zstd, the blob hash and the writes on another. */
+#define PIPE_CHUNK (1 << 20)
+#define PIPE_SLOTS 4
+
+struct pipe
+{
+  struct sink *s;
+  pthread_t th;
+  bool started;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  unsigned char *buf[PIPE_SLOTS];
+  size_t len[PIPE_SLOTS];
+  size_t head, count;  /* filled slots, oldest first (consumer's side) */
+  size_t tail;         /* slot the producer fills (producer's side) */
+  bool closing;        /* producer done: finish the stream after the last slot */
+  bool failed;         /* consumer failed: s->status and s->msg say why */
+  bool finished;       /* pipe_finish was called */
+};
+
+static void *
+pipe_main (void *arg)
+{
+  struct pipe *p = arg;
+  pthread_mutex_lock (&p->mu);
+  for (;;)
+    {
+      while (p->count == 0 && !p->closing)
+        pthread_cond_wait (&p->cv, &p->mu);
+      if (p->count == 0)
+        break;
+      size_t i = p->head;
+      bool failed = p->failed;
+      pthread_mutex_unlock (&p->mu);
+      bool ok = failed || sink_push (p->s, p->buf[i], p->len[i], false) == 0;
+      pthread_mutex_lock (&p->mu);
+      p->failed |= !ok;
+      p->head = (p->head + 1) % PIPE_SLOTS;
+      p->count--;
+      pthread_cond_broadcast (&p->cv);
+    }
+  bool failed = p->failed;
+  pthread_mutex_unlock (&p->mu);
+  if (!failed && sink_push (p->s, NULL, 0, true) < 0)
+    {
+      pthread_mutex_lock (&p->mu);
+      p->failed = true;
+      pthread_mutex_unlock (&p->mu);
+    }
+  return NULL;
+}
+
+/* Hand the filled slot over; wait for a free one.  -1 when the consumer
+ * failed. */
+static int
+pipe_commit (struct pipe *p)
+{
+  pthread_mutex_lock (&p->mu);
+  p->count++;
+  p->tail = (p->tail + 1) % PIPE_SLOTS;
+  pthread_cond_broadcast (&p->cv);
+  while (p->count == PIPE_SLOTS && !p->failed)
+    pthread_cond_wait (&p->cv, &p->mu);
+  bool failed = p->failed;
+  pthread_mutex_unlock (&p->mu);
+  p->len[p->tail] = 0;
+  return failed ? -1 : 0;
+}
+
+static int
+pipe_start (struct pipe *p, struct sink *s, ib_error_t *err)
+{
+  memset (p, 0, sizeof *p);
+  p->s = s;
+  for (size_t i = 0; i < PIPE_SLOTS; i++)
+    p->buf[i] = xmalloc (PIPE_CHUNK);
+  pthread_mutex_init (&p->mu, NULL);
+  pthread_cond_init (&p->cv, NULL);
+  int e = pthread_create (&p->th, NULL, pipe_main, p);
+  if (e != 0)
+    return ib_error_sys (err, e, "start the compressor thread");
+  p->started = true;
+  return 0;
+}
+
+/* Finish the stream (when the thread runs); -1 when the consumer failed.
+ * Later writes into the pipe fail. */
+static int
+pipe_finish (struct pipe *p)
+{
+  bool failed = !p->started && p->failed;
+  p->finished = true;
+  if (p->started)
+    {
+      pthread_mutex_lock (&p->mu);
+      if (p->len[p->tail] > 0)
+        {
+          p->count++;
+          p->tail = (p->tail + 1) % PIPE_SLOTS;
+        }
+      p->closing = true;
+      pthread_cond_broadcast (&p->cv);
+      pthread_mutex_unlock (&p->mu);
+      pthread_join (p->th, NULL);
+      failed = p->failed;
+      p->started = false;
+      pthread_mutex_destroy (&p->mu);
+      pthread_cond_destroy (&p->cv);
+    }
+  return failed ? -1 : 0;
+}
+
+static void
+pipe_free (struct pipe *p)
+{
+  pipe_finish (p);
+  for (size_t i = 0; i < PIPE_SLOTS; i++)
+    {
+      free (p->buf[i]);
+      p->buf[i] = NULL;
     }
 }
 
 static la_ssize_t
 sink_write_cb (struct archive *a, void *ud, const void *buf, size_t len)
 {
-  struct sink *s = ud;
-  ib_sha256_update (s->tar_hash, buf, len);
-  if (sink_deflate (s, buf, len, Z_NO_FLUSH) < 0)
+  struct pipe *p = ud;
+  if (p->finished)
     {
-      archive_set_error (a, s->status, "%s", s->msg);
+      archive_set_error (a, EIO, "the layer stream is closed");
       return -1;
+    }
+  ib_sha256_update (p->s->tar_hash, buf, len);
+  const unsigned char *b = buf;
+  size_t left = len;
+  while (left > 0)
+    {
+      size_t t = p->tail, n = PIPE_CHUNK - p->len[t];
+      if (n > left)
+        n = left;
+      memcpy (p->buf[t] + p->len[t], b, n);
+      p->len[t] += n;
+      b += n;
+      left -= n;
+      if (p->len[t] == PIPE_CHUNK && pipe_commit (p) < 0)
+        {
+          archive_set_error (a, p->s->status, "%s", p->s->msg);
+          return -1;
+        }
     }
   return (la_ssize_t) len;
 }
 
 static int
-sink_open (struct sink *s, const char *path, ib_error_t *err)
+online_cpus (void)
+{
+  long n = sysconf (_SC_NPROCESSORS_ONLN);
+  return n < 1 ? 1 : n > 64 ? 64 : (int) n;
+}
+
+static int
+sink_open (struct sink *s, const char *path, const ib_layer_opts_t *o, ib_error_t *err)
 {
   memset (s, 0, sizeof *s);
   s->fd = open (path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (s->fd < 0)
     return ib_error_sys (err, errno, "create %s", path);
-  if (deflateInit2 (&s->z, GZIP_LEVEL, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) != Z_OK)
-    return ib_error_set (err, ENOMEM, "deflateInit2 failed");
-  s->z_live = true;
-  s->gzh.os = 3; /* Unix, whatever the build platform: stable bytes; no name, mtime 0 */
-  deflateSetHeader (&s->z, &s->gzh);
   s->out = xmalloc (SINK_BUF_SIZE);
-  s->z.next_out = s->out;
-  s->z.avail_out = SINK_BUF_SIZE;
   s->tar_hash = ib_sha256_new ();
   s->gz_hash = ib_sha256_new ();
+  int level = o->level;
+  switch (o->compression)
+    {
+    case IB_COMPRESSION_NONE:
+      s->engine = ENGINE_NONE;
+      break;
+    case IB_COMPRESSION_GZIP:
+      if (level < 0)
+        level = 1;
+      memcpy (s->out, gzip_header, sizeof gzip_header);
+      s->out_len = sizeof gzip_header;
+      if (level >= 1 && level <= ISAL_DEF_MAX_LEVEL)
+        {
+          static const uint32_t bufsz[] = { 0, ISAL_DEF_LVL1_DEFAULT, ISAL_DEF_LVL2_DEFAULT,
+                                            ISAL_DEF_LVL3_DEFAULT };
+          s->engine = ENGINE_ISAL;
+          isal_deflate_init (&s->iz);
+          s->iz.level = (uint32_t) level;
+          s->iz.level_buf_size = bufsz[level];
+          s->isal_buf = xmalloc (bufsz[level]);
+          s->iz.level_buf = s->isal_buf;
+          s->iz.gzip_flag = 0; /* raw deflate: header and trailer are ours */
+          s->crc = 0;
+          break;
+        }
+      s->engine = ENGINE_ZLIB;
+      /* raw deflate (windowBits -15): the header is ours, the trailer too */
+      if (deflateInit2 (&s->z, level, Z_DEFLATED, -15, 8, Z_DEFAULT_STRATEGY) != Z_OK)
+        return ib_error_set (err, ENOMEM, "deflateInit2 failed");
+      s->z_live = true;
+      break;
+    case IB_COMPRESSION_ZSTD:
+      s->engine = ENGINE_ZSTD;
+      s->zc = ZSTD_createCCtx ();
+      if (s->zc == NULL)
+        return ib_error_set (err, ENOMEM, "ZSTD_createCCtx failed");
+      ZSTD_CCtx_setParameter (s->zc, ZSTD_c_compressionLevel, level < 0 ? 3 : level);
+      ZSTD_CCtx_setParameter (s->zc, ZSTD_c_checksumFlag, 1);
+      /* a libzstd built without threads refuses nbWorkers: single-threaded
+       * then, which gives other bytes; say so */
+      if (ZSTD_isError (ZSTD_CCtx_setParameter (s->zc, ZSTD_c_nbWorkers, online_cpus ())))
+        ib_warn ("libzstd has no multithreading: zstd layers are compressed on one thread "
+                 "and their bytes differ from multithreaded builds");
+      break;
+    }
   return 0;
 }
 
@@ -334,6 +680,10 @@ sink_close (struct sink *s)
   if (s->z_live)
     deflateEnd (&s->z);
   s->z_live = false;
+  free (s->isal_buf);
+  s->isal_buf = NULL;
+  ZSTD_freeCCtx (s->zc);
+  s->zc = NULL;
   ib_sha256_free (s->tar_hash);
   ib_sha256_free (s->gz_hash);
   s->tar_hash = s->gz_hash = NULL;
@@ -501,8 +851,51 @@ write_file_data (struct archive *a, int rootfd, const struct scan_ent *e, ib_err
 }
 
 static int
-write_items (struct archive *a, int rootfd, struct item *items, size_t n, int64_t sde,
-             ib_error_t *err)
+cmp_cstr (const void *a, const void *b)
+{
+  return strcmp (*(const char *const *) a, *(const char *const *) b);
+}
+
+/* The xattrs of `e` a layer carries (user.*, security.capability), sorted
+ * by name.  Read by path: nothing runs in the rootfs while a layer is
+ * written, and the scan saw real directories on the way. */
+static int
+add_xattrs (struct archive_entry *ae, const char *rootfs, const struct scan_ent *e,
+            ib_error_t *err)
+{
+  cleanup_free char *path = xasprintf ("%s/%s", rootfs, e->path);
+  char list[4096];
+  ssize_t n = llistxattr (path, list, sizeof list);
+  if (n < 0 && (errno == ENOTSUP || errno == ENODATA))
+    return 0;
+  if (n < 0 && errno == ERANGE)
+    return ib_error_set (err, E2BIG, "/%s: more xattr names than a layer entry takes", e->path);
+  if (n < 0)
+    return ib_error_sys (err, errno, "/%s: list xattrs", e->path);
+  const char *names[256];
+  size_t k = 0;
+  for (const char *p = list; p < list + n && k < 256; p += strlen (p) + 1)
+    if (ib_str_has_prefix (p, "user.") || strcmp (p, "security.capability") == 0)
+      names[k++] = p;
+  if (k > 1)
+    qsort (names, k, sizeof *names, cmp_cstr);
+  /* libarchive writes an entry's xattrs in the reverse order of adding */
+  for (size_t i = k; i-- > 0;)
+    {
+      char val[65536];
+      ssize_t vn = lgetxattr (path, names[i], val, sizeof val);
+      if (vn < 0 && errno == ENODATA)
+        continue;
+      if (vn < 0)
+        return ib_error_sys (err, errno, "/%s: read xattr %s", e->path, names[i]);
+      archive_entry_xattr_add_entry (ae, names[i], val, (size_t) vn);
+    }
+  return 0;
+}
+
+static int
+write_items (struct archive *a, const char *rootfs, int rootfd, struct item *items, size_t n,
+             int64_t sde, ib_error_t *err)
 {
   for (size_t i = 0; i < n; i++)
     {
@@ -550,6 +943,11 @@ write_items (struct archive *a, int rootfd, struct item *items, size_t n, int64_
               archive_entry_set_rdevmajor (ae, major (e->rdev));
               archive_entry_set_rdevminor (ae, minor (e->rdev));
             }
+          if (it->link_to == NULL && !S_ISLNK (e->mode) && add_xattrs (ae, rootfs, e, err) < 0)
+            {
+              archive_entry_free (ae);
+              return -1;
+            }
         }
       int r = archive_write_header (a, ae);
       archive_entry_free (ae);
@@ -567,7 +965,7 @@ write_items (struct archive *a, int rootfd, struct item *items, size_t n, int64_
 
 static int
 write_diff (const char *rootfs, const ib_fs_scan_t *before, const ib_fs_scan_t *cur,
-            char *const *ex, const char *out_path, int64_t sde, ib_layer_result_t *res,
+            char *const *ex, const char *out_path, const ib_layer_opts_t *o, ib_layer_result_t *res,
             ib_error_t *err)
 {
   cleanup_free bool *emit = xmalloc ((cur->n + 1) * sizeof *emit);
@@ -576,6 +974,7 @@ write_diff (const char *rootfs, const ib_fs_scan_t *before, const ib_fs_scan_t *
   int ret = -1;
   struct archive *a = NULL;
   struct sink s = { .fd = -1 };
+  struct pipe pp = { 0 };
 
   /* 1. changed and added entries; whiteouts for the topmost deleted paths */
   size_t i = 0, j = 0;
@@ -661,31 +1060,47 @@ write_diff (const char *rootfs, const ib_fs_scan_t *before, const ib_fs_scan_t *
       ib_error_sys (err, errno, "open %s", rootfs);
       goto out;
     }
-  if (sink_open (&s, out_path, err) < 0)
+  if (sink_open (&s, out_path, o, err) < 0 || pipe_start (&pp, &s, err) < 0)
     goto out;
   a = archive_write_new ();
   if (a == NULL)
     abort ();
-  /* hdrcharset=BINARY: names are written as the bytes on disk, whatever the
-   * locale (a UTF-8 locale would otherwise change the bytes we write) */
+  /* Names are written as the bytes on disk: imgbuild never calls
+   * setlocale, so libarchive converts from the "C" locale, which fails for
+   * any byte >= 0x80, and it then writes that entry's path (or link
+   * target) as a pax record with hdrcharset=BINARY.  Plain ASCII entries
+   * get plain ustar headers.  (The "hdrcharset=BINARY" format option would
+   * put a pax header on every entry.) */
   if (archive_write_set_format_pax_restricted (a) != ARCHIVE_OK
-      || archive_write_set_format_option (a, "pax", "hdrcharset", "BINARY") != ARCHIVE_OK
+      /* xattrs as SCHILY.xattr records only, as Go's archive/tar (containerd,
+       * umoci, buildah) writes and reads them */
+      || archive_write_set_format_option (a, "pax", "xattrheader", "SCHILY") != ARCHIVE_OK
       || archive_write_add_filter_none (a) != ARCHIVE_OK
       || archive_write_set_bytes_per_block (a, 10240) != ARCHIVE_OK
-      || archive_write_open2 (a, &s, NULL, sink_write_cb, NULL, NULL) != ARCHIVE_OK)
+      || archive_write_open2 (a, &pp, NULL, sink_write_cb, NULL, NULL) != ARCHIVE_OK)
     {
       ib_error_set (err, EIO, "write %s: %s", out_path, archive_error_string (a));
       goto out;
     }
-  if (write_items (a, rootfd, items, n_items, sde, err) < 0)
-    goto out;
+  if (write_items (a, rootfs, rootfd, items, n_items, o->sde, err) < 0)
+    {
+      /* the output's failure (a full disk) is the one to report, not the
+       * entry that was being written when it surfaced */
+      if (pipe_finish (&pp) < 0 && s.msg)
+        {
+          ib_error_free (err);
+          ib_error_set (err, s.status, "write %s: %s", out_path, s.msg);
+        }
+      goto out;
+    }
   if (archive_write_close (a) != ARCHIVE_OK)
     {
+      pipe_finish (&pp);
       ib_error_set (err, s.status ? s.status : EIO, "write %s: %s", out_path,
                     s.msg ? s.msg : archive_error_string (a));
       goto out;
     }
-  if (sink_deflate (&s, NULL, 0, Z_FINISH) < 0)
+  if (pipe_finish (&pp) < 0)
     {
       ib_error_set (err, s.status, "write %s: %s", out_path, s.msg);
       goto out;
@@ -699,6 +1114,7 @@ write_diff (const char *rootfs, const ib_fs_scan_t *before, const ib_fs_scan_t *
 out:
   if (a)
     archive_write_free (a);
+  pipe_free (&pp); /* after an error: stop the thread before the sink goes */
   sink_close (&s);
   for (size_t k = 0; k < n_items; k++)
     free (items[k].own);
@@ -708,15 +1124,19 @@ out:
 
 int
 ib_layer_write_diff (const char *rootfs, const ib_fs_scan_t *before, char *const *exclude,
-                     const char *out_path, int64_t sde, ib_layer_result_t *res, ib_error_t *err)
+                     const char *out_path, const ib_layer_opts_t *opts, ib_layer_result_t *res,
+                     ib_error_t *err)
 {
+  static const ib_layer_opts_t defaults = { .compression = IB_COMPRESSION_GZIP, .level = -1,
+                                            .sde = -1 };
   cleanup_strv char **ex = normalize_excludes (exclude);
   cleanup_scan ib_fs_scan_t *cur = NULL;
   ib_fs_scan_t empty = { 0 };
   memset (res, 0, sizeof *res);
   if (scan_tree (rootfs, ex, &cur, err) < 0)
     return ib_error_prefix (err, "write layer %s", out_path);
-  if (write_diff (rootfs, before ? before : &empty, cur, ex, out_path, sde, res, err) < 0)
+  if (write_diff (rootfs, before ? before : &empty, cur, ex, out_path, opts ? opts : &defaults,
+                  res, err) < 0)
     return ib_error_prefix (err, "write layer %s of %s", out_path, rootfs);
   return 0;
 }

@@ -8,8 +8,9 @@
  * whose own metadata is unchanged is emitted only as the parent of changed
  * entries.  Entries are sorted by path bytes, PAX format, uid/gid as seen in
  * the namespace, no atime/ctime, mtimes clamped to SOURCE_DATE_EPOCH when
- * set, gzip with fixed settings and no name/mtime in the gzip header: same
- * tree -> same bytes.
+ * set, compression with fixed settings (gzip header without name or mtime;
+ * zstd parameters fixed, multithreaded output independent of the thread
+ * count): same tree -> same bytes.
  *
  * Details of the bytes written: entries sorted by strcmp of their path
  * (without the trailing "/" that directory names carry in the tar); names
@@ -21,7 +22,18 @@
  * data, the others are hardlink entries to it; whiteouts are empty regular
  * files "DIR/.wh.NAME", mode 0, uid/gid 0, mtime SOURCE_DATE_EPOCH or 0,
  * only for the topmost deleted path; sockets are never part of a layer;
- * tar blocks of 10240 bytes; gzip level 6 (zlib), header OS byte 3 (Unix).
+ * xattrs user.* and security.capability as PAX SCHILY.xattr records,
+ * sorted by name (others, e.g. security.selinux, are host details);
+ * tar blocks of 10240 bytes.
+ *
+ * Compression (ib_layer_opts_t): gzip levels 1-3 are ISA-L's igzip levels
+ * 1-3 (default 1: several times faster than zlib), 0 and 4-9 zlib's levels
+ * (0 = stored); the gzip header is always the 10 bytes 1f 8b 08 00
+ * 00000000 00 03 (no name, mtime 0, OS Unix).  zstd: libzstd at the level
+ * (default 3), checksum on, nbWorkers = online CPUs (at least 1: zstd's
+ * multithreaded format does not depend on the worker count).  none: the
+ * tar itself (media type ...layer.v1.tar).  Bytes for a given level depend
+ * on the library version (ISA-L, zlib, libzstd) as well.
  */
 #ifndef IB_ROOTFS_LAYER_H
 #define IB_ROOTFS_LAYER_H
@@ -37,32 +49,56 @@ typedef struct ib_fs_scan ib_fs_scan_t;
  * the rootfs directory itself is not an entry), skipping the paths in
  * `exclude` (NULL-terminated, relative like "proc", "dev", "sys"; a leading
  * "/" or "./" and trailing "/" are ignored; neither the path nor anything
- * under it is recorded, and such contents are never part of a layer).
+ * under it is recorded, and such contents are never part of a layer;
+ * "proc/" followed by "*" leaves out only what is under proc).
  * Directories we own but may not read (rootless, mode 0000) are opened by
  * granting u+rx for the time of the read.  Caller frees *out with
  * ib_fs_scan_free. */
 int ib_fs_scan (const char *rootfs, char *const *exclude, ib_fs_scan_t **out, ib_error_t *err);
 void ib_fs_scan_free (ib_fs_scan_t *s);
 
+typedef enum
+{
+  IB_COMPRESSION_GZIP = 0,
+  IB_COMPRESSION_ZSTD,
+  IB_COMPRESSION_NONE,
+} ib_compression_t;
+
+typedef struct ib_layer_opts
+{
+  ib_compression_t compression;
+  int level;                   /* -1: the compression's default (gzip 1, zstd 3) */
+  int64_t sde;                 /* SOURCE_DATE_EPOCH (seconds) or -1: mtimes are kept */
+} ib_layer_opts_t;
+
+/* "gzip", "zstd" or "none" (also "uncompressed") -> *out; -1 (errno EINVAL)
+ * for anything else. */
+int ib_compression_parse (const char *s, ib_compression_t *out);
+/* The OCI media type of a layer so compressed (image-spec media-types.md). */
+const char *ib_compression_media_type (ib_compression_t c);
+/* Whether `level` is valid for `c` (-1 always is): gzip 0-9, zstd 1-19,
+ * none only -1. */
+bool ib_compression_level_ok (ib_compression_t c, int level);
+
 typedef struct ib_layer_result
 {
   char diff_id[IB_DIGEST_LEN]; /* sha256 of the uncompressed tar */
-  char digest[IB_DIGEST_LEN];  /* sha256 of the gzip blob */
+  char digest[IB_DIGEST_LEN];  /* sha256 of the blob (compressed as asked) */
   uint64_t size;               /* blob size in bytes */
   uint64_t entries;            /* tar entries written (0 = the step changed nothing) */
 } ib_layer_result_t;
 
-/* Compare `rootfs` now with `before` and write the tar+gzip to `out_path`
- * (created/truncated, mode 0644, not fsynced: commit it to the store).
+/* Compare `rootfs` now with `before` and write the layer to `out_path`
+ * (created/truncated, mode 0644, not fsynced: commit it to the store),
+ * compressed as `opts` says (NULL: gzip at its default level, mtimes kept).
  * `before` may be NULL: every entry counts as added (a layer of the whole
  * tree).  Entries of `before` under `exclude` are ignored too (no whiteouts
- * for them).  `sde` is SOURCE_DATE_EPOCH or -1; mtimes later than `sde` are
- * written as `sde`.  res->diff_id, digest and size are computed in the same
+ * for them).  Mtimes later than opts->sde are written as opts->sde.  res->diff_id, digest and size are computed in the same
  * single pass that writes the file; res->entries == 0 means nothing changed
  * (the file then holds an empty tar).  A file that shrinks while it is read
  * is an error. */
 int ib_layer_write_diff (const char *rootfs, const ib_fs_scan_t *before, char *const *exclude,
-                         const char *out_path, int64_t sde, ib_layer_result_t *res,
-                         ib_error_t *err);
+                         const char *out_path, const ib_layer_opts_t *opts,
+                         ib_layer_result_t *res, ib_error_t *err);
 
 #endif

@@ -1859,7 +1859,7 @@ fail:
 
 int
 ib_rootfs_prepare (ib_store_t *store, char *const *layer_digests, char *const *diff_ids,
-                   const char *dest, ib_error_t *err)
+                   const char *dest, bool snapshot, ib_error_t *err)
 {
   size_t n = ib_strv_len (layer_digests);
   if (ib_strv_len (diff_ids) != n)
@@ -1917,7 +1917,7 @@ ib_rootfs_prepare (ib_store_t *store, char *const *layer_digests, char *const *d
         }
     }
 
-  if (have < n)
+  if (snapshot && have < n)
     {
       char chain[IB_DIGEST_LEN];
       ib_chain_id (diff_ids, n - 1, chain);
@@ -2025,7 +2025,7 @@ ib_rootfs_pull (ib_store_t *store, const char *ref, const char *os, const char *
   if (start_over)
     {
       remove_quietly (dest);
-      return ib_rootfs_prepare (store, digests, diff_ids, dest, err);
+      return ib_rootfs_prepare (store, digests, diff_ids, dest, snapshot, err);
     }
   if (snapshot && n > 0)
     {

@@ -74,15 +74,15 @@ int ib_unpack_layer_stream (const char *name, ib_layer_read_fn read_fn, void *ud
 /* Make `dest` (must not exist) a rootfs of the stored image whose layers are
  * `layer_digests` (blobs in the store) with `diff_ids` from its config.
  * Uses <store>/snapshots/<chainid> of the longest already-unpacked prefix,
- * unpacks the rest, verifies each diff_id, and records the new top snapshot
- * (temp dir + rename).  The snapshot is copied to dest (reflink where the
+ * unpacks the rest, verifies each diff_id, and with `snapshot` records the
+ * new top snapshot (a copy: temp dir + rename).  The snapshot is copied to dest (reflink where the
  * filesystem can), never shared, so a build may modify dest freely.
  * On failure (missing blob, diff_id mismatch: the error names the layer's
  * index and digest) dest is removed.  Failing to record the snapshot is only
  * a warning.  Snapshot names: ib_chain_id (diff_ids, i, ...) with i the
  * index of the topmost layer they contain. */
 int ib_rootfs_prepare (ib_store_t *store, char *const *layer_digests, char *const *diff_ids,
-                       const char *dest, ib_error_t *err);
+                       const char *dest, bool snapshot, ib_error_t *err);
 
 /* Pull image `ref` (os/arch/variant as ib_pull; NULL = the host's) and
  * make `dest` (must not exist) its rootfs in the same pass: each layer is

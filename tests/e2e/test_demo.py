@@ -17,7 +17,7 @@ def demo(registry, base_image, tmp_path_factory):
     work = tmp_path_factory.mktemp("demo")
     store = tmp_path_factory.mktemp("demo-store")
     r = imgbuild(ROOT / "recipes/demo.recipe", "--build-arg", f"REGISTRY={registry}",
-                 store=store, cwd=work)
+                 "--reproducible", store=store, cwd=work, env={"SOURCE_DATE_EPOCH": ""})
     assert r.rc == 0, r
     return {"work": work, "store": store, "registry": registry, "result": r}
 
@@ -101,3 +101,25 @@ def test_run_client_imports_package(demo):
                  store=demo["store"])
     assert r.rc == 0, r
     assert r.out.strip() == version
+
+
+def test_second_build_in_another_store_is_identical(demo, tmp_path):
+    """--reproducible: a second cold build, in another store, minutes after
+    the first, gives the same layers, config and manifest, and the same
+    wheel bytes."""
+    work, store = tmp_path / "work", tmp_path / "store"
+    work.mkdir()
+    r = imgbuild(ROOT / "recipes/demo.recipe", "--build-arg", f"REGISTRY={demo['registry']}",
+                 "--reproducible", store=store, cwd=work,
+                 env={"SOURCE_DATE_EPOCH": ""})
+    assert r.rc == 0, r
+    first = json.loads(imgbuild("inspect", "demo-client:latest", store=demo["store"]).out)
+    second = json.loads(imgbuild("inspect", "demo-client:latest", store=store).out)
+    assert [l["digest"] for l in second["manifest"]["layers"]] == \
+        [l["digest"] for l in first["manifest"]["layers"]]
+    assert second["manifest"]["config"]["digest"] == first["manifest"]["config"]["digest"]
+    assert second["digest"] == first["digest"]
+    assert first["config"]["created"] == "1970-01-01T00:00:00Z"
+    one = {w.name: w.read_bytes() for w in wheels(demo)}
+    two = {w.name: w.read_bytes() for w in (work / "dist").glob("*.whl")}
+    assert one == two

@@ -24,9 +24,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 #define SDE 1000
+
+static const ib_layer_opts_t at_sde = { .compression = IB_COMPRESSION_GZIP, .level = -1, .sde = SDE };
+static const ib_layer_opts_t keep_mtimes = { .compression = IB_COMPRESSION_GZIP, .level = -1,
+                                             .sde = -1 };
 
 struct fx
 {
@@ -238,7 +243,7 @@ test_diff (void **state)
     fail_msg ("%s", err->msg);
   modify (f->a);
   ib_layer_result_t res;
-  if (ib_layer_write_diff (f->a, scan, exclude, f->out, SDE, &res, &err) < 0)
+  if (ib_layer_write_diff (f->a, scan, exclude, f->out, &at_sde, &res, &err) < 0)
     fail_msg ("%s", err->msg);
   ib_fs_scan_free (scan);
 
@@ -327,8 +332,8 @@ test_reproducible (void **state)
   ib_error_t err = NULL;
   ib_layer_result_t r1, r2, r3, r4;
   cleanup_free char *o2 = xasprintf ("%s/l2.tar.gz", f->tmp);
-  assert_int_equal (ib_layer_write_diff (f->a, NULL, NULL, f->out, SDE, &r1, &err), 0);
-  assert_int_equal (ib_layer_write_diff (f->b, NULL, NULL, o2, SDE, &r2, &err), 0);
+  assert_int_equal (ib_layer_write_diff (f->a, NULL, NULL, f->out, &at_sde, &r1, &err), 0);
+  assert_int_equal (ib_layer_write_diff (f->b, NULL, NULL, o2, &at_sde, &r2, &err), 0);
   assert_string_equal (r1.digest, r2.digest);
   assert_string_equal (r1.diff_id, r2.diff_id);
   assert_int_equal (r1.size, r2.size);
@@ -344,13 +349,13 @@ test_reproducible (void **state)
   assert_int_equal (mkdir (empty, 0755), 0);
   ib_fs_scan_t *scan = NULL;
   assert_int_equal (ib_fs_scan (empty, NULL, &scan, &err), 0);
-  assert_int_equal (ib_layer_write_diff (f->a, scan, NULL, o2, SDE, &r3, &err), 0);
+  assert_int_equal (ib_layer_write_diff (f->a, scan, NULL, o2, &at_sde, &r3, &err), 0);
   ib_fs_scan_free (scan);
   assert_string_equal (r1.digest, r3.digest);
 
   /* without SOURCE_DATE_EPOCH the mtimes (a second apart) show */
-  assert_int_equal (ib_layer_write_diff (f->a, NULL, NULL, o2, -1, &r3, &err), 0);
-  assert_int_equal (ib_layer_write_diff (f->b, NULL, NULL, o2, -1, &r4, &err), 0);
+  assert_int_equal (ib_layer_write_diff (f->a, NULL, NULL, o2, &keep_mtimes, &r3, &err), 0);
+  assert_int_equal (ib_layer_write_diff (f->b, NULL, NULL, o2, &keep_mtimes, &r4, &err), 0);
   assert_string_not_equal (r3.diff_id, r4.diff_id);
 }
 
@@ -364,7 +369,7 @@ test_unchanged (void **state)
   assert_int_equal (ib_fs_scan (f->a, exclude, &scan, &err), 0);
   put (f->a, "proc/more", "excluded", 0644);
   ib_layer_result_t res;
-  assert_int_equal (ib_layer_write_diff (f->a, scan, exclude, f->out, SDE, &res, &err), 0);
+  assert_int_equal (ib_layer_write_diff (f->a, scan, exclude, f->out, &at_sde, &res, &err), 0);
   ib_fs_scan_free (scan);
   assert_int_equal (res.entries, 0);
   cleanup_strv char **got = read_layer (f->out, SDE);
@@ -374,9 +379,23 @@ test_unchanged (void **state)
   /* a scan taken with exclusions that the diff does not share: the paths
    * the scan never saw show as added, nothing is whited out */
   assert_int_equal (ib_fs_scan (f->a, NULL, &scan, &err), 0);
-  assert_int_equal (ib_layer_write_diff (f->a, scan, exclude, f->out, SDE, &res, &err), 0);
+  assert_int_equal (ib_layer_write_diff (f->a, scan, exclude, f->out, &at_sde, &res, &err), 0);
   ib_fs_scan_free (scan);
   assert_int_equal (res.entries, 0);
+
+  /* "DIR/" + "*": the directory is written, what is under it is not */
+  char *const contents_only[] = { "/proc/*", "dev/*", NULL };
+  assert_int_equal (ib_layer_write_diff (f->a, NULL, contents_only, f->out, &at_sde, &res, &err), 0);
+  cleanup_strv char **got2 = read_layer (f->out, SDE);
+  bool proc = false, dev = false;
+  for (size_t i = 0; got2 && got2[i]; i++)
+    {
+      assert_true (strncmp (got2[i], "proc/", 5) != 0 || strcmp (got2[i], "proc/ d") == 0);
+      assert_true (strncmp (got2[i], "dev/", 4) != 0 || strcmp (got2[i], "dev/ d") == 0);
+      proc |= strcmp (got2[i], "proc/ d") == 0;
+      dev |= strcmp (got2[i], "dev/ d") == 0;
+    }
+  assert_true (proc && dev);
 }
 
 /* Sorted "path type mode size data|target" lines of a tree, without the
@@ -452,7 +471,7 @@ test_roundtrip (void **state)
   assert_int_equal (ib_fs_scan (f->a, exclude, &scan, &err), 0);
   modify (f->a);
   ib_layer_result_t res;
-  assert_int_equal (ib_layer_write_diff (f->a, scan, exclude, f->out, SDE, &res, &err), 0);
+  assert_int_equal (ib_layer_write_diff (f->a, scan, exclude, f->out, &at_sde, &res, &err), 0);
   ib_fs_scan_free (scan);
   char diff_id[IB_DIGEST_LEN];
   if (ib_unpack_layer (f->out, f->b, diff_id, NULL, &err) < 0)
@@ -474,9 +493,177 @@ test_roundtrip (void **state)
 
   /* and the scan of the unpacked tree diffed against itself is empty */
   assert_int_equal (ib_fs_scan (f->b, exclude, &scan, &err), 0);
-  assert_int_equal (ib_layer_write_diff (f->b, scan, exclude, f->out, SDE, &res, &err), 0);
+  assert_int_equal (ib_layer_write_diff (f->b, scan, exclude, f->out, &at_sde, &res, &err), 0);
   ib_fs_scan_free (scan);
   assert_int_equal (res.entries, 0);
+}
+
+/* Every compression and level: valid streams that decode (with the peers'
+ * tools, which check the gzip CRC-32 and length) to the same tar, the same
+ * bytes when written twice, the gzip header fixed. */
+static void
+test_compressions (void **state)
+{
+  struct fx *f = *state;
+  make_repro (f->a);
+  /* incompressible data larger than the 256 KiB output buffer, so the
+   * compressors drain it several times and the trailer may straddle it */
+  cleanup_free char *big = xmalloc (3 << 20);
+  uint32_t x = 12345;
+  for (size_t i = 0; i < (3u << 20) - 1; i++)
+    {
+      x = x * 1103515245 + 12345;
+      big[i] = (char) (1 + (x >> 24) % 255);
+    }
+  big[(3 << 20) - 1] = '\0';
+  put (f->a, "usr/share/big.bin", big, 0644);
+  struct
+  {
+    ib_compression_t c;
+    int level;
+    const char *decode;
+  } cases[] = {
+    { IB_COMPRESSION_GZIP, -1, "gzip -dc" }, { IB_COMPRESSION_GZIP, 0, "gzip -dc" },
+    { IB_COMPRESSION_GZIP, 2, "gzip -dc" },  { IB_COMPRESSION_GZIP, 3, "gzip -dc" },
+    { IB_COMPRESSION_GZIP, 6, "gzip -dc" },  { IB_COMPRESSION_GZIP, 9, "pigz -dc" },
+    { IB_COMPRESSION_ZSTD, -1, "zstd -qdc" }, { IB_COMPRESSION_ZSTD, 19, "zstd -qdc" },
+    { IB_COMPRESSION_NONE, -1, "cat" },
+  };
+  char diff_id[IB_DIGEST_LEN] = "";
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
+    {
+      ib_layer_opts_t o = { .compression = cases[i].c, .level = cases[i].level, .sde = SDE };
+      ib_layer_result_t r1, r2;
+      ib_error_t err = NULL;
+      cleanup_free char *o1 = xasprintf ("%s/c%zu-1", f->tmp, i);
+      cleanup_free char *o2 = xasprintf ("%s/c%zu-2", f->tmp, i);
+      if (ib_layer_write_diff (f->a, NULL, NULL, o1, &o, &r1, &err) < 0
+          || ib_layer_write_diff (f->a, NULL, NULL, o2, &o, &r2, &err) < 0)
+        fail_msg ("case %zu: %s", i, err->msg);
+      assert_string_equal (r1.digest, r2.digest);
+      if (*diff_id)
+        assert_string_equal (r1.diff_id, diff_id);
+      memcpy (diff_id, r1.diff_id, IB_DIGEST_LEN);
+      cleanup_free char *c1 = xasprintf ("sha256sum '%s'", o1);
+      cleanup_free char *c2 = xasprintf ("%s '%s' | sha256sum", cases[i].decode, o1);
+      cleanup_free char *d = run (c1), *id = run (c2);
+      assert_string_equal (r1.digest, d);
+      assert_string_equal (r1.diff_id, id);
+      struct stat st;
+      assert_int_equal (stat (o1, &st), 0);
+      assert_int_equal (r1.size, (uint64_t) st.st_size);
+      unsigned char h[10];
+      FILE *fp = fopen (o1, "rb");
+      assert_non_null (fp);
+      assert_int_equal (fread (h, 1, 10, fp), 10);
+      fclose (fp);
+      if (cases[i].c == IB_COMPRESSION_GZIP)
+        {
+          static const unsigned char want[10] = { 0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 3 };
+          assert_memory_equal (h, want, 10);
+          /* the decoders must not merely tolerate a bad trailer */
+          cleanup_free char *t = xasprintf ("gzip -t '%s'", o1);
+          assert_int_equal (system (t), 0);
+        }
+      else if (cases[i].c == IB_COMPRESSION_ZSTD)
+        assert_int_equal (h[0] | h[1] << 8 | h[2] << 16 | (unsigned) h[3] << 24, 0xFD2FB528u);
+      if (cases[i].c == IB_COMPRESSION_GZIP && cases[i].level == 0)
+        assert_true (r1.size > (3u << 20)); /* stored */
+      if (cases[i].c == IB_COMPRESSION_NONE)
+        assert_string_equal (r1.digest, r1.diff_id);
+    }
+  assert_string_equal (ib_compression_media_type (IB_COMPRESSION_ZSTD),
+                       "application/vnd.oci.image.layer.v1.tar+zstd");
+  assert_string_equal (ib_compression_media_type (IB_COMPRESSION_NONE),
+                       "application/vnd.oci.image.layer.v1.tar");
+  assert_true (ib_compression_level_ok (IB_COMPRESSION_GZIP, 9));
+  assert_false (ib_compression_level_ok (IB_COMPRESSION_GZIP, 10));
+  assert_false (ib_compression_level_ok (IB_COMPRESSION_ZSTD, 0));
+  assert_false (ib_compression_level_ok (IB_COMPRESSION_NONE, 1));
+  ib_compression_t c;
+  assert_int_equal (ib_compression_parse ("zstd", &c), 0);
+  assert_int_equal (c, IB_COMPRESSION_ZSTD);
+  assert_int_equal (ib_compression_parse ("xz", &c), -1);
+
+  /* a full disk: the compressor thread's write error comes back, named */
+  for (int k = 0; k < 3; k++)
+    {
+      ib_layer_opts_t o = { .compression = (ib_compression_t) k, .level = -1, .sde = SDE };
+      ib_layer_result_t r;
+      ib_error_t err = NULL;
+      assert_int_equal (ib_layer_write_diff (f->a, NULL, NULL, "/dev/full", &o, &r, &err), -1);
+      assert_non_null (strstr (err->msg, "/dev/full"));
+      assert_non_null (strstr (err->msg, strerror (ENOSPC)));
+      ib_error_free (&err);
+    }
+}
+
+/* user.* and security.capability xattrs travel in the layer, sorted;
+ * others do not. */
+static void
+test_xattrs (void **state)
+{
+  struct fx *f = *state;
+  mkd (f->a, "", 0755);
+  put (f->a, "f", "x", 0644);
+  mkd (f->a, "d", 0755);
+  cleanup_free char *pf = xasprintf ("%s/f", f->a), *pd = xasprintf ("%s/d", f->a);
+  if (setxattr (pf, "user.zeta", "z", 1, 0) < 0)
+    skip (); /* no user xattrs on this file system */
+  assert_int_equal (setxattr (pf, "user.alpha", "a\0b", 3, 0), 0);
+  assert_int_equal (setxattr (pd, "user.dir", "dv", 2, 0), 0);
+  ib_layer_result_t r;
+  ib_error_t err = NULL;
+  if (ib_layer_write_diff (f->a, NULL, NULL, f->out, &at_sde, &r, &err) < 0)
+    fail_msg ("%s", err->msg);
+  struct archive *a = archive_read_new ();
+  archive_read_support_filter_gzip (a);
+  archive_read_support_format_tar (a);
+  assert_int_equal (archive_read_open_filename (a, f->out, 10240), ARCHIVE_OK);
+  struct archive_entry *e;
+  int seen = 0;
+  while (archive_read_next_header (a, &e) == ARCHIVE_OK)
+    {
+      const char *name = archive_entry_pathname (e), *xn;
+      const void *xv;
+      size_t xs;
+      archive_entry_xattr_reset (e);
+      if (strcmp (name, "f") == 0)
+        {
+          /* (libarchive's reader lists them in reverse order) */
+          assert_int_equal (archive_entry_xattr_count (e), 2);
+          int got = 0;
+          while (archive_entry_xattr_next (e, &xn, &xv, &xs) == ARCHIVE_OK)
+            if (strcmp (xn, "user.alpha") == 0 && xs == 3 && memcmp (xv, "a\0b", 3) == 0)
+              got |= 1;
+            else if (strcmp (xn, "user.zeta") == 0 && xs == 1 && memcmp (xv, "z", 1) == 0)
+              got |= 2;
+          assert_int_equal (got, 3);
+          seen++;
+        }
+      else if (strcmp (name, "d/") == 0)
+        {
+          assert_int_equal (archive_entry_xattr_count (e), 1);
+          assert_int_equal (archive_entry_xattr_next (e, &xn, &xv, &xs), ARCHIVE_OK);
+          assert_string_equal (xn, "user.dir");
+          seen++;
+        }
+    }
+  archive_read_free (a);
+  assert_int_equal (seen, 2);
+
+  /* the records in the tar are sorted by name, SCHILY.xattr only */
+  ib_layer_opts_t o = { .compression = IB_COMPRESSION_NONE, .level = -1, .sde = SDE };
+  assert_int_equal (ib_layer_write_diff (f->a, NULL, NULL, f->out, &o, &r, &err), 0);
+  cleanup_free char *tar = NULL;
+  size_t len = 0;
+  assert_int_equal (ib_read_file (f->out, &tar, &len, &err), 0);
+  const char *pa = memmem (tar, len, "SCHILY.xattr.user.alpha=a", 25);
+  const char *pz = memmem (tar, len, "SCHILY.xattr.user.zeta=z", 24);
+  assert_non_null (pa);
+  assert_non_null (pz);
+  assert_true (pa < pz);
+  assert_null (memmem (tar, len, "LIBARCHIVE.xattr", 16));
 }
 
 int
@@ -488,6 +675,8 @@ main (void)
     cmocka_unit_test_setup_teardown (test_diff, setup, teardown),
     cmocka_unit_test_setup_teardown (test_reproducible, setup, teardown),
     cmocka_unit_test_setup_teardown (test_unchanged, setup, teardown),
+    cmocka_unit_test_setup_teardown (test_compressions, setup, teardown),
+    cmocka_unit_test_setup_teardown (test_xattrs, setup, teardown),
     cmocka_unit_test_setup_teardown (test_roundtrip, setup, teardown),
   };
   return cmocka_run_group_tests (tests, NULL, NULL);

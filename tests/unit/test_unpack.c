@@ -913,7 +913,7 @@ test_rootfs_prepare (void **state)
     }
 
   cleanup_free char *dest1 = xasprintf ("%s/rootfs1", f->layers);
-  if (ib_rootfs_prepare (&store, digests, diff_ids, dest1, &err) < 0)
+  if (ib_rootfs_prepare (&store, digests, diff_ids, dest1, true, &err) < 0)
     fail_msg ("%s", err->msg);
   cleanup_free char *p_top = xasprintf ("%s/top", dest1), *p_gone = xasprintf ("%s/gone", dest1);
   struct stat st;
@@ -934,12 +934,12 @@ test_rootfs_prepare (void **state)
       assert_int_equal (rename (bp, keep), 0);
     }
   cleanup_free char *dest2 = xasprintf ("%s/rootfs2", f->layers);
-  if (ib_rootfs_prepare (&store, digests, diff_ids, dest2, &err) < 0)
+  if (ib_rootfs_prepare (&store, digests, diff_ids, dest2, true, &err) < 0)
     fail_msg ("%s", err->msg);
   cleanup_free char *p2 = xasprintf ("%s/top", dest2);
   assert_int_equal (stat (p2, &st), 0);
   /* dest exists already */
-  assert_int_equal (ib_rootfs_prepare (&store, digests, diff_ids, dest2, &err), -1);
+  assert_int_equal (ib_rootfs_prepare (&store, digests, diff_ids, dest2, true, &err), -1);
   ib_error_free (&err);
   for (int i = 0; i < 2; i++)
     {
@@ -952,7 +952,7 @@ test_rootfs_prepare (void **state)
   free (diff_ids[1]);
   diff_ids[1] = xstrdup ("sha256:0000000000000000000000000000000000000000000000000000000000000000");
   cleanup_free char *dest3 = xasprintf ("%s/rootfs3", f->layers);
-  assert_int_equal (ib_rootfs_prepare (&store, digests, diff_ids, dest3, &err), -1);
+  assert_int_equal (ib_rootfs_prepare (&store, digests, diff_ids, dest3, true, &err), -1);
   assert_non_null (strstr (err->msg, "diff_id mismatch"));
   assert_non_null (strstr (err->msg, digests[1]));
   ib_error_free (&err);
