@@ -28,7 +28,15 @@ IMGBUILD_TEST_CACHE=$cache bash "$here/../lib/base-image.sh" "$registry" >/dev/n
 [[ $want == *" big "* ]] || exit 0
 
 big=$cache/build-oci
-if [ ! -f "$big/index.json" ] || [ "$here/build-image.recipe" -nt "$big/index.json" ]; then
+# Rebuilt when the recipe's content changes, not its mtime (a fresh
+# checkout or worktree is newer than any cache). A layout from before
+# this stamp is kept and stamped with the recipe at hand.
+stamp=$cache/build-oci.recipe.sha256
+recipe_sum=$(sha256sum "$here/build-image.recipe" | cut -d' ' -f1)
+if [ -f "$big/index.json" ] && [ ! -f "$stamp" ]; then
+  echo "$recipe_sum" > "$stamp"
+fi
+if [ ! -f "$big/index.json" ] || [ "$(cat "$stamp")" != "$recipe_sum" ]; then
   echo "make-images: building the big image with imgbuild (once, ~10 min)" >&2
   store=$cache/build-store
   rm -rf "$big"
@@ -40,6 +48,7 @@ if [ ! -f "$big/index.json" ] || [ "$here/build-image.recipe" -nt "$big/index.js
     exit 1
   fi
   rm -rf "$store"   # kept after a failure: its build cache makes the next try shorter
+  echo "$recipe_sum" > "$stamp"
 fi
 skopeo copy --quiet --format v2s2 --dest-tls-verify=false \
   "oci:$big:build" "docker://$registry/bench/build:latest" >&2
