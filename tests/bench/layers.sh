@@ -178,7 +178,7 @@ run_user() { as_user "$xdg" "$@"; }
 imgbuild_comps=$("$imgbuild" --help 2>&1 | grep -o -- '--compression [a-z|]*' | head -n1 | cut -d' ' -f2 | tr '|' ' ' || true)
 
 # Tool lists per part.
-unpack_tools="imgbuild imgbuild-nosnap imgbuild-zstd umoci tar-gzip tar-pigz tar-zstd tar-none"
+unpack_tools="imgbuild imgbuild-zstd umoci tar-gzip tar-pigz tar-zstd tar-none"
 write_tools="imgbuild"
 for c in zstd none; do
   [[ " $imgbuild_comps " == *" $c "* ]] && write_tools+=" imgbuild-$c"
@@ -280,7 +280,6 @@ B="buildah --root $w/root --runroot $w/runroot --storage-driver vfs"
 setup_of() {
   case $1:$2 in
   unpack:imgbuild) echo "cp -a $in/store $w/store" ;;
-  unpack:imgbuild-nosnap) echo "cp -a $in/store $w/store && rm -rf $w/store/tmp && ln -s /proc $w/store/tmp" ;;
   unpack:imgbuild-zstd) echo "cp -a $in/store-zstd $w/store" ;;
   write:buildah-*) echo "$B from -q --name bench scratch >/dev/null && /usr/bin/time -f %e -o $w/copy.time $B copy -q bench $in/ctx/tree / >/dev/null" ;;
   *) echo true ;;
@@ -291,7 +290,7 @@ stamp='while IFS= read -r l; do printf "%s %s\n" "$EPOCHREALTIME" "$l"; done'
 command_of() {
   local t=$2 comp=""
   case $1:$t in
-  unpack:imgbuild|unpack:imgbuild-nosnap)
+  unpack:imgbuild)
     echo "$imgbuild --store $w/store -q unpack $ref $w/rootfs" ;;
   unpack:imgbuild-zstd)
     echo "$imgbuild --store $w/store -q unpack $zref $w/rootfs" ;;
