@@ -833,6 +833,9 @@ struct unpack
   ib_unpack_stats_t *stats;
   bool can_chown_warned;
   ib_buf_t skipped_names;  /* first few skipped entries, for one warning per layer */
+  uint64_t caps_failed;    /* security.capability the kernel refused */
+  int caps_errno;          /* why, the first time */
+  ib_buf_t caps_names;     /* the first few of those files */
   /* The parent directory of the last regular file, reused while regular
    * files follow in the same directory (tars list files directory by
    * directory): saves resolving it again.  Dropped by any other entry,
@@ -874,6 +877,7 @@ unpack_free (struct unpack *u)
     free (u->dirs[i].path);
   free (u->dirs);
   ib_buf_free (&u->skipped_names);
+  ib_buf_free (&u->caps_names);
   parent_cache_drop (u);
   if (u->rootfd >= 0)
     close (u->rootfd);
@@ -904,6 +908,23 @@ dirmeta_get (struct unpack *u, const char *path, const struct stat *st, bool *fr
   hmap_put (&u->dir_idx, k, (void *) (uintptr_t) u->n_dirs);
   *fresh = true;
   return d;
+}
+
+/* Directory `path` (stat st) is about to change: an entry of this layer is
+ * created in it or a whiteout removes one.  Unless the layer has an entry for
+ * the directory itself (which then sets its metadata), it keeps the mtime it
+ * had (apply_dirmeta puts it back): the tree depends on the layers, not on
+ * the time of the unpack (umoci does the same). */
+static void
+keep_times (struct unpack *u, const char *path, const struct stat *st)
+{
+  bool fresh;
+  struct dirmeta *d = dirmeta_get (u, path, st, &fresh);
+  if (!fresh)
+    return;
+  d->set_times = true;
+  d->ts[0] = st->st_atim;
+  d->ts[1] = st->st_mtim;
 }
 
 static void
@@ -976,7 +997,14 @@ resolve_dir (struct unpack *u, const char *path, bool create, ib_error_t *err)
           struct stat pst;
           const char *parent_end = c > path ? c - 1 : path;
           cleanup_free char *parent = xstrndup (path, (size_t) (parent_end - path));
-          if (fstat (cur, &pst) < 0 || make_writable (u, parent, cur, &pst, err) < 0)
+          if (fstat (cur, &pst) < 0)
+            {
+              int e = errno;
+              close (cur);
+              return ib_error_sys (err, e, "create directory /%s", prefix);
+            }
+          keep_times (u, parent, &pst);
+          if (make_writable (u, parent, cur, &pst, err) < 0)
             {
               close (cur);
               return ib_error_prefix (err, "create directory /%s", prefix);
@@ -1056,6 +1084,7 @@ remove_lower (struct unpack *u, int dfd, const struct stat *dst, const char *dpa
     }
   if (!mine && !holds)
     {
+      keep_times (u, dpath, dst);
       if (make_writable (u, dpath, dfd, dst, err) < 0)
         return -1;
       return remove_at (dfd, name, shown, err);
@@ -1114,22 +1143,45 @@ entry_times (struct archive_entry *e, struct timespec ts[2])
     ts[0] = ts[1];
 }
 
+/* The entry's xattrs on fd (after chown and chmod: chown clears
+ * security.capability).  user.* are set; security.capability (file
+ * capabilities) too where the kernel allows it (in a user namespace it
+ * stores them as a v3 capability of the namespace's root); where it refuses
+ * (unprivileged without a namespace, a filesystem without xattrs) the file
+ * is counted for the one warning per layer.  Other names (trusted.*,
+ * security.selinux, system.*) are host-specific: skipped with a debug
+ * message. */
 static void
-apply_xattrs (struct archive_entry *e, int fd, const char *name)
+apply_xattrs (struct unpack *u, struct archive_entry *e, int fd, const char *name)
 {
   const char *xn;
   const void *xv;
   size_t xs;
+  bool cap_failed = false; /* (a tar may carry it twice: SCHILY. and LIBARCHIVE.xattr) */
   archive_entry_xattr_reset (e);
   while (archive_entry_xattr_next (e, &xn, &xv, &xs) == ARCHIVE_OK)
     {
-      if (!ib_str_has_prefix (xn, "user."))
+      bool cap = strcmp (xn, "security.capability") == 0;
+      if (!cap && !ib_str_has_prefix (xn, "user."))
         {
           ib_debug ("/%s: xattr %s skipped", name, xn);
           continue;
         }
-      if (fsetxattr (fd, xn, xv, xs, 0) < 0)
-        ib_debug ("/%s: xattr %s not set: %s", name, xn, strerror (errno));
+      if (fsetxattr (fd, xn, xv, xs, 0) == 0)
+        continue;
+      if (!cap)
+        {
+          ib_debug ("/%s: xattr %s not set: %s", name, xn, strerror (errno));
+          continue;
+        }
+      ib_debug ("/%s: file capability not set: %s", name, strerror (errno));
+      if (cap_failed)
+        continue;
+      cap_failed = true;
+      if (u->caps_failed++ == 0)
+        u->caps_errno = errno;
+      if (u->caps_failed <= 4)
+        ib_buf_printf (&u->caps_names, "%s/%s", u->caps_names.len ? ", " : "", name);
     }
 }
 
@@ -1276,6 +1328,7 @@ apply_entry (struct unpack *u, struct archive *a, struct archive_entry *e, const
         return ib_error_prefix (err, "entry %s", name);
       if (fstat (own_pfd, &pst) < 0)
         return ib_error_sys (err, errno, "entry %s", name);
+      keep_times (u, dir, &pst);
       if (make_writable (u, dir, own_pfd, &pst, err) < 0)
         return ib_error_prefix (err, "entry %s", name);
       mark_holders (u, own_pfd, &pst);
@@ -1321,7 +1374,7 @@ apply_entry (struct unpack *u, struct archive *a, struct archive_entry *e, const
         {
           cleanup_close int fd = openat (pfd, base, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
           if (fd >= 0)
-            apply_xattrs (e, fd, name);
+            apply_xattrs (u, e, fd, name);
         }
       bool fresh;
       struct dirmeta *d = dirmeta_get (u, name, &est, &fresh);
@@ -1329,9 +1382,12 @@ apply_entry (struct unpack *u, struct archive *a, struct archive_entry *e, const
       d->set_owner = true;
       d->uid = uid;
       d->gid = gid;
-      d->set_times = has_mtime;
-      d->ts[0] = ts[0];
-      d->ts[1] = ts[1];
+      if (has_mtime)
+        {
+          d->set_times = true;
+          d->ts[0] = ts[0];
+          d->ts[1] = ts[1];
+        }
       return 0;
     }
 
@@ -1364,7 +1420,7 @@ apply_entry (struct unpack *u, struct archive *a, struct archive_entry *e, const
           ignore_chown_error (name);
         if (chmod_needed && fchmod (fd, perm) < 0)
           return ib_error_sys (err, errno, "entry %s: chmod", name);
-        apply_xattrs (e, fd, name);
+        apply_xattrs (u, e, fd, name);
         if (has_mtime && futimens (fd, ts) < 0)
           return ib_error_sys (err, errno, "entry %s: set times", name);
         return 0;
@@ -1412,14 +1468,38 @@ apply_entry (struct unpack *u, struct archive *a, struct archive_entry *e, const
     }
 }
 
-/* Directory metadata last: children first (reverse order of appearance), so
- * that restrictive modes and mtimes are not disturbed by later entries. */
+static size_t
+path_depth (const char *p)
+{
+  size_t n = *p ? 1 : 0;
+  for (; *p; p++)
+    n += *p == '/';
+  return n;
+}
+
+static int
+dirmeta_order (const void *a, const void *b)
+{
+  const struct dirmeta *x = *(struct dirmeta *const *) a, *y = *(struct dirmeta *const *) b;
+  size_t dx = path_depth (x->path), dy = path_depth (y->path);
+  if (dx != dy)
+    return dx > dy ? -1 : 1;
+  return x > y ? -1 : x < y; /* later first */
+}
+
+/* Directory metadata last, deepest first (then in reverse order of
+ * appearance), so that restrictive modes and mtimes are not disturbed by
+ * later entries, and a parent's mode never blocks the way to a child. */
 static int
 apply_dirmeta (struct unpack *u, ib_error_t *err)
 {
-  for (size_t i = u->n_dirs; i-- > 0;)
+  cleanup_free struct dirmeta **order = xmalloc ((u->n_dirs + 1) * sizeof *order);
+  for (size_t i = 0; i < u->n_dirs; i++)
+    order[i] = &u->dirs[i];
+  qsort (order, u->n_dirs, sizeof *order, dirmeta_order);
+  for (size_t i = 0; i < u->n_dirs; i++)
     {
-      struct dirmeta *d = &u->dirs[i];
+      struct dirmeta *d = order[i];
       const char *base;
       cleanup_free char *parent = split_path (d->path, &base);
       cleanup_close int pfd = -1;
@@ -1573,6 +1653,11 @@ ib_unpack_layer_stream (const char *name, ib_layer_read_fn read_fn, void *ud, co
              (unsigned long long) stats->skipped, stats->skipped > 1 ? "s" : "",
              stats->skipped > 1 ? "s" : "", u.skipped_names.data,
              stats->skipped > 4 ? ", ..." : "");
+  if (ret == 0 && u.caps_failed)
+    ib_warn ("unpack layer %s: file capabilities (security.capability) not set on %llu file%s "
+             "(%s%s): %s",
+             name, (unsigned long long) u.caps_failed, u.caps_failed > 1 ? "s" : "",
+             u.caps_names.data, u.caps_failed > 4 ? ", ..." : "", strerror (u.caps_errno));
 out:
   if (a)
     archive_read_free (a);

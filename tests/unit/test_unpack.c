@@ -690,6 +690,65 @@ test_sparse_and_xattr (void **state)
   assert_true (getxattr (p, "trusted.nope", v, sizeof v) < 0);
 }
 
+/* security.capability is applied where the kernel lets us (root outside a
+ * user namespace: as written; an unprivileged caller: EPERM, the layer still
+ * unpacks, with one warning); trusted.* never. */
+static void
+test_file_capability (void **state)
+{
+  struct fx *f = *state;
+  /* cap_net_bind_service+ep: struct vfs_cap_data, revision 2 */
+  const uint32_t cap[5] = { 0x02000001, 1u << 10, 0, 0, 0 };
+  cleanup_free char *l = layer_path (f);
+  struct archive *a = tw_open (l, C_NONE);
+  const char *names[] = { "cap1", "cap2" };
+  for (int i = 0; i < 2; i++)
+    {
+      struct archive_entry *e = archive_entry_new ();
+      archive_entry_set_pathname (e, names[i]);
+      archive_entry_set_filetype (e, AE_IFREG);
+      archive_entry_set_perm (e, 0755);
+      archive_entry_set_size (e, 0);
+      archive_entry_xattr_add_entry (e, "security.capability", cap, sizeof cap);
+      archive_entry_xattr_add_entry (e, "trusted.nope", "val", 3);
+      assert_int_equal (archive_write_header (a, e), ARCHIVE_OK);
+      archive_entry_free (e);
+    }
+  tw_close (a);
+  expect_ok (f, l, NULL);
+  cleanup_free char *p = tpath (f, "cap1");
+  unsigned char v[64];
+  ssize_t n = getxattr (p, "security.capability", v, sizeof v);
+  if (geteuid () == 0 && n < 0)
+    assert_int_equal (errno, ENOTSUP); /* a filesystem without xattrs */
+  else if (geteuid () == 0)
+    {
+      assert_int_equal (n, sizeof cap);
+      assert_memory_equal (v, cap, sizeof cap);
+    }
+  else
+    assert_true (n < 0);
+  assert_true (getxattr (p, "trusted.nope", v, sizeof v) < 0);
+}
+
+/* A directory of a lower layer that a layer adds to, or removes from,
+ * without an entry for it keeps its mtime. */
+static void
+test_lower_dir_mtime_kept (void **state)
+{
+  struct fx *f = *state;
+  cleanup_free char *l1 = make_layer (f, C_NONE, "d:dir", "f:dir/old=1", "d:dir2", "f:dir2/a=a",
+                                      NULL);
+  expect_ok (f, l1, NULL);
+  assert_int_equal (tstat (f, "dir").st_mtime, MTIME);
+  cleanup_free char *l2 = make_layer (f, C_NONE, "f:dir/new=2", "f:dir2/.wh.a=",
+                                      "f:top/implicit/file=3", NULL);
+  expect_ok (f, l2, NULL);
+  assert_true (texists (f, "dir/new") && !texists (f, "dir2/a"));
+  assert_int_equal (tstat (f, "dir").st_mtime, MTIME);
+  assert_int_equal (tstat (f, "dir2").st_mtime, MTIME);
+}
+
 /* ---------------------------------------------------------------------- */
 
 static void
@@ -980,6 +1039,8 @@ main (void)
     cmocka_unit_test_setup_teardown (test_symlink_attacks_fallback, setup, teardown),
     cmocka_unit_test_setup_teardown (test_bomb, setup, teardown),
     cmocka_unit_test_setup_teardown (test_sparse_and_xattr, setup, teardown),
+    cmocka_unit_test_setup_teardown (test_file_capability, setup, teardown),
+    cmocka_unit_test_setup_teardown (test_lower_dir_mtime_kept, setup, teardown),
     cmocka_unit_test_setup_teardown (test_copy_tree, setup, teardown),
     cmocka_unit_test_setup_teardown (test_rootfs_prepare, setup, teardown),
   };
