@@ -1185,6 +1185,19 @@ apply_xattrs (struct unpack *u, struct archive_entry *e, int fd, const char *nam
     }
 }
 
+/* An entry for an existing directory gives it its whole metadata: the
+ * xattrs a lower layer set (of the kinds apply_xattrs sets) go first. */
+static void
+clear_xattrs (int fd, const char *name)
+{
+  char list[65536];
+  ssize_t n = flistxattr (fd, list, sizeof list);
+  for (char *k = list; n > 0 && k < list + n; k += strlen (k) + 1)
+    if ((ib_str_has_prefix (k, "user.") || strcmp (k, "security.capability") == 0)
+        && fremovexattr (fd, k) < 0)
+      ib_debug ("/%s: xattr %s not removed: %s", name, k, strerror (errno));
+}
+
 static int
 arch_error (struct unpack *u, struct archive *a, const char *name, ib_error_t *err)
 {
@@ -1370,9 +1383,11 @@ apply_entry (struct unpack *u, struct archive *a, struct archive_entry *e, const
         return ib_error_sys (err, errno, "entry %s: mkdir", name);
       if (fstatat (pfd, base, &est, AT_SYMLINK_NOFOLLOW) < 0)
         return ib_error_sys (err, errno, "entry %s", name);
-      if (archive_entry_xattr_count (e) > 0)
+      if (archive_entry_xattr_count (e) > 0 || exists)
         {
           cleanup_close int fd = openat (pfd, base, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+          if (fd >= 0 && exists)
+            clear_xattrs (fd, name);
           if (fd >= 0)
             apply_xattrs (u, e, fd, name);
         }
@@ -1490,6 +1505,30 @@ dirmeta_order (const void *a, const void *b)
 /* Directory metadata last, deepest first (then in reverse order of
  * appearance), so that restrictive modes and mtimes are not disturbed by
  * later entries, and a parent's mode never blocks the way to a child. */
+/* Metadata of directory d whose path ends in a symlink to it (an entry
+ * "lib/x" with "lib" -> "usr/lib"): the whole path resolved beneath the
+ * target, the metadata set through /proc/self/fd (an O_PATH fd takes no
+ * chmod). */
+static int
+apply_dirmeta_resolved (struct unpack *u, const struct dirmeta *d, ib_error_t *err)
+{
+  cleanup_close int fd = open_dir_in_root (u->rootfd, d->path);
+  struct stat st;
+  if (fd < 0 || fstat (fd, &st) < 0 || st.st_dev != d->dev || st.st_ino != d->ino)
+    return 0; /* replaced by a later entry */
+  char proc[64];
+  snprintf (proc, sizeof proc, "/proc/self/fd/%d", fd);
+  if (d->set_owner && chown (proc, d->uid, d->gid) < 0)
+    ignore_chown_error (d->path);
+  if (chmod (proc, d->mode) < 0 || (d->set_times && utimensat (AT_FDCWD, proc, d->ts, 0) < 0))
+    {
+      if (errno != ENOENT)
+        return ib_error_sys (err, errno, "entry %s: set metadata", d->path);
+      ib_debug ("/%s: metadata not set: no /proc", d->path);
+    }
+  return 0;
+}
+
 static int
 apply_dirmeta (struct unpack *u, ib_error_t *err)
 {
@@ -1522,8 +1561,15 @@ apply_dirmeta (struct unpack *u, ib_error_t *err)
           nm = base;
           flags = 0;
         }
-      if (fstatat (fd, nm, &st, flags | AT_SYMLINK_NOFOLLOW) < 0 || !S_ISDIR (st.st_mode)
-          || st.st_dev != d->dev || st.st_ino != d->ino)
+      if (fstatat (fd, nm, &st, flags | AT_SYMLINK_NOFOLLOW) < 0)
+        continue;
+      if (S_ISLNK (st.st_mode))
+        {
+          if (apply_dirmeta_resolved (u, d, err) < 0)
+            return -1;
+          continue;
+        }
+      if (!S_ISDIR (st.st_mode) || st.st_dev != d->dev || st.st_ino != d->ino)
         continue;
       if (d->set_owner && fchownat (fd, nm, d->uid, d->gid, flags | AT_SYMLINK_NOFOLLOW) < 0)
         ignore_chown_error (d->path);

@@ -44,7 +44,8 @@ typedef struct ib_unpack_stats
  * missing parent is created (0755) unless a dangling symlink or a
  * non-directory is in its way (an error).  A non-directory entry replaces
  * whatever is at its path (directories recursively); a directory entry keeps
- * an existing directory and updates its metadata.  Directory modes and
+ * an existing directory and gives it the entry's metadata (its user.* and
+ * security.capability xattrs are replaced by the entry's).  Directory modes and
  * mtimes are applied after all entries; directories lacking owner write
  * permission get it for the time of the unpack (rootless).  A directory
  * that the layer changes (adds to, or removes from) without an entry for it

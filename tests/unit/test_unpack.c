@@ -731,6 +731,37 @@ test_file_capability (void **state)
   assert_true (getxattr (p, "trusted.nope", v, sizeof v) < 0);
 }
 
+/* An entry for an existing directory replaces the user xattrs a lower
+ * layer set on it. */
+static void
+test_dir_entry_replaces_xattrs (void **state)
+{
+  struct fx *f = *state;
+  const char *names[] = { "user.old", "user.new" };
+  for (int i = 0; i < 2; i++)
+    {
+      cleanup_free char *l = layer_path (f);
+      struct archive *a = tw_open (l, C_NONE);
+      struct archive_entry *e = archive_entry_new ();
+      archive_entry_set_pathname (e, "d");
+      archive_entry_set_filetype (e, AE_IFDIR);
+      archive_entry_set_perm (e, 0755);
+      archive_entry_xattr_add_entry (e, names[i], "v", 1);
+      assert_int_equal (archive_write_header (a, e), ARCHIVE_OK);
+      archive_entry_free (e);
+      tw_close (a);
+      expect_ok (f, l, NULL);
+    }
+  cleanup_free char *p = tpath (f, "d");
+  char v[16];
+  if (getxattr (p, "user.new", v, sizeof v) < 0)
+    {
+      assert_int_equal (errno, ENOTSUP); /* a filesystem without user xattrs */
+      return;
+    }
+  assert_true (getxattr (p, "user.old", v, sizeof v) < 0);
+}
+
 /* A directory of a lower layer that a layer adds to, or removes from,
  * without an entry for it keeps its mtime. */
 static void
@@ -738,15 +769,17 @@ test_lower_dir_mtime_kept (void **state)
 {
   struct fx *f = *state;
   cleanup_free char *l1 = make_layer (f, C_NONE, "d:dir", "f:dir/old=1", "d:dir2", "f:dir2/a=a",
-                                      NULL);
+                                      "d:dir3", "l:link>dir3", NULL);
   expect_ok (f, l1, NULL);
   assert_int_equal (tstat (f, "dir").st_mtime, MTIME);
   cleanup_free char *l2 = make_layer (f, C_NONE, "f:dir/new=2", "f:dir2/.wh.a=",
-                                      "f:top/implicit/file=3", NULL);
+                                      "f:top/implicit/file=3", "f:link/through-symlink=4", NULL);
   expect_ok (f, l2, NULL);
   assert_true (texists (f, "dir/new") && !texists (f, "dir2/a"));
+  assert_true (texists (f, "dir3/through-symlink") && S_ISLNK (tstat (f, "link").st_mode));
   assert_int_equal (tstat (f, "dir").st_mtime, MTIME);
   assert_int_equal (tstat (f, "dir2").st_mtime, MTIME);
+  assert_int_equal (tstat (f, "dir3").st_mtime, MTIME);
 }
 
 /* ---------------------------------------------------------------------- */
@@ -1041,6 +1074,7 @@ main (void)
     cmocka_unit_test_setup_teardown (test_sparse_and_xattr, setup, teardown),
     cmocka_unit_test_setup_teardown (test_file_capability, setup, teardown),
     cmocka_unit_test_setup_teardown (test_lower_dir_mtime_kept, setup, teardown),
+    cmocka_unit_test_setup_teardown (test_dir_entry_replaces_xattrs, setup, teardown),
     cmocka_unit_test_setup_teardown (test_copy_tree, setup, teardown),
     cmocka_unit_test_setup_teardown (test_rootfs_prepare, setup, teardown),
   };
