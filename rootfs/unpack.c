@@ -1586,6 +1586,32 @@ apply_dirmeta (struct unpack *u, ib_error_t *err)
   return 0;
 }
 
+/* The "./" entry: the top directory's metadata (mode, owner, mtime, xattrs),
+ * as for any directory entry; another type there is ignored. */
+static void
+apply_root_entry (struct unpack *u, struct archive_entry *e)
+{
+  if (archive_entry_filetype (e) != AE_IFDIR)
+    {
+      ib_debug ("entry %s: not a directory, ignored", archive_entry_pathname (e));
+      return;
+    }
+  parent_cache_drop (u);
+  clear_xattrs (u->rootfd, ".");
+  apply_xattrs (u, e, u->rootfd, ".");
+  bool fresh;
+  struct dirmeta *d = dirmeta_get (u, "", &u->root_st, &fresh);
+  d->mode = archive_entry_perm (e) & 07777;
+  d->set_owner = true;
+  d->uid = (uid_t) archive_entry_uid (e);
+  d->gid = (gid_t) archive_entry_gid (e);
+  if (archive_entry_mtime_is_set (e))
+    {
+      d->set_times = true;
+      entry_times (e, d->ts);
+    }
+}
+
 static int
 unpack_stream (struct unpack *u, struct archive *a, ib_error_t *err)
 {
@@ -1612,8 +1638,8 @@ unpack_stream (struct unpack *u, struct archive *a, ib_error_t *err)
       if (normalize_name (archive_entry_pathname (e), &name, err) < 0)
         return -1;
       if (*name == '\0')
-        continue; /* "./": the target itself, left as the caller made it */
-      if (apply_entry (u, a, e, name, err) < 0)
+        apply_root_entry (u, e); /* "./": the target itself */
+      else if (apply_entry (u, a, e, name, err) < 0)
         return -1;
       free (prev);
       prev = steal_pointer (&name);

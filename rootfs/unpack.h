@@ -56,7 +56,8 @@ typedef struct ib_unpack_stats
  * are named in one warning per layer; other names (trusted.*,
  * security.selinux, ...) are skipped (debug message).  The uncompressed
  * size is limited (see
- * ib_unpack_set_max_bytes).  "./" entries (the target itself) are skipped.
+ * ib_unpack_set_max_bytes).  A "./" entry (the target itself) gives the
+ * target its metadata, as any directory entry does.
  * On failure `target` is left partly unpacked; stats (may be NULL) counts
  * the tar entries seen and uncompressed bytes read. */
 int ib_unpack_layer (const char *layer_path, const char *target, char diff_id[IB_DIGEST_LEN],

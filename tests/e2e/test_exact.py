@@ -69,7 +69,8 @@ def host_id(mode, nsid):
     if mode == "single":
         return UID  # ownership is not recorded: every file is the caller's
     start, count = subid_range()
-    return UID if nsid == 0 else start + nsid - 1
+    # ids beyond the range cannot be set: kept as the caller's (docs/security.md)
+    return UID if nsid == 0 or nsid > count else start + nsid - 1
 
 
 class Node:
@@ -163,8 +164,12 @@ def last_entries(image):
     out = {}
     for entries, _ in make_images.images()[image]:
         for e in entries:
-            if not os.path.basename(e.bpath()).startswith(b".wh."):
-                out[e.bpath().rstrip(b"/")] = e
+            n = e.bpath()
+            while n.startswith(b"./"):
+                n = n[2:]
+            n = n.rstrip(b"/")
+            if n and not os.path.basename(n).startswith(b".wh."):
+                out[n] = e
     return out
 
 
@@ -247,6 +252,7 @@ def umoci(layouts, tmp_path_factory):
             p = subprocess.run(["umoci", "unpack", "--rootless", "--image",
                                 f"{layouts[image][1]}:1", str(bundle)],
                                capture_output=True, text=True)
+            p.bundle = bundle
             _cache[key] = (p, walk(bundle / "rootfs") if p.returncode == 0 else None)
             made.append(bundle)
         return _cache[key]
@@ -397,6 +403,8 @@ def test_whiteouts(unpacked, mode):
     assert names_in(t, b"opq0") == [b"kept"]        # opaque in the lowest layer: hides nothing
     assert names_in(t, b"keep") == [b"file"]
     assert b"ghost" not in t and b"nodir" not in t  # whiteouts of nothing create nothing
+    assert t[b"wf"].sha == hashlib.sha256(b"new wf").hexdigest()  # this layer's file survives
+    assert t[b"todir"].type == stat.S_IFREG and not names_in(t, b"todir")
     # the directories opaque whiteouts emptied keep their own metadata
     assert t[b"d"].perm == 0o755 and t[b"d"].mtime == last_entries("whiteouts")[b"d"].mtime * 10**9
 
@@ -419,6 +427,36 @@ def test_hardlinks(unpacked, mode):
     assert t[b"h/t1"].sha == hashlib.sha256(b"same layer").hexdigest()
     assert t[b"h/t1"].nlink == 5
     assert b"h/doomed" not in t
+    # linked, then its name whited out: the link (this layer's) keeps the content
+    assert t[b"h/keeps-doomed"].sha == hashlib.sha256(b"doomed").hexdigest()
+    assert t[b"h/keeps-doomed"].nlink == 1
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_opaque_root(unpacked, mode):
+    t = tree(unpacked, "opaque-root", mode)
+    assert names_in(t, b"") == [b"b", b"new"]
+    assert names_in(t, b"b") == [b"d"]
+    assert t[b"b"].mtime == last_entries("opaque-root")[b"b"].mtime * 10**9
+
+
+def root_meta(path):
+    st = os.lstat(path)
+    return stat.S_IMODE(st.st_mode), st.st_mtime_ns
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_dot_slash(unpacked, umoci, mode):
+    """`tar -C dir .` layers: "./name" is "name"; the "./" entry is the top
+    directory, whose mode and mtime it gives (umoci and Docker apply it too)."""
+    r, t, root = unpacked("dot-slash", mode)
+    assert r.rc == 0, r
+    assert sorted(t) == [b"etc", b"etc/group", b"etc/passwd"]
+    top = make_images.images()["dot-slash"][1][0][0]
+    assert root_meta(root) == (0o700, top.mtime * 10**9)
+    p, _ = umoci("dot-slash")
+    assert p.returncode == 0
+    assert root_meta(root) == root_meta(p.bundle / "rootfs")
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -493,7 +531,8 @@ def test_modes_and_mtimes(unpacked, mode):
 def test_ownership(unpacked, mode):
     t = tree(unpacked, "modes", mode)
     for n, (u, g) in {b"m/owned": (1000, 1000), b"m/owned-nobody": (65534, 65534),
-                      b"m/owned-dir": (1000, 100), b"m/exec": (0, 0)}.items():
+                      b"m/owned-dir": (1000, 100), b"m/owned-big": (200000, 200000),
+                      b"m/exec": (0, 0)}.items():
         assert (t[n].uid, t[n].gid) == (host_id(mode, u), gid_of(mode, g)), n
     # setuid/setgid survive the chown of a file with an owner to set
     assert t[b"m/setuid"].perm == 0o4711
@@ -504,8 +543,8 @@ def gid_of(mode, nsgid):
         return os.getgid()
     if mode == "root":
         return nsgid
-    start, _ = subgid_range()
-    return os.getgid() if nsgid == 0 else start + nsgid - 1
+    start, count = subgid_range()
+    return os.getgid() if nsgid == 0 or nsgid > count else start + nsgid - 1
 
 
 def subgid_range():

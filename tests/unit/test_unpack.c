@@ -762,6 +762,25 @@ test_dir_entry_replaces_xattrs (void **state)
   assert_true (getxattr (p, "user.old", v, sizeof v) < 0);
 }
 
+/* The "./" entry gives the target its mode and mtime (umoci and Docker
+ * apply it too). */
+static void
+test_root_entry (void **state)
+{
+  struct fx *f = *state;
+  cleanup_free char *l = layer_path (f);
+  struct archive *a = tw_open (l, C_NONE);
+  tw_dir (a, "./", 0750);
+  tw_file (a, "./file", 0644, "x");
+  tw_close (a);
+  expect_ok (f, l, NULL);
+  struct stat st;
+  assert_int_equal (stat (f->target, &st), 0);
+  assert_int_equal (st.st_mode & 07777, 0750);
+  assert_int_equal (st.st_mtime, MTIME);
+  assert_true (texists (f, "file"));
+}
+
 /* A directory of a lower layer that a layer adds to, or removes from,
  * without an entry for it keeps its mtime. */
 static void
@@ -1075,6 +1094,7 @@ main (void)
     cmocka_unit_test_setup_teardown (test_file_capability, setup, teardown),
     cmocka_unit_test_setup_teardown (test_lower_dir_mtime_kept, setup, teardown),
     cmocka_unit_test_setup_teardown (test_dir_entry_replaces_xattrs, setup, teardown),
+    cmocka_unit_test_setup_teardown (test_root_entry, setup, teardown),
     cmocka_unit_test_setup_teardown (test_copy_tree, setup, teardown),
     cmocka_unit_test_setup_teardown (test_rootfs_prepare, setup, teardown),
   };
