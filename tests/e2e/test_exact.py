@@ -430,6 +430,11 @@ def test_hardlinks(unpacked, mode):
     # linked, then its name whited out: the link (this layer's) keeps the content
     assert t[b"h/keeps-doomed"].sha == hashlib.sha256(b"doomed").hexdigest()
     assert t[b"h/keeps-doomed"].nlink == 1
+    # a name twice in one layer: the last entry wins; a name linked, then
+    # replaced in the same layer: the link keeps the first file
+    assert t[b"h/twice"].sha == hashlib.sha256(b"second").hexdigest()
+    assert t[b"h/l0"].sha == hashlib.sha256(b"old t0").hexdigest()
+    assert t[b"h/t0"].sha == hashlib.sha256(b"new t0").hexdigest()
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -461,10 +466,11 @@ def test_dot_slash(unpacked, umoci, mode):
 
 @pytest.mark.parametrize("mode", MODES)
 def test_hardlink_to_whited_out_file(unpacked, umoci, mode):
-    """layer.md: a hardlink entry names a file that exists when it is
-    applied; one removed by a lower layer's whiteout is gone, so there is
-    nothing to link to.  Both tools refuse the layer; imgbuild names the
-    entry and the missing target and leaves no rootfs."""
+    """A hardlink to a file that a lower layer's whiteout removed: there is
+    nothing to link to (layer.md: "Extracting a layer with hardlink
+    references to files outside of the layer may fail").  Both tools
+    refuse the layer; imgbuild names the entry and the missing target and
+    leaves no rootfs."""
     r, _, root = unpacked("hardlink-to-whiteout", mode)
     assert r.rc == 1, r
     last = r.err.strip().splitlines()[-1]
@@ -525,6 +531,8 @@ def test_modes_and_mtimes(unpacked, mode):
         assert t[n].mtime == e[n].mtime * 10**9, n
     assert t[b"m/frac"].mtime == 1600000000_500000000
     assert t[b"m/old"].mtime == 0
+    assert t[b"m/before-epoch"].mtime == -86400 * 10**9
+    assert t[b"m/after-2038"].mtime == 4102444800 * 10**9
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -569,8 +577,8 @@ def vfs_cap(blob):
 def test_xattrs(unpacked, mode):
     r, t, _ = unpacked("xattrs", mode)
     assert r.rc == 0, r
-    # a directory entry of a later layer gives the directory its whole
-    # metadata: its xattrs are those of the entry (what a layer diff records)
+    # layer.md: an entry for an existing directory replaces its attributes
+    # (xattrs included) by the entry's
     assert t[b"x"].xattrs == {"user.dir2": b"new"}
     assert t[b"x"].perm == 0o750
     # a file replaced by a later layer has only the new entry's xattrs
@@ -617,7 +625,8 @@ def test_special(unpacked, mode):
     # long names (PAX and GNU), non-ASCII and non-UTF-8 names, byte for byte
     for n in (b"long/" + b"p" * 120 + b"/" + b"q" * 110, b"gnu/" + b"g" * 150,
               "utf8/café-ü-日本".encode(), b"bytes/caf\xe9-pax", b"gnu/caf\xe9",
-              b"gnu/\xff\xfe-bytes", b"ustar/caf\xe9"):
+              b"gnu/\xff\xfe-bytes", b"ustar/caf\xe9", b"weird/new\nline", b"weird/back\\slash",
+              b"weird/ space "):
         assert t[n].type == stat.S_IFREG, n
     assert t[b"gnu/longlink"].link == b"/" + b"t" * 150
     assert t[b"long/hardlink-" + b"r" * 100].ino == t[b"long/" + b"p" * 120 + b"/" + b"q" * 110].ino
