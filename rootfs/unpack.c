@@ -1776,6 +1776,61 @@ copy_xattrs (int sfd, int dfd, const char *shown)
     }
 }
 
+/* The data of a regular file (`st` its stat) from in to out.  A file with
+ * holes (a sparse file: lastlog, a disk image) keeps them: a reflink where
+ * the filesystem can, else its data segments (SEEK_DATA / SEEK_HOLE) are
+ * copied and the size set; other files go through ib_copy_fd_data. */
+static int
+copy_file_data (int in, int out, const struct stat *st, const char *shown, ib_error_t *err)
+{
+  if ((uint64_t) st->st_blocks * 512 >= (uint64_t) st->st_size)
+    return ib_copy_fd_data (in, out, shown, err);
+  if (ioctl (out, FICLONE, in) == 0)
+    return 0;
+  cleanup_free char *buf = NULL;
+  off_t pos = 0;
+  for (;;)
+    {
+      off_t data = lseek (in, pos, SEEK_DATA);
+      if (data < 0 && errno == ENXIO)
+        break; /* only a hole after pos */
+      if (data < 0 && pos == 0 && (errno == EINVAL || errno == EOPNOTSUPP))
+        return ib_copy_fd_data (in, out, shown, err); /* no SEEK_DATA here */
+      if (data < 0)
+        return ib_error_sys (err, errno, "seek %s", shown);
+      off_t hole = lseek (in, data, SEEK_HOLE);
+      if (hole < 0)
+        return ib_error_sys (err, errno, "seek %s", shown);
+      if (buf == NULL)
+        buf = xmalloc (1 << 17);
+      for (off_t off = data; off < hole;)
+        {
+          size_t want = hole - off < (1 << 17) ? (size_t) (hole - off) : (1 << 17);
+          ssize_t n = pread (in, buf, want, off);
+          if (n < 0 && errno == EINTR)
+            continue;
+          if (n < 0)
+            return ib_error_sys (err, errno, "read %s", shown);
+          if (n == 0)
+            break; /* the file shrank under us */
+          for (ssize_t done = 0; done < n;)
+            {
+              ssize_t w = pwrite (out, buf + done, (size_t) (n - done), off + done);
+              if (w < 0 && errno == EINTR)
+                continue;
+              if (w < 0)
+                return ib_error_sys (err, errno, "write copy of %s", shown);
+              done += w;
+            }
+          off += n;
+        }
+      pos = hole;
+    }
+  if (ftruncate (out, st->st_size) < 0)
+    return ib_error_sys (err, errno, "truncate copy of %s", shown);
+  return 0;
+}
+
 static int copy_dir (struct copy *c, int sfd, int dfd, const char *rel, const char *shown,
                      ib_error_t *err);
 
@@ -1843,7 +1898,7 @@ copy_entry (struct copy *c, int sfd, int dfd, const char *name, const char *rel,
             = openat (dfd, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
         if (out < 0)
           return ib_error_sys (err, errno, "create copy of %s", shown);
-        if (ib_copy_fd_data (in, out, shown, err) < 0)
+        if (copy_file_data (in, out, &st, shown, err) < 0)
           return -1;
         if (fchown (out, st.st_uid, st.st_gid) < 0)
           ignore_chown_error (shown);

@@ -633,7 +633,8 @@ def test_special(unpacked, mode):
 
 
 @pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("image", ["whiteouts", "modes", "xattrs", "hardlinks"])
+@pytest.mark.parametrize("image", ["whiteouts", "modes", "xattrs", "hardlinks", "special",
+                                   "dot-slash"])
 def test_snapshot_copies_are_exact(layouts, unpacked, tmp_path, image, mode):
     """The same image unpacked again from the store (blobs, then recorded
     snapshot, then a copy of the snapshot) gives the same tree as the
@@ -648,6 +649,7 @@ def test_snapshot_copies_are_exact(layouts, unpacked, tmp_path, image, mode):
                          env={"IMGBUILD_USERNS": mode})
             assert r.rc == 0, r
             trees.append(walk(root))
+            top = root_meta(root)
     finally:
         if mode == "map":
             remove_mapped(tmp_path)
@@ -661,3 +663,8 @@ def test_snapshot_copies_are_exact(layouts, unpacked, tmp_path, image, mode):
             if t[n].type != stat.S_IFDIR or n in dirs_with_entries(image):
                 assert t[n].mtime == first[n].mtime, n
         assert hardlink_groups(t) == hardlink_groups(first)
+        for n in t:
+            if n.startswith(b"sparse/"):
+                assert t[n].blocks * 512 < (1 << 20), n  # the holes stay holes
+        if image == "dot-slash":  # elsewhere the top directory is what unpack made
+            assert top == root_meta(unpacked(image, mode)[2])

@@ -853,6 +853,41 @@ test_copy_tree (void **state)
   ib_error_free (&err);
 }
 
+/* A sparse file's copy keeps its holes (and its content). */
+static void
+test_copy_tree_sparse (void **state)
+{
+  struct fx *f = *state;
+  cleanup_free char *src = tpath (f, "sparse"), *hole = tpath (f, "all-hole");
+  int fd = open (src, O_WRONLY | O_CREAT | O_EXCL, 0644);
+  assert_true (fd >= 0);
+  assert_int_equal (pwrite (fd, "ABCD", 4, 4 << 20), 4);
+  assert_int_equal (ftruncate (fd, 16 << 20), 0);
+  close (fd);
+  fd = open (hole, O_WRONLY | O_CREAT | O_EXCL, 0644);
+  assert_true (fd >= 0);
+  assert_int_equal (ftruncate (fd, 1 << 20), 0);
+  close (fd);
+  cleanup_free char *dst = xasprintf ("%s/copy", f->layers);
+  ib_error_t err = NULL;
+  if (ib_copy_tree (f->target, dst, &err) < 0)
+    fail_msg ("%s", err->msg);
+  cleanup_free char *dsp = xasprintf ("%s/sparse", dst), *dh = xasprintf ("%s/all-hole", dst);
+  struct stat s;
+  assert_int_equal (stat (dsp, &s), 0);
+  assert_int_equal (s.st_size, 16 << 20);
+  assert_true (s.st_blocks * 512 < (1 << 20));
+  assert_int_equal (stat (dh, &s), 0);
+  assert_int_equal (s.st_size, 1 << 20);
+  assert_true (s.st_blocks * 512 < (1 << 20));
+  cleanup_free char *data = NULL;
+  size_t len = 0;
+  assert_int_equal (ib_read_file (dsp, &data, &len, &err), 0);
+  assert_int_equal (len, 16 << 20);
+  assert_memory_equal (data + (4 << 20), "ABCD", 4);
+  assert_int_equal (data[0] | data[(4 << 20) - 1] | data[(16 << 20) - 1], 0);
+}
+
 /* A tar (in memory) holding big/file: 3 MiB of varied bytes, so that the
  * decoder hands over several pipe buffers. */
 static unsigned char *
@@ -1095,6 +1130,7 @@ main (void)
     cmocka_unit_test_setup_teardown (test_lower_dir_mtime_kept, setup, teardown),
     cmocka_unit_test_setup_teardown (test_dir_entry_replaces_xattrs, setup, teardown),
     cmocka_unit_test_setup_teardown (test_root_entry, setup, teardown),
+    cmocka_unit_test_setup_teardown (test_copy_tree_sparse, setup, teardown),
     cmocka_unit_test_setup_teardown (test_copy_tree, setup, teardown),
     cmocka_unit_test_setup_teardown (test_rootfs_prepare, setup, teardown),
   };
