@@ -818,6 +818,7 @@ struct dirmeta
   gid_t gid;
   bool set_times;
   struct timespec ts[2];
+  bool dead;             /* the directory went and its inode was reused: ignored */
 };
 
 struct unpack
@@ -883,12 +884,26 @@ unpack_free (struct unpack *u)
     close (u->rootfd);
 }
 
+/* A directory was just made at inode st: a record for that inode is of a
+ * directory this layer removed (the inode reused), never of this one. */
+static void
+dirmeta_forget (struct unpack *u, const struct stat *st)
+{
+  cleanup_free char *k = ino_key (st);
+  hslot_t *s = hmap_find (&u->dir_idx, k);
+  if (s && s->val)
+    {
+      u->dirs[(uintptr_t) s->val - 1].dead = true;
+      s->val = NULL;
+    }
+}
+
 static struct dirmeta *
 dirmeta_get (struct unpack *u, const char *path, const struct stat *st, bool *fresh)
 {
   cleanup_free char *k = ino_key (st);
   hslot_t *s = hmap_find (&u->dir_idx, k);
-  if (s)
+  if (s && s->val)
     {
       struct dirmeta *d = &u->dirs[(uintptr_t) s->val - 1];
       *fresh = false;
@@ -1023,6 +1038,9 @@ resolve_dir (struct unpack *u, const char *path, bool create, ib_error_t *err)
           cleanup_free char *k = name_key (&pst, comp);
           hmap_put (&u->names, k, NULL);
           next = openat (cur, comp, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+          struct stat nst;
+          if (next >= 0 && fstat (next, &nst) == 0)
+            dirmeta_forget (u, &nst);
         }
       if (next < 0)
         {
@@ -1383,6 +1401,8 @@ apply_entry (struct unpack *u, struct archive *a, struct archive_entry *e, const
         return ib_error_sys (err, errno, "entry %s: mkdir", name);
       if (fstatat (pfd, base, &est, AT_SYMLINK_NOFOLLOW) < 0)
         return ib_error_sys (err, errno, "entry %s", name);
+      if (!exists)
+        dirmeta_forget (u, &est);
       if (archive_entry_xattr_count (e) > 0 || exists)
         {
           cleanup_close int fd = openat (pfd, base, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
@@ -1539,6 +1559,8 @@ apply_dirmeta (struct unpack *u, ib_error_t *err)
   for (size_t i = 0; i < u->n_dirs; i++)
     {
       struct dirmeta *d = order[i];
+      if (d->dead)
+        continue;
       const char *base;
       cleanup_free char *parent = split_path (d->path, &base);
       cleanup_close int pfd = -1;

@@ -762,6 +762,28 @@ test_dir_entry_replaces_xattrs (void **state)
   assert_true (getxattr (p, "user.old", v, sizeof v) < 0);
 }
 
+/* A directory the layer touched, then replaced by a hardlink (no new
+ * inode): directories made after it (at the freed inode, where the
+ * filesystem reuses it) still get their own entries' metadata. */
+static void
+test_dir_inode_reused (void **state)
+{
+  struct fx *f = *state;
+  cleanup_free char *l1 = make_layer (f, C_NONE, "d:a", "f:other=o", NULL);
+  expect_ok (f, l1, NULL);
+  cleanup_free char *l2 = make_layer (f, C_NONE, "f:a/y=2", "h:a>other", "d:b", "d:c", "d:d",
+                                      NULL);
+  expect_ok (f, l2, NULL);
+  assert_true (S_ISREG (tstat (f, "a").st_mode));
+  const char *dirs[] = { "b", "c", "d" };
+  for (int i = 0; i < 3; i++)
+    {
+      struct stat st = tstat (f, dirs[i]);
+      assert_int_equal (st.st_mode & 07777, 0755);
+      assert_int_equal (st.st_mtime, MTIME);
+    }
+}
+
 /* The "./" entry gives the target its mode and mtime (umoci and Docker
  * apply it too). */
 static void
@@ -1130,6 +1152,7 @@ main (void)
     cmocka_unit_test_setup_teardown (test_lower_dir_mtime_kept, setup, teardown),
     cmocka_unit_test_setup_teardown (test_dir_entry_replaces_xattrs, setup, teardown),
     cmocka_unit_test_setup_teardown (test_root_entry, setup, teardown),
+    cmocka_unit_test_setup_teardown (test_dir_inode_reused, setup, teardown),
     cmocka_unit_test_setup_teardown (test_copy_tree_sparse, setup, teardown),
     cmocka_unit_test_setup_teardown (test_copy_tree, setup, teardown),
     cmocka_unit_test_setup_teardown (test_rootfs_prepare, setup, teardown),
