@@ -1522,9 +1522,6 @@ dirmeta_order (const void *a, const void *b)
   return x > y ? -1 : x < y; /* later first */
 }
 
-/* Directory metadata last, deepest first (then in reverse order of
- * appearance), so that restrictive modes and mtimes are not disturbed by
- * later entries, and a parent's mode never blocks the way to a child. */
 /* Metadata of directory d whose path ends in a symlink to it (an entry
  * "lib/x" with "lib" -> "usr/lib"): the whole path resolved beneath the
  * target, the metadata set through /proc/self/fd (an O_PATH fd takes no
@@ -1549,6 +1546,9 @@ apply_dirmeta_resolved (struct unpack *u, const struct dirmeta *d, ib_error_t *e
   return 0;
 }
 
+/* Directory metadata last, deepest first (then in reverse order of
+ * appearance), so that restrictive modes and mtimes are not disturbed by
+ * later entries, and a parent's mode never blocks the way to a child. */
 static int
 apply_dirmeta (struct unpack *u, ib_error_t *err)
 {
