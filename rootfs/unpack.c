@@ -818,6 +818,7 @@ struct dirmeta
   gid_t gid;
   bool set_times;
   struct timespec ts[2];
+  bool dead;             /* the directory went and its inode was reused: ignored */
 };
 
 struct unpack
@@ -833,6 +834,9 @@ struct unpack
   ib_unpack_stats_t *stats;
   bool can_chown_warned;
   ib_buf_t skipped_names;  /* first few skipped entries, for one warning per layer */
+  uint64_t caps_failed;    /* security.capability the kernel refused */
+  int caps_errno;          /* why, the first time */
+  ib_buf_t caps_names;     /* the first few of those files */
   /* The parent directory of the last regular file, reused while regular
    * files follow in the same directory (tars list files directory by
    * directory): saves resolving it again.  Dropped by any other entry,
@@ -874,9 +878,24 @@ unpack_free (struct unpack *u)
     free (u->dirs[i].path);
   free (u->dirs);
   ib_buf_free (&u->skipped_names);
+  ib_buf_free (&u->caps_names);
   parent_cache_drop (u);
   if (u->rootfd >= 0)
     close (u->rootfd);
+}
+
+/* A directory was just made at inode st: a record for that inode is of a
+ * directory this layer removed (the inode reused), never of this one. */
+static void
+dirmeta_forget (struct unpack *u, const struct stat *st)
+{
+  cleanup_free char *k = ino_key (st);
+  hslot_t *s = hmap_find (&u->dir_idx, k);
+  if (s && s->val)
+    {
+      u->dirs[(uintptr_t) s->val - 1].dead = true;
+      s->val = NULL;
+    }
 }
 
 static struct dirmeta *
@@ -884,7 +903,7 @@ dirmeta_get (struct unpack *u, const char *path, const struct stat *st, bool *fr
 {
   cleanup_free char *k = ino_key (st);
   hslot_t *s = hmap_find (&u->dir_idx, k);
-  if (s)
+  if (s && s->val)
     {
       struct dirmeta *d = &u->dirs[(uintptr_t) s->val - 1];
       *fresh = false;
@@ -904,6 +923,23 @@ dirmeta_get (struct unpack *u, const char *path, const struct stat *st, bool *fr
   hmap_put (&u->dir_idx, k, (void *) (uintptr_t) u->n_dirs);
   *fresh = true;
   return d;
+}
+
+/* Directory `path` (stat st) is about to change: an entry of this layer is
+ * created in it or a whiteout removes one.  Unless the layer has an entry for
+ * the directory itself (which then sets its metadata), it keeps the mtime it
+ * had (apply_dirmeta puts it back): the tree depends on the layers, not on
+ * the time of the unpack (umoci does the same). */
+static void
+keep_times (struct unpack *u, const char *path, const struct stat *st)
+{
+  bool fresh;
+  struct dirmeta *d = dirmeta_get (u, path, st, &fresh);
+  if (!fresh)
+    return;
+  d->set_times = true;
+  d->ts[0] = st->st_atim;
+  d->ts[1] = st->st_mtim;
 }
 
 static void
@@ -976,7 +1012,14 @@ resolve_dir (struct unpack *u, const char *path, bool create, ib_error_t *err)
           struct stat pst;
           const char *parent_end = c > path ? c - 1 : path;
           cleanup_free char *parent = xstrndup (path, (size_t) (parent_end - path));
-          if (fstat (cur, &pst) < 0 || make_writable (u, parent, cur, &pst, err) < 0)
+          if (fstat (cur, &pst) < 0)
+            {
+              int e = errno;
+              close (cur);
+              return ib_error_sys (err, e, "create directory /%s", prefix);
+            }
+          keep_times (u, parent, &pst);
+          if (make_writable (u, parent, cur, &pst, err) < 0)
             {
               close (cur);
               return ib_error_prefix (err, "create directory /%s", prefix);
@@ -995,6 +1038,9 @@ resolve_dir (struct unpack *u, const char *path, bool create, ib_error_t *err)
           cleanup_free char *k = name_key (&pst, comp);
           hmap_put (&u->names, k, NULL);
           next = openat (cur, comp, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+          struct stat nst;
+          if (next >= 0 && fstat (next, &nst) == 0)
+            dirmeta_forget (u, &nst);
         }
       if (next < 0)
         {
@@ -1056,6 +1102,7 @@ remove_lower (struct unpack *u, int dfd, const struct stat *dst, const char *dpa
     }
   if (!mine && !holds)
     {
+      keep_times (u, dpath, dst);
       if (make_writable (u, dpath, dfd, dst, err) < 0)
         return -1;
       return remove_at (dfd, name, shown, err);
@@ -1114,23 +1161,59 @@ entry_times (struct archive_entry *e, struct timespec ts[2])
     ts[0] = ts[1];
 }
 
+/* The entry's xattrs on fd (after chown and chmod: chown clears
+ * security.capability).  user.* are set; security.capability (file
+ * capabilities) too where the kernel allows it (in a user namespace it
+ * stores them as a v3 capability of the namespace's root); where it refuses
+ * (unprivileged without a namespace, a filesystem without xattrs) the file
+ * is counted for the one warning per layer.  Other names (trusted.*,
+ * security.selinux, system.*) are host-specific: skipped with a debug
+ * message. */
 static void
-apply_xattrs (struct archive_entry *e, int fd, const char *name)
+apply_xattrs (struct unpack *u, struct archive_entry *e, int fd, const char *name)
 {
   const char *xn;
   const void *xv;
   size_t xs;
+  bool cap_failed = false; /* (a tar may carry it twice: SCHILY. and LIBARCHIVE.xattr) */
   archive_entry_xattr_reset (e);
   while (archive_entry_xattr_next (e, &xn, &xv, &xs) == ARCHIVE_OK)
     {
-      if (!ib_str_has_prefix (xn, "user."))
+      bool cap = strcmp (xn, "security.capability") == 0;
+      if (!cap && !ib_str_has_prefix (xn, "user."))
         {
           ib_debug ("/%s: xattr %s skipped", name, xn);
           continue;
         }
-      if (fsetxattr (fd, xn, xv, xs, 0) < 0)
-        ib_debug ("/%s: xattr %s not set: %s", name, xn, strerror (errno));
+      if (fsetxattr (fd, xn, xv, xs, 0) == 0)
+        continue;
+      if (!cap)
+        {
+          ib_debug ("/%s: xattr %s not set: %s", name, xn, strerror (errno));
+          continue;
+        }
+      ib_debug ("/%s: file capability not set: %s", name, strerror (errno));
+      if (cap_failed)
+        continue;
+      cap_failed = true;
+      if (u->caps_failed++ == 0)
+        u->caps_errno = errno;
+      if (u->caps_failed <= 4)
+        ib_buf_printf (&u->caps_names, "%s/%s", u->caps_names.len ? ", " : "", name);
     }
+}
+
+/* An entry for an existing directory gives it its whole metadata: the
+ * xattrs a lower layer set (of the kinds apply_xattrs sets) go first. */
+static void
+clear_xattrs (int fd, const char *name)
+{
+  char list[65536];
+  ssize_t n = flistxattr (fd, list, sizeof list);
+  for (char *k = list; n > 0 && k < list + n; k += strlen (k) + 1)
+    if ((ib_str_has_prefix (k, "user.") || strcmp (k, "security.capability") == 0)
+        && fremovexattr (fd, k) < 0)
+      ib_debug ("/%s: xattr %s not removed: %s", name, k, strerror (errno));
 }
 
 static int
@@ -1276,6 +1359,7 @@ apply_entry (struct unpack *u, struct archive *a, struct archive_entry *e, const
         return ib_error_prefix (err, "entry %s", name);
       if (fstat (own_pfd, &pst) < 0)
         return ib_error_sys (err, errno, "entry %s", name);
+      keep_times (u, dir, &pst);
       if (make_writable (u, dir, own_pfd, &pst, err) < 0)
         return ib_error_prefix (err, "entry %s", name);
       mark_holders (u, own_pfd, &pst);
@@ -1317,11 +1401,15 @@ apply_entry (struct unpack *u, struct archive *a, struct archive_entry *e, const
         return ib_error_sys (err, errno, "entry %s: mkdir", name);
       if (fstatat (pfd, base, &est, AT_SYMLINK_NOFOLLOW) < 0)
         return ib_error_sys (err, errno, "entry %s", name);
-      if (archive_entry_xattr_count (e) > 0)
+      if (!exists)
+        dirmeta_forget (u, &est);
+      if (archive_entry_xattr_count (e) > 0 || exists)
         {
           cleanup_close int fd = openat (pfd, base, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+          if (fd >= 0 && exists)
+            clear_xattrs (fd, name);
           if (fd >= 0)
-            apply_xattrs (e, fd, name);
+            apply_xattrs (u, e, fd, name);
         }
       bool fresh;
       struct dirmeta *d = dirmeta_get (u, name, &est, &fresh);
@@ -1329,9 +1417,12 @@ apply_entry (struct unpack *u, struct archive *a, struct archive_entry *e, const
       d->set_owner = true;
       d->uid = uid;
       d->gid = gid;
-      d->set_times = has_mtime;
-      d->ts[0] = ts[0];
-      d->ts[1] = ts[1];
+      if (has_mtime)
+        {
+          d->set_times = true;
+          d->ts[0] = ts[0];
+          d->ts[1] = ts[1];
+        }
       return 0;
     }
 
@@ -1364,7 +1455,7 @@ apply_entry (struct unpack *u, struct archive *a, struct archive_entry *e, const
           ignore_chown_error (name);
         if (chmod_needed && fchmod (fd, perm) < 0)
           return ib_error_sys (err, errno, "entry %s: chmod", name);
-        apply_xattrs (e, fd, name);
+        apply_xattrs (u, e, fd, name);
         if (has_mtime && futimens (fd, ts) < 0)
           return ib_error_sys (err, errno, "entry %s: set times", name);
         return 0;
@@ -1412,14 +1503,64 @@ apply_entry (struct unpack *u, struct archive *a, struct archive_entry *e, const
     }
 }
 
-/* Directory metadata last: children first (reverse order of appearance), so
- * that restrictive modes and mtimes are not disturbed by later entries. */
+static size_t
+path_depth (const char *p)
+{
+  size_t n = *p ? 1 : 0;
+  for (; *p; p++)
+    n += *p == '/';
+  return n;
+}
+
+static int
+dirmeta_order (const void *a, const void *b)
+{
+  const struct dirmeta *x = *(struct dirmeta *const *) a, *y = *(struct dirmeta *const *) b;
+  size_t dx = path_depth (x->path), dy = path_depth (y->path);
+  if (dx != dy)
+    return dx > dy ? -1 : 1;
+  return x > y ? -1 : x < y; /* later first */
+}
+
+/* Metadata of directory d whose path ends in a symlink to it (an entry
+ * "lib/x" with "lib" -> "usr/lib"): the whole path resolved beneath the
+ * target, the metadata set through /proc/self/fd (an O_PATH fd takes no
+ * chmod). */
+static int
+apply_dirmeta_resolved (struct unpack *u, const struct dirmeta *d, ib_error_t *err)
+{
+  cleanup_close int fd = open_dir_in_root (u->rootfd, d->path);
+  struct stat st;
+  if (fd < 0 || fstat (fd, &st) < 0 || st.st_dev != d->dev || st.st_ino != d->ino)
+    return 0; /* replaced by a later entry */
+  char proc[64];
+  snprintf (proc, sizeof proc, "/proc/self/fd/%d", fd);
+  if (d->set_owner && chown (proc, d->uid, d->gid) < 0)
+    ignore_chown_error (d->path);
+  if (chmod (proc, d->mode) < 0 || (d->set_times && utimensat (AT_FDCWD, proc, d->ts, 0) < 0))
+    {
+      if (errno != ENOENT)
+        return ib_error_sys (err, errno, "entry %s: set metadata", d->path);
+      ib_debug ("/%s: metadata not set: no /proc", d->path);
+    }
+  return 0;
+}
+
+/* Directory metadata last, deepest first (then in reverse order of
+ * appearance), so that restrictive modes and mtimes are not disturbed by
+ * later entries, and a parent's mode never blocks the way to a child. */
 static int
 apply_dirmeta (struct unpack *u, ib_error_t *err)
 {
-  for (size_t i = u->n_dirs; i-- > 0;)
+  cleanup_free struct dirmeta **order = xmalloc ((u->n_dirs + 1) * sizeof *order);
+  for (size_t i = 0; i < u->n_dirs; i++)
+    order[i] = &u->dirs[i];
+  qsort (order, u->n_dirs, sizeof *order, dirmeta_order);
+  for (size_t i = 0; i < u->n_dirs; i++)
     {
-      struct dirmeta *d = &u->dirs[i];
+      struct dirmeta *d = order[i];
+      if (d->dead)
+        continue;
       const char *base;
       cleanup_free char *parent = split_path (d->path, &base);
       cleanup_close int pfd = -1;
@@ -1442,8 +1583,15 @@ apply_dirmeta (struct unpack *u, ib_error_t *err)
           nm = base;
           flags = 0;
         }
-      if (fstatat (fd, nm, &st, flags | AT_SYMLINK_NOFOLLOW) < 0 || !S_ISDIR (st.st_mode)
-          || st.st_dev != d->dev || st.st_ino != d->ino)
+      if (fstatat (fd, nm, &st, flags | AT_SYMLINK_NOFOLLOW) < 0)
+        continue;
+      if (S_ISLNK (st.st_mode))
+        {
+          if (apply_dirmeta_resolved (u, d, err) < 0)
+            return -1;
+          continue;
+        }
+      if (!S_ISDIR (st.st_mode) || st.st_dev != d->dev || st.st_ino != d->ino)
         continue;
       if (d->set_owner && fchownat (fd, nm, d->uid, d->gid, flags | AT_SYMLINK_NOFOLLOW) < 0)
         ignore_chown_error (d->path);
@@ -1458,6 +1606,32 @@ apply_dirmeta (struct unpack *u, ib_error_t *err)
         }
     }
   return 0;
+}
+
+/* The "./" entry: the top directory's metadata (mode, owner, mtime, xattrs),
+ * as for any directory entry; another type there is ignored. */
+static void
+apply_root_entry (struct unpack *u, struct archive_entry *e)
+{
+  if (archive_entry_filetype (e) != AE_IFDIR)
+    {
+      ib_debug ("entry %s: not a directory, ignored", archive_entry_pathname (e));
+      return;
+    }
+  parent_cache_drop (u);
+  clear_xattrs (u->rootfd, ".");
+  apply_xattrs (u, e, u->rootfd, ".");
+  bool fresh;
+  struct dirmeta *d = dirmeta_get (u, "", &u->root_st, &fresh);
+  d->mode = archive_entry_perm (e) & 07777;
+  d->set_owner = true;
+  d->uid = (uid_t) archive_entry_uid (e);
+  d->gid = (gid_t) archive_entry_gid (e);
+  if (archive_entry_mtime_is_set (e))
+    {
+      d->set_times = true;
+      entry_times (e, d->ts);
+    }
 }
 
 static int
@@ -1486,8 +1660,8 @@ unpack_stream (struct unpack *u, struct archive *a, ib_error_t *err)
       if (normalize_name (archive_entry_pathname (e), &name, err) < 0)
         return -1;
       if (*name == '\0')
-        continue; /* "./": the target itself, left as the caller made it */
-      if (apply_entry (u, a, e, name, err) < 0)
+        apply_root_entry (u, e); /* "./": the target itself */
+      else if (apply_entry (u, a, e, name, err) < 0)
         return -1;
       free (prev);
       prev = steal_pointer (&name);
@@ -1573,6 +1747,11 @@ ib_unpack_layer_stream (const char *name, ib_layer_read_fn read_fn, void *ud, co
              (unsigned long long) stats->skipped, stats->skipped > 1 ? "s" : "",
              stats->skipped > 1 ? "s" : "", u.skipped_names.data,
              stats->skipped > 4 ? ", ..." : "");
+  if (ret == 0 && u.caps_failed)
+    ib_warn ("unpack layer %s: file capabilities (security.capability) not set on %llu file%s "
+             "(%s%s): %s",
+             name, (unsigned long long) u.caps_failed, u.caps_failed > 1 ? "s" : "",
+             u.caps_names.data, u.caps_failed > 4 ? ", ..." : "", strerror (u.caps_errno));
 out:
   if (a)
     archive_read_free (a);
@@ -1617,6 +1796,61 @@ copy_xattrs (int sfd, int dfd, const char *shown)
       if (vn < 0 || fsetxattr (dfd, k, val, (size_t) vn, 0) < 0)
         ib_debug ("%s: xattr %s not copied: %s", shown, k, strerror (errno));
     }
+}
+
+/* The data of a regular file (`st` its stat) from in to out.  A file with
+ * holes (a sparse file: lastlog, a disk image) keeps them: a reflink where
+ * the filesystem can, else its data segments (SEEK_DATA / SEEK_HOLE) are
+ * copied and the size set; other files go through ib_copy_fd_data. */
+static int
+copy_file_data (int in, int out, const struct stat *st, const char *shown, ib_error_t *err)
+{
+  if ((uint64_t) st->st_blocks * 512 >= (uint64_t) st->st_size)
+    return ib_copy_fd_data (in, out, shown, err);
+  if (ioctl (out, FICLONE, in) == 0)
+    return 0;
+  cleanup_free char *buf = NULL;
+  off_t pos = 0;
+  for (;;)
+    {
+      off_t data = lseek (in, pos, SEEK_DATA);
+      if (data < 0 && errno == ENXIO)
+        break; /* only a hole after pos */
+      if (data < 0 && pos == 0 && (errno == EINVAL || errno == EOPNOTSUPP))
+        return ib_copy_fd_data (in, out, shown, err); /* no SEEK_DATA here */
+      if (data < 0)
+        return ib_error_sys (err, errno, "seek %s", shown);
+      off_t hole = lseek (in, data, SEEK_HOLE);
+      if (hole < 0)
+        return ib_error_sys (err, errno, "seek %s", shown);
+      if (buf == NULL)
+        buf = xmalloc (1 << 17);
+      for (off_t off = data; off < hole;)
+        {
+          size_t want = hole - off < (1 << 17) ? (size_t) (hole - off) : (1 << 17);
+          ssize_t n = pread (in, buf, want, off);
+          if (n < 0 && errno == EINTR)
+            continue;
+          if (n < 0)
+            return ib_error_sys (err, errno, "read %s", shown);
+          if (n == 0)
+            break; /* the file shrank under us */
+          for (ssize_t done = 0; done < n;)
+            {
+              ssize_t w = pwrite (out, buf + done, (size_t) (n - done), off + done);
+              if (w < 0 && errno == EINTR)
+                continue;
+              if (w < 0)
+                return ib_error_sys (err, errno, "write copy of %s", shown);
+              done += w;
+            }
+          off += n;
+        }
+      pos = hole;
+    }
+  if (ftruncate (out, st->st_size) < 0)
+    return ib_error_sys (err, errno, "truncate copy of %s", shown);
+  return 0;
 }
 
 static int copy_dir (struct copy *c, int sfd, int dfd, const char *rel, const char *shown,
@@ -1686,7 +1920,7 @@ copy_entry (struct copy *c, int sfd, int dfd, const char *name, const char *rel,
             = openat (dfd, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
         if (out < 0)
           return ib_error_sys (err, errno, "create copy of %s", shown);
-        if (ib_copy_fd_data (in, out, shown, err) < 0)
+        if (copy_file_data (in, out, &st, shown, err) < 0)
           return -1;
         if (fchown (out, st.st_uid, st.st_gid) < 0)
           ignore_chown_error (shown);

@@ -44,11 +44,20 @@ typedef struct ib_unpack_stats
  * missing parent is created (0755) unless a dangling symlink or a
  * non-directory is in its way (an error).  A non-directory entry replaces
  * whatever is at its path (directories recursively); a directory entry keeps
- * an existing directory and updates its metadata.  Directory modes and
+ * an existing directory and gives it the entry's metadata (its user.* and
+ * security.capability xattrs are replaced by the entry's).  Directory modes and
  * mtimes are applied after all entries; directories lacking owner write
- * permission get it for the time of the unpack (rootless).  Only user.*
- * xattrs are applied.  The uncompressed size is limited (see
- * ib_unpack_set_max_bytes).  "./" entries (the target itself) are skipped.
+ * permission get it for the time of the unpack (rootless).  A directory
+ * that the layer changes (adds to, or removes from) without an entry for it
+ * keeps the mtime it had, so the tree does not depend on the time of the
+ * unpack.  Xattrs: user.* are applied, and security.capability (file
+ * capabilities) where the kernel allows it (in a user namespace it stores
+ * them as capabilities of the namespace's root); the files where it refuses
+ * are named in one warning per layer; other names (trusted.*,
+ * security.selinux, ...) are skipped (debug message).  The uncompressed
+ * size is limited (see
+ * ib_unpack_set_max_bytes).  A "./" entry (the target itself) gives the
+ * target its metadata, as any directory entry does.
  * On failure `target` is left partly unpacked; stats (may be NULL) counts
  * the tar entries seen and uncompressed bytes read. */
 int ib_unpack_layer (const char *layer_path, const char *target, char diff_id[IB_DIGEST_LEN],

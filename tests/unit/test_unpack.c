@@ -690,6 +690,139 @@ test_sparse_and_xattr (void **state)
   assert_true (getxattr (p, "trusted.nope", v, sizeof v) < 0);
 }
 
+/* security.capability is applied where the kernel lets us (root outside a
+ * user namespace: as written; an unprivileged caller: EPERM, the layer still
+ * unpacks, with one warning); trusted.* never. */
+static void
+test_file_capability (void **state)
+{
+  struct fx *f = *state;
+  /* cap_net_bind_service+ep: struct vfs_cap_data, revision 2 */
+  const uint32_t cap[5] = { 0x02000001, 1u << 10, 0, 0, 0 };
+  cleanup_free char *l = layer_path (f);
+  struct archive *a = tw_open (l, C_NONE);
+  const char *names[] = { "cap1", "cap2" };
+  for (int i = 0; i < 2; i++)
+    {
+      struct archive_entry *e = archive_entry_new ();
+      archive_entry_set_pathname (e, names[i]);
+      archive_entry_set_filetype (e, AE_IFREG);
+      archive_entry_set_perm (e, 0755);
+      archive_entry_set_size (e, 0);
+      archive_entry_xattr_add_entry (e, "security.capability", cap, sizeof cap);
+      archive_entry_xattr_add_entry (e, "trusted.nope", "val", 3);
+      assert_int_equal (archive_write_header (a, e), ARCHIVE_OK);
+      archive_entry_free (e);
+    }
+  tw_close (a);
+  expect_ok (f, l, NULL);
+  cleanup_free char *p = tpath (f, "cap1");
+  unsigned char v[64];
+  ssize_t n = getxattr (p, "security.capability", v, sizeof v);
+  if (geteuid () == 0 && n < 0)
+    assert_int_equal (errno, ENOTSUP); /* a filesystem without xattrs */
+  else if (geteuid () == 0)
+    {
+      assert_int_equal (n, sizeof cap);
+      assert_memory_equal (v, cap, sizeof cap);
+    }
+  else
+    assert_true (n < 0);
+  assert_true (getxattr (p, "trusted.nope", v, sizeof v) < 0);
+}
+
+/* An entry for an existing directory replaces the user xattrs a lower
+ * layer set on it. */
+static void
+test_dir_entry_replaces_xattrs (void **state)
+{
+  struct fx *f = *state;
+  const char *names[] = { "user.old", "user.new" };
+  for (int i = 0; i < 2; i++)
+    {
+      cleanup_free char *l = layer_path (f);
+      struct archive *a = tw_open (l, C_NONE);
+      struct archive_entry *e = archive_entry_new ();
+      archive_entry_set_pathname (e, "d");
+      archive_entry_set_filetype (e, AE_IFDIR);
+      archive_entry_set_perm (e, 0755);
+      archive_entry_xattr_add_entry (e, names[i], "v", 1);
+      assert_int_equal (archive_write_header (a, e), ARCHIVE_OK);
+      archive_entry_free (e);
+      tw_close (a);
+      expect_ok (f, l, NULL);
+    }
+  cleanup_free char *p = tpath (f, "d");
+  char v[16];
+  if (getxattr (p, "user.new", v, sizeof v) < 0)
+    {
+      assert_int_equal (errno, ENOTSUP); /* a filesystem without user xattrs */
+      return;
+    }
+  assert_true (getxattr (p, "user.old", v, sizeof v) < 0);
+}
+
+/* A directory the layer touched, then replaced by a hardlink (no new
+ * inode): directories made after it (at the freed inode, where the
+ * filesystem reuses it) still get their own entries' metadata. */
+static void
+test_dir_inode_reused (void **state)
+{
+  struct fx *f = *state;
+  cleanup_free char *l1 = make_layer (f, C_NONE, "d:a", "f:other=o", NULL);
+  expect_ok (f, l1, NULL);
+  cleanup_free char *l2 = make_layer (f, C_NONE, "f:a/y=2", "h:a>other", "d:b", "d:c", "d:d",
+                                      NULL);
+  expect_ok (f, l2, NULL);
+  assert_true (S_ISREG (tstat (f, "a").st_mode));
+  const char *dirs[] = { "b", "c", "d" };
+  for (int i = 0; i < 3; i++)
+    {
+      struct stat st = tstat (f, dirs[i]);
+      assert_int_equal (st.st_mode & 07777, 0755);
+      assert_int_equal (st.st_mtime, MTIME);
+    }
+}
+
+/* The "./" entry gives the target its mode and mtime (umoci and Docker
+ * apply it too). */
+static void
+test_root_entry (void **state)
+{
+  struct fx *f = *state;
+  cleanup_free char *l = layer_path (f);
+  struct archive *a = tw_open (l, C_NONE);
+  tw_dir (a, "./", 0750);
+  tw_file (a, "./file", 0644, "x");
+  tw_close (a);
+  expect_ok (f, l, NULL);
+  struct stat st;
+  assert_int_equal (stat (f->target, &st), 0);
+  assert_int_equal (st.st_mode & 07777, 0750);
+  assert_int_equal (st.st_mtime, MTIME);
+  assert_true (texists (f, "file"));
+}
+
+/* A directory of a lower layer that a layer adds to, or removes from,
+ * without an entry for it keeps its mtime. */
+static void
+test_lower_dir_mtime_kept (void **state)
+{
+  struct fx *f = *state;
+  cleanup_free char *l1 = make_layer (f, C_NONE, "d:dir", "f:dir/old=1", "d:dir2", "f:dir2/a=a",
+                                      "d:dir3", "l:link>dir3", NULL);
+  expect_ok (f, l1, NULL);
+  assert_int_equal (tstat (f, "dir").st_mtime, MTIME);
+  cleanup_free char *l2 = make_layer (f, C_NONE, "f:dir/new=2", "f:dir2/.wh.a=",
+                                      "f:top/implicit/file=3", "f:link/through-symlink=4", NULL);
+  expect_ok (f, l2, NULL);
+  assert_true (texists (f, "dir/new") && !texists (f, "dir2/a"));
+  assert_true (texists (f, "dir3/through-symlink") && S_ISLNK (tstat (f, "link").st_mode));
+  assert_int_equal (tstat (f, "dir").st_mtime, MTIME);
+  assert_int_equal (tstat (f, "dir2").st_mtime, MTIME);
+  assert_int_equal (tstat (f, "dir3").st_mtime, MTIME);
+}
+
 /* ---------------------------------------------------------------------- */
 
 static void
@@ -740,6 +873,41 @@ test_copy_tree (void **state)
   /* dst must not exist */
   assert_int_equal (ib_copy_tree (f->target, dst, &err), -1);
   ib_error_free (&err);
+}
+
+/* A sparse file's copy keeps its holes (and its content). */
+static void
+test_copy_tree_sparse (void **state)
+{
+  struct fx *f = *state;
+  cleanup_free char *src = tpath (f, "sparse"), *hole = tpath (f, "all-hole");
+  int fd = open (src, O_WRONLY | O_CREAT | O_EXCL, 0644);
+  assert_true (fd >= 0);
+  assert_int_equal (pwrite (fd, "ABCD", 4, 4 << 20), 4);
+  assert_int_equal (ftruncate (fd, 16 << 20), 0);
+  close (fd);
+  fd = open (hole, O_WRONLY | O_CREAT | O_EXCL, 0644);
+  assert_true (fd >= 0);
+  assert_int_equal (ftruncate (fd, 1 << 20), 0);
+  close (fd);
+  cleanup_free char *dst = xasprintf ("%s/copy", f->layers);
+  ib_error_t err = NULL;
+  if (ib_copy_tree (f->target, dst, &err) < 0)
+    fail_msg ("%s", err->msg);
+  cleanup_free char *dsp = xasprintf ("%s/sparse", dst), *dh = xasprintf ("%s/all-hole", dst);
+  struct stat s;
+  assert_int_equal (stat (dsp, &s), 0);
+  assert_int_equal (s.st_size, 16 << 20);
+  assert_true (s.st_blocks * 512 < (1 << 20));
+  assert_int_equal (stat (dh, &s), 0);
+  assert_int_equal (s.st_size, 1 << 20);
+  assert_true (s.st_blocks * 512 < (1 << 20));
+  cleanup_free char *data = NULL;
+  size_t len = 0;
+  assert_int_equal (ib_read_file (dsp, &data, &len, &err), 0);
+  assert_int_equal (len, 16 << 20);
+  assert_memory_equal (data + (4 << 20), "ABCD", 4);
+  assert_int_equal (data[0] | data[(4 << 20) - 1] | data[(16 << 20) - 1], 0);
 }
 
 /* A tar (in memory) holding big/file: 3 MiB of varied bytes, so that the
@@ -980,6 +1148,12 @@ main (void)
     cmocka_unit_test_setup_teardown (test_symlink_attacks_fallback, setup, teardown),
     cmocka_unit_test_setup_teardown (test_bomb, setup, teardown),
     cmocka_unit_test_setup_teardown (test_sparse_and_xattr, setup, teardown),
+    cmocka_unit_test_setup_teardown (test_file_capability, setup, teardown),
+    cmocka_unit_test_setup_teardown (test_lower_dir_mtime_kept, setup, teardown),
+    cmocka_unit_test_setup_teardown (test_dir_entry_replaces_xattrs, setup, teardown),
+    cmocka_unit_test_setup_teardown (test_root_entry, setup, teardown),
+    cmocka_unit_test_setup_teardown (test_dir_inode_reused, setup, teardown),
+    cmocka_unit_test_setup_teardown (test_copy_tree_sparse, setup, teardown),
     cmocka_unit_test_setup_teardown (test_copy_tree, setup, teardown),
     cmocka_unit_test_setup_teardown (test_rootfs_prepare, setup, teardown),
   };
