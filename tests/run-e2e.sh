@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The e2e suite (pytest driving bin/imgbuild), once as the calling user and,
-# when that is root, once more as an unprivileged user created here; the
+# when that is root, twice more as an unprivileged user created here (with
+# subordinate ids: map mode; then forced to the single-id mode); the
 # unit test binaries (already run by `make unit` as the caller) run as that
 # user too.
 set -euo pipefail
@@ -34,8 +35,12 @@ if [ "$(id -u)" -eq 0 ]; then
   chmod -R a+rX "$IMGBUILD_TEST_CACHE"
   run_suite root
   id "$unpriv" >/dev/null 2>&1 || useradd --create-home --shell /bin/bash "$unpriv"
-  # No /etc/subuid range for this user: the single-id mode with seccomp root
-  # emulation, the one every unprivileged CI runner has.
+  # Debian's useradd gives new users subordinate id ranges; make sure this
+  # one has them, so that the unprivileged run covers the map mode
+  # (newuidmap); a last run forces the single-id mode (seccomp root
+  # emulation), the one unprivileged CI runners without ranges get.
+  grep -q "^$unpriv:" /etc/subuid 2>/dev/null || usermod --add-subuids 300000-365535 "$unpriv"
+  grep -q "^$unpriv:" /etc/subgid 2>/dev/null || usermod --add-subgids 300000-365535 "$unpriv"
   chown -R "$unpriv" "$e2e_dir"
   echo "== unit tests as unprivileged user $unpriv"
   mkdir -p "$e2e_dir/unit" && cp build/tests/test_* "$e2e_dir/unit/" && chmod -R a+rX "$e2e_dir/unit"
@@ -43,7 +48,8 @@ if [ "$(id -u)" -eq 0 ]; then
     echo "== $(basename "$t") as $unpriv"
     runuser -u "$unpriv" -- "$t" || status=1
   done
-  run_suite "unprivileged user $unpriv" runuser -u "$unpriv" --
+  run_suite "unprivileged user $unpriv (map mode)" runuser -u "$unpriv" --
+  run_suite "unprivileged user $unpriv (single-id mode)" runuser -u "$unpriv" -- env IMGBUILD_USERNS=single
 else
   export IMGBUILD_TEST_CACHE=${IMGBUILD_TEST_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/imgbuild-tests}
   e2e_dir=$repo

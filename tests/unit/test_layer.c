@@ -525,7 +525,7 @@ test_compressions (void **state)
   } cases[] = {
     { IB_COMPRESSION_GZIP, -1, "gzip -dc" }, { IB_COMPRESSION_GZIP, 0, "gzip -dc" },
     { IB_COMPRESSION_GZIP, 2, "gzip -dc" },  { IB_COMPRESSION_GZIP, 3, "gzip -dc" },
-    { IB_COMPRESSION_GZIP, 6, "gzip -dc" },  { IB_COMPRESSION_GZIP, 9, "pigz -dc" },
+    { IB_COMPRESSION_GZIP, 6, "gzip -dc" },  { IB_COMPRESSION_GZIP, 9, "busybox gunzip -c" },
     { IB_COMPRESSION_ZSTD, -1, "zstd -qdc" }, { IB_COMPRESSION_ZSTD, 19, "zstd -qdc" },
     { IB_COMPRESSION_NONE, -1, "cat" },
   };
