@@ -440,20 +440,22 @@ prompt_line (const char *prompt, bool secret)
 {
   struct termios old, quiet;
   bool restore = false;
-  fputs (prompt, stderr);
-  fflush (stderr);
+  /* Echo off before the prompt shows, and without flushing: what is typed
+   * (or written by a program) once the prompt is seen must not be lost. */
   if (secret && tcgetattr (STDIN_FILENO, &old) == 0)
     {
       quiet = old;
       quiet.c_lflag &= ~(tcflag_t) ECHO;
       quiet.c_lflag |= ECHONL;
-      restore = tcsetattr (STDIN_FILENO, TCSAFLUSH, &quiet) == 0;
+      restore = tcsetattr (STDIN_FILENO, TCSANOW, &quiet) == 0;
     }
+  fputs (prompt, stderr);
+  fflush (stderr);
   char *line = NULL;
   size_t cap = 0;
   ssize_t n = getline (&line, &cap, stdin);
   if (restore)
-    tcsetattr (STDIN_FILENO, TCSAFLUSH, &old);
+    tcsetattr (STDIN_FILENO, TCSANOW, &old);
   if (n < 0)
     {
       free (line);

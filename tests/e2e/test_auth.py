@@ -10,6 +10,7 @@ import http.client
 import io
 import json
 import os
+import select
 import stat
 import subprocess
 import tarfile
@@ -541,18 +542,27 @@ def test_login_prompts_on_a_terminal_without_echo(basic_registry, tmp_path):
         nonlocal out
         deadline = time.monotonic() + 30
         while s not in out and time.monotonic() < deadline:
-            out += os.read(fd, 1024)
+            if select.select([fd], [], [], max(0, deadline - time.monotonic()))[0]:
+                out += os.read(fd, 1024)
         assert s in out, out
 
     read_until(b"Username: ")
     os.write(fd, f"{USER}\n".encode())
     read_until(b"Password: ")
     os.write(fd, f"{PASSWORD}\n".encode())
+    deadline = time.monotonic() + 60
     try:
-        while chunk := os.read(fd, 1024):
+        while time.monotonic() < deadline:
+            if not select.select([fd], [], [], 1)[0]:
+                continue
+            chunk = os.read(fd, 1024)
+            if not chunk:
+                break
             out += chunk
     except OSError:  # EIO once the child has closed the terminal
         pass
+    if time.monotonic() >= deadline:
+        os.kill(pid, 9)
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0, out
     assert b"Login Succeeded" in out
