@@ -940,6 +940,18 @@ tag_image (build_t *b, stage_state_t *st, const char *name, char **full, ib_erro
   return r;
 }
 
+/* The host path of an OUTPUT's src= (default "/") in the stage's rootfs,
+ * resolved inside it, and its stat. */
+static int
+output_src (stage_state_t *st, const char *src, char **from, struct stat *sb, ib_error_t *err)
+{
+  if (ib_root_resolve (st->rootfs, src ? src : "/", true, from, err) < 0)
+    return -1;
+  if (stat (*from, sb) < 0)
+    return ib_error_sys (err, errno, "src=%s", src ? src : "/");
+  return 0;
+}
+
 /* OUTPUT type=tar: the stage's root filesystem (or the tree under src=)
  * as one tarball written by the layer writer (sorted, PAX, mtimes clamped
  * to SOURCE_DATE_EPOCH: byte-identical across builds of the same tree),
@@ -954,11 +966,9 @@ export_tar (build_t *b, stage_state_t *st, const ib_instr_t *in, const char *src
   if (c && ib_compression_parse (c, &lo.compression) < 0)
     return ib_error_set (err, EINVAL, "compression=%s: expected gzip, zstd or none", c);
   cleanup_free char *from = NULL;
-  if (ib_root_resolve (st->rootfs, src ? src : "/", true, &from, err) < 0)
-    return -1;
   struct stat sb;
-  if (stat (from, &sb) < 0)
-    return ib_error_sys (err, errno, "src=%s", src ? src : "/");
+  if (output_src (st, src, &from, &sb, err) < 0)
+    return -1;
   if (!S_ISDIR (sb.st_mode))
     return ib_error_set (err, ENOTDIR, "src=%s: not a directory", src);
   bool whole = src == NULL || strcmp (from, st->rootfs) == 0;
@@ -1019,11 +1029,9 @@ run_output (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err
       if (dest == NULL)
         return ib_error_set (err, EINVAL, "type=local needs dest=DIR");
       cleanup_free char *from = NULL;
-      if (ib_root_resolve (st->rootfs, src ? src : "/", true, &from, err) < 0)
-        return -1;
       struct stat sb;
-      if (stat (from, &sb) < 0)
-        return ib_error_sys (err, errno, "src=%s", src ? src : "/");
+      if (output_src (st, src, &from, &sb, err) < 0)
+        return -1;
       ib_copy_opts_t co = { .chmod = -1 };
       if (ib_copy_into (from, dest, true, &co, err) < 0)
         return -1;
@@ -1292,6 +1300,14 @@ ib_build (ib_store_t *store, const ib_build_opts_t *opts, ib_error_t *err)
           {
             ib_error_set (err, ENOTSUP, "%s:%d: OUTPUT type=%s is not supported yet",
                           b.recipe->path, in->line, type);
+            goto out;
+          }
+        const char *comp = type && strcmp (type, "tar") == 0 ? kv_get (in, "compression") : NULL;
+        ib_compression_t c;
+        if (comp && ib_compression_parse (comp, &c) < 0)
+          {
+            ib_error_set (err, EINVAL, "%s:%d: OUTPUT compression=%s: expected gzip, zstd or none",
+                          b.recipe->path, in->line, comp);
             goto out;
           }
       }

@@ -235,3 +235,16 @@ def test_unpack_of_a_stored_image_records_no_snapshot(registry, base_image, tmp_
     r = imgbuild("run", f"{registry}/debian:bookworm", "--", "true", store=store)
     assert r.rc == 0, r
     assert len(list(snaps.iterdir())) == 1
+
+
+def test_tar_output_bad_compression_fails_before_any_step(registry, tmp_path):
+    recipe = write(tmp_path / "c.recipe", f"""
+FROM {registry}/debian:bookworm
+RUN echo should-not-run
+OUTPUT type=tar,dest=x.tar,compression=xz
+""")
+    r = imgbuild(recipe, store=tmp_path / "store", cwd=tmp_path)
+    assert r.rc == 1, r
+    assert f"{recipe}:4" in r.err and "compression=xz" in r.err and "gzip, zstd or none" in r.err
+    assert "should-not-run" not in r.err and "pull " not in r.err
+    assert not (tmp_path / "x.tar").exists()
