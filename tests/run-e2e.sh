@@ -11,11 +11,25 @@ py=/usr/bin/python3
 unpriv=${IMGBUILD_TEST_USER:-imgbuild-test}
 status=0
 
+pass_no=0
 run_suite() { # label, then the command prefix to run pytest with
   local label=$1; shift
   echo "== e2e as $label"
+  # Each pass has its own base temp, removed when the pass ends (as root,
+  # which can also remove what subordinate ids own), so passes do not pile
+  # up tens of GB in /tmp as pytest's kept-three base temps would.
+  local extra=() bt=
+  if [ "$(id -u)" -eq 0 ]; then
+    pass_no=$((pass_no + 1)); bt="$e2e_dir/tmp-$pass_no"
+    mkdir -p "$bt" && chown "$(stat -c %u "$e2e_dir")" "$bt"
+    extra=(--basetemp "$bt")
+  fi
   "$@" env IMGBUILD_TEST_CACHE="$IMGBUILD_TEST_CACHE" PATH=/usr/sbin:/usr/bin:/sbin:/bin \
-    $py -m pytest -p no:cacheprovider -v -rs "$e2e_dir/tests/e2e" || status=1
+    $py -m pytest -p no:cacheprovider -v -rs "${extra[@]}" "$e2e_dir/tests/e2e" || status=1
+  if [ -n "$bt" ]; then
+    echo "== disk after this pass: $(du -sh "$bt" | cut -f1) left in its base temp; $(df -h --output=avail "$bt" | tail -1 | tr -d ' ') free"
+    rm -rf "$bt"
+  fi
 }
 
 if [ "$(id -u)" -eq 0 ]; then
