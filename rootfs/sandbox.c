@@ -19,6 +19,7 @@
  */
 #include "rootfs/sandbox.h"
 #include "common/util.h"
+#include "rootfs/unpack.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -34,6 +35,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/mman.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
@@ -57,9 +59,23 @@ static const int forwarded_signals[] = { SIGINT, SIGTERM, SIGHUP, SIGQUIT };
 
 /* Everything the children need, computed before the first fork so that the
  * children allocate as little as possible. */
+/* A mount of opts->mounts with its target resolved (and created) in the
+ * rootfs before the fork: `real` is the host path of the target, inside the
+ * rootfs, without symlinks, so the child mounts on exactly what was
+ * checked. */
+struct prepared_mount
+{
+  const ib_mount_t *m;
+  char *real;
+};
+
 struct run_ctx
 {
   const ib_sandbox_opts_t *opts;
+  struct prepared_mount *mounts; /* sorted by depth of target */
+  size_t n_mounts;
+  const char *ldconfig;  /* path of ldconfig inside the rootfs, or NULL */
+  int ldcache_fd;        /* memfd that gets ldconfig's /etc/ld.so.cache, or -1 */
   ib_userns_mode_t mode;
   char *rootfs;       /* realpath of opts->rootfs */
   char **envp;        /* opts->env, plus APT_CONFIG in SINGLE mode */
@@ -68,6 +84,8 @@ struct run_ctx
   int err_w;          /* close-on-exec pipe for setup / exec failures */
   int tail_w;         /* -1, or stdout+stderr of the command */
 };
+
+static void write_all (int fd, const char *p, size_t n);
 
 /* --- failure reporting from the children -------------------------------- */
 
@@ -429,6 +447,329 @@ setup_etc_file (const char *rootfs, const char *name, bool have_dev, ib_error_t 
   return do_mount (copy, target, NULL, MS_BIND, NULL, err);
 }
 
+/* --- mounts (RUN --mount, run -v, CDI) ------------------------------------ */
+
+#ifndef MOUNT_ATTR_RDONLY
+#define MOUNT_ATTR_RDONLY 0x00000001
+#endif
+#ifndef AT_RECURSIVE
+#define AT_RECURSIVE 0x8000
+#endif
+struct ib_mount_attr
+{
+  uint64_t attr_set, attr_clr, propagation, userns_fd;
+};
+
+static const char *
+mount_source_name (const ib_mount_t *m)
+{
+  return m->type == IB_MOUNT_TMPFS ? "tmpfs" : m->source;
+}
+
+/* In the child, before pivot_root: mount on the prepared real path. */
+static int
+apply_mount (const struct prepared_mount *pm, ib_error_t *err)
+{
+  const ib_mount_t *m = pm->m;
+  if (m->type == IB_MOUNT_TMPFS)
+    {
+      unsigned long fl = MS_NOSUID | MS_NODEV | (m->readonly ? MS_RDONLY : 0);
+      if (mount ("tmpfs", pm->real, "tmpfs", fl, m->data ? m->data : "mode=1777") < 0)
+        return ib_error_sys (err, errno, "mount tmpfs on %s", m->target);
+      return 0;
+    }
+  if (mount (m->source, pm->real, NULL, MS_BIND | MS_REC, NULL) < 0)
+    return ib_error_sys (err, errno, "mount %s on %s", m->source, m->target);
+  if (!m->readonly)
+    return 0;
+  /* Read-only all the way down where the kernel can (Linux 5.12); else the
+   * top mount only. */
+  struct ib_mount_attr attr = { .attr_set = MOUNT_ATTR_RDONLY };
+  if (syscall (SYS_mount_setattr, AT_FDCWD, pm->real, AT_RECURSIVE, &attr, sizeof attr) == 0)
+    return 0;
+  if (remount_ro (pm->real, false, err) < 0)
+    return ib_error_prefix (err, "mount %s on %s read-only", m->source, m->target);
+  return 0;
+}
+
+/* What ib_sandbox_run made in the rootfs for the run, removed afterwards
+ * (deepest first) where it is still what was made: an empty directory, an
+ * empty file or the symlink, same inode. */
+struct made
+{
+  char *path;
+  dev_t dev;
+  ino_t ino;
+  mode_t type;
+};
+
+struct made_list
+{
+  struct made *v;
+  size_t n;
+};
+
+static void
+made_add (struct made_list *l, const char *path)
+{
+  struct stat st;
+  if (lstat (path, &st) < 0)
+    return;
+  l->v = xrealloc (l->v, sizeof *l->v * (l->n + 1));
+  l->v[l->n++] = (struct made){ xstrdup (path), st.st_dev, st.st_ino, st.st_mode & S_IFMT };
+}
+
+static void
+made_remove_all (struct made_list *l)
+{
+  for (size_t i = l->n; i-- > 0;)
+    {
+      struct made *x = &l->v[i];
+      struct stat st;
+      if (lstat (x->path, &st) == 0 && st.st_dev == x->dev && st.st_ino == x->ino
+          && (st.st_mode & S_IFMT) == x->type)
+        {
+          int r = 0;
+          if (S_ISDIR (st.st_mode))
+            r = rmdir (x->path);
+          else if (!S_ISREG (st.st_mode) || st.st_size == 0)
+            r = unlink (x->path);
+          if (r < 0 && errno != ENOTEMPTY && errno != EEXIST)
+            ib_warn ("sandbox: remove %s: %s", x->path, strerror (errno));
+        }
+      free (x->path);
+    }
+  free (l->v);
+  l->v = NULL;
+  l->n = 0;
+}
+
+/* Host path of an O_PATH fd (it lies inside the rootfs). */
+static char *
+fd_path (int fd)
+{
+  char proc[64], buf[PATH_MAX];
+  snprintf (proc, sizeof proc, "/proc/self/fd/%d", fd);
+  ssize_t n = readlink (proc, buf, sizeof buf - 1);
+  if (n < 0)
+    return NULL;
+  buf[n] = '\0';
+  return xstrdup (buf);
+}
+
+static size_t
+path_depth (const char *p)
+{
+  size_t d = 0;
+  for (; *p; p++)
+    if (*p == '/' && p[1] && p[1] != '/')
+      d++;
+  return d;
+}
+
+static int
+cmp_depth (const void *a, const void *b)
+{
+  const struct prepared_mount *x = a, *y = b;
+  size_t dx = path_depth (x->m->target), dy = path_depth (y->m->target);
+  return dx < dy ? -1 : dx > dy;
+}
+
+/* Resolve (creating what is missing) the directory `dir` (absolute, inside
+ * the rootfs); O_PATH fd or -1 with *err.  A dangling symlink on the way is
+ * followed inside the rootfs and what it names is created, as runc's
+ * MkdirAll in root does. */
+static int
+dir_in_root (int rootfd, const char *rootfs, const char *dir, struct made_list *made,
+             const char *what, ib_error_t *err)
+{
+  cleanup_free char *path = xstrdup (dir);
+  int links = 0;
+restart:;
+  cleanup_free char *prefix = xstrdup ("");
+  const char *s = path;
+  int fd = ib_open_dir_in_root (rootfd, "");
+  while (fd >= 0)
+    {
+      while (*s == '/')
+        s++;
+      if (*s == '\0')
+        return fd;
+      const char *e = strchrnul (s, '/');
+      cleanup_free char *comp = xstrndup (s, (size_t) (e - s));
+      char *np = xasprintf ("%s/%s", prefix, comp);
+      int next = ib_open_dir_in_root (rootfd, np);
+      if (next < 0 && errno == ENOENT)
+        {
+          char target[PATH_MAX];
+          ssize_t tl = readlinkat (fd, comp, target, sizeof target - 1);
+          if (tl > 0)
+            {
+              /* dangling symlink: go on from where it points */
+              close (fd);
+              if (++links > 40)
+                {
+                  free (np);
+                  return ib_error_set (err, ELOOP, "%s: too many symlinks in the rootfs", what);
+                }
+              target[tl] = '\0';
+              char *rest = target[0] == '/' ? xasprintf ("%s/%s", target, e)
+                                            : xasprintf ("%s/%s/%s", prefix, target, e);
+              free (np);
+              free (path);
+              path = rest;
+              goto restart;
+            }
+          if (mkdirat (fd, comp, 0755) < 0 && errno != EEXIST)
+            {
+              int er = errno;
+              close (fd);
+              ib_error_sys (err, er, "%s: create %s in the rootfs", what, np);
+              free (np);
+              return -1;
+            }
+          cleanup_free char *parent = fd_path (fd);
+          cleanup_free char *created = parent ? ib_path_join (parent, comp) : NULL;
+          if (created)
+            made_add (made, created);
+          next = ib_open_dir_in_root (rootfd, np);
+        }
+      int er = errno;
+      free (prefix);
+      prefix = np;
+      close (fd);
+      fd = next;
+      if (fd < 0)
+        return ib_error_sys (err, er, "%s: %s in the rootfs %s", what, prefix, rootfs);
+      s = e;
+    }
+  return ib_error_sys (err, errno, "%s: open the rootfs %s", what, rootfs);
+}
+
+/* Split an absolute in-rootfs path into its directory and last name;
+ * NULL when the path has no last name ("/", "/.."). */
+static char *
+split_last (const char *path, const char **base)
+{
+  size_t n = strlen (path);
+  while (n > 1 && path[n - 1] == '/')
+    n--;
+  const char *end = path + n;
+  const char *slash = end;
+  while (slash > path && slash[-1] != '/')
+    slash--;
+  if (slash == end || (end - slash == 2 && slash[0] == '.' && slash[1] == '.')
+      || (end - slash == 1 && slash[0] == '.'))
+    return NULL;
+  *base = slash;
+  return xstrndup (path, (size_t) (slash - path));
+}
+
+static int
+prepare_mount (int rootfd, const char *rootfs, const ib_mount_t *m, struct prepared_mount *pm,
+               struct made_list *made, ib_error_t *err)
+{
+  cleanup_free char *what = xasprintf ("mount %s on %s", mount_source_name (m),
+                                       m->target ? m->target : "(none)");
+  if (m->target == NULL || m->target[0] != '/')
+    return ib_error_set (err, EINVAL, "%s: the target must be an absolute path", what);
+  bool want_dir = true;
+  if (m->type == IB_MOUNT_BIND)
+    {
+      struct stat st;
+      if (m->source == NULL || stat (m->source, &st) < 0)
+        return ib_error_sys (err, m->source ? errno : EINVAL, "%s: source %s", what,
+                             m->source ? m->source : "(none)");
+      want_dir = S_ISDIR (st.st_mode);
+    }
+  const char *base = NULL;
+  cleanup_free char *dir = split_last (m->target, &base);
+  cleanup_free char *name = NULL;
+  if (dir == NULL)
+    return ib_error_set (err, EINVAL, "%s: cannot mount over the root", what);
+  name = xstrdup (base);
+  char *slash = strchr (name, '/');
+  if (slash)
+    *slash = '\0';
+  cleanup_close int dfd = dir_in_root (rootfd, rootfs, dir, made, what, err);
+  if (dfd < 0)
+    return -1;
+  cleanup_free char *dpath = fd_path (dfd);
+  if (dpath == NULL)
+    return ib_error_sys (err, errno, "%s: where is %s", what, dir);
+  cleanup_free char *real = ib_path_join (dpath, name);
+  struct stat st;
+  if (fstatat (dfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+    {
+      if (errno != ENOENT)
+        return ib_error_sys (err, errno, "%s: %s", what, m->target);
+      if (want_dir)
+        {
+          if (mkdirat (dfd, name, 0755) < 0)
+            return ib_error_sys (err, errno, "%s: create %s", what, m->target);
+        }
+      else
+        {
+          int fd = openat (dfd, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+          if (fd < 0)
+            return ib_error_sys (err, errno, "%s: create %s", what, m->target);
+          close (fd);
+        }
+      made_add (made, real);
+    }
+  else if (S_ISLNK (st.st_mode))
+    {
+      /* A symlink in the image: follow it, inside the rootfs. */
+      if (!want_dir)
+        return ib_error_set (err, ELOOP, "%s: %s is a symlink in the rootfs", what, m->target);
+      cleanup_close int t = ib_open_dir_in_root (rootfd, m->target);
+      if (t < 0)
+        return ib_error_sys (err, errno, "%s: %s", what, m->target);
+      free (real);
+      real = fd_path (t);
+      if (real == NULL)
+        return ib_error_sys (err, errno, "%s: where is %s", what, m->target);
+    }
+  else if (want_dir && !S_ISDIR (st.st_mode))
+    return ib_error_set (err, ENOTDIR, "%s: %s is not a directory in the rootfs", what, m->target);
+  else if (!want_dir && S_ISDIR (st.st_mode))
+    return ib_error_set (err, EISDIR, "%s: %s is a directory in the rootfs, the source is not",
+                         what, m->target);
+  size_t rl = strlen (rootfs);
+  if (strncmp (real, rootfs, rl) != 0 || (real[rl] != '/' && real[rl] != '\0'))
+    return ib_error_set (err, EXDEV, "%s: %s resolves outside the rootfs", what, m->target);
+  pm->m = m;
+  pm->real = steal_pointer (&real);
+  return 0;
+}
+
+static int
+make_symlink (int rootfd, const char *rootfs, const ib_sandbox_symlink_t *l,
+              struct made_list *made, ib_error_t *err)
+{
+  cleanup_free char *what = xasprintf ("symlink %s -> %s", l->path ? l->path : "(none)",
+                                       l->target ? l->target : "(none)");
+  if (l->path == NULL || l->path[0] != '/' || l->target == NULL || l->target[0] == '\0')
+    return ib_error_set (err, EINVAL, "%s: needs an absolute path and a target", what);
+  const char *base = NULL;
+  cleanup_free char *dir = split_last (l->path, &base);
+  if (dir == NULL || strchr (base, '/'))
+    return ib_error_set (err, EINVAL, "%s: bad path", what);
+  cleanup_close int dfd = dir_in_root (rootfd, rootfs, dir, made, what, err);
+  if (dfd < 0)
+    return -1;
+  struct stat st;
+  if (fstatat (dfd, base, &st, AT_SYMLINK_NOFOLLOW) == 0)
+    return 0; /* the image has something there: keep it */
+  if (symlinkat (l->target, dfd, base) < 0)
+    return ib_error_sys (err, errno, "%s", what);
+  cleanup_free char *dpath = fd_path (dfd);
+  cleanup_free char *real = dpath ? ib_path_join (dpath, base) : NULL;
+  if (real)
+    made_add (made, real);
+  return 0;
+}
+
 /* Bring up lo in a fresh network namespace, as Docker's --network=none. */
 static void
 loopback_up (void)
@@ -505,6 +846,10 @@ setup_rootfs (const struct run_ctx *ctx, ib_error_t *err)
   if (setup_etc_file (rootfs, "resolv.conf", have_dev, err) < 0
       || setup_etc_file (rootfs, "hosts", have_dev, err) < 0)
     return -1;
+
+  for (size_t i = 0; i < ctx->n_mounts; i++)
+    if (apply_mount (&ctx->mounts[i], err) < 0)
+      return -1;
 
   /* SINGLE mode: setuid() is only emulated by seccomp (it returns 0 and
    * changes nothing), so apt's privilege drop to the _apt user "succeeds"
@@ -649,6 +994,69 @@ status_to_code (int status)
   return 125;
 }
 
+/* CDI's update-ldcache: the image's own ldconfig, confined like the
+ * command (its ids are root's, seccomp on), with -X so that it makes no
+ * soname links, over ld.so.conf plus ldconfig_dirs.  Its cache is copied to
+ * ctx->ldcache_fd for ib_sandbox_run to compare afterwards.  A failing
+ * ldconfig is reported and the run goes on (the libraries may still be
+ * found through LD_LIBRARY_PATH). */
+static void
+run_ldconfig (const struct run_ctx *ctx)
+{
+  pid_t p = fork ();
+  if (p < 0)
+    return;
+  if (p == 0)
+    {
+      ib_error_t err = NULL;
+      int devnull = open ("/dev/null", O_RDONLY);
+      if (devnull >= 0)
+        dup2 (devnull, 0);
+      if (ctx->tail_w >= 0)
+        {
+          dup2 (ctx->tail_w, 1);
+          dup2 (ctx->tail_w, 2);
+        }
+      cloexec_from (3);
+      if (ib_seccomp_install (ctx->mode == IB_USERNS_SINGLE, &err) < 0)
+        _exit (125);
+      char **argv = NULL;
+      ib_strv_push (&argv, ctx->ldconfig);
+      ib_strv_push (&argv, "-X");
+      for (char *const *d = ctx->opts->ldconfig_dirs; d && *d; d++)
+        ib_strv_push (&argv, *d);
+      char *const envp[] = { (char *) "PATH=" DEFAULT_PATH, NULL };
+      execve (ctx->ldconfig, argv, envp);
+      _exit (127);
+    }
+  int status;
+  while (waitpid (p, &status, 0) < 0)
+    if (errno != EINTR)
+      return;
+  if (status != 0)
+    {
+      char msg[256];
+      int n = snprintf (msg, sizeof msg,
+                        "imgbuild: warning: %s in the rootfs failed (%s %d): the driver "
+                        "libraries may not be found\n",
+                        ctx->ldconfig, WIFEXITED (status) ? "exit status" : "signal",
+                        WIFEXITED (status) ? WEXITSTATUS (status) : WTERMSIG (status));
+      write_all (ctx->tail_w >= 0 ? ctx->tail_w : 2, msg, (size_t) n);
+    }
+  if (ctx->ldcache_fd >= 0)
+    {
+      int in = open ("/etc/ld.so.cache", O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+      if (in >= 0)
+        {
+          char buf[65536];
+          ssize_t k;
+          while ((k = read (in, buf, sizeof buf)) > 0)
+            write_all (ctx->ldcache_fd, buf, (size_t) k);
+          close (in);
+        }
+    }
+}
+
 static void __attribute__ ((noreturn))
 pid1_main (const struct run_ctx *ctx)
 {
@@ -664,6 +1072,8 @@ pid1_main (const struct run_ctx *ctx)
     ib_debug ("sandbox: sethostname: %s", strerror (errno));
   if (setup_rootfs (ctx, &err) < 0)
     child_fail (efd, 125, 0, "sandbox: %s", err->msg);
+  if (ctx->ldconfig)
+    run_ldconfig (ctx);
 
   pid_t cmd = fork ();
   if (cmd < 0)
@@ -928,8 +1338,175 @@ check_opts (const ib_sandbox_opts_t *o, ib_error_t *err)
   return 0;
 }
 
+/* What ib_sandbox_run prepares in the rootfs beside the mount tree. */
+struct extras
+{
+  struct prepared_mount *mounts;
+  size_t n_mounts;
+  char *ldconfig;      /* inside the rootfs */
+  int ldcache_fd;      /* memfd */
+  bool had_cache;      /* the rootfs had /etc/ld.so.cache (a regular file) */
+  char *cache;         /* its bytes */
+  size_t cache_len;
+  struct stat cache_st;
+};
+
+static void
+extras_free (struct extras *x)
+{
+  for (size_t i = 0; i < x->n_mounts; i++)
+    free (x->mounts[i].real);
+  free (x->mounts);
+  free (x->ldconfig);
+  free (x->cache);
+  if (x->ldcache_fd >= 0)
+    close (x->ldcache_fd);
+  memset (x, 0, sizeof *x);
+  x->ldcache_fd = -1;
+}
+
+static int
+prepare_extras (const ib_sandbox_opts_t *o, const char *rootfs, struct made_list *made,
+                struct extras *x, ib_error_t *err)
+{
+  if (o->n_mounts == 0 && o->n_symlinks == 0 && !o->ldconfig)
+    return 0;
+  cleanup_close int rootfd = open (rootfs, O_PATH | O_DIRECTORY | O_CLOEXEC);
+  if (rootfd < 0)
+    return ib_error_sys (err, errno, "sandbox: rootfs %s", rootfs);
+  if (o->n_mounts)
+    {
+      x->mounts = xmalloc (sizeof *x->mounts * o->n_mounts);
+      for (size_t i = 0; i < o->n_mounts; i++)
+        {
+          if (prepare_mount (rootfd, rootfs, &o->mounts[i], &x->mounts[i], made, err) < 0)
+            return -1;
+          x->n_mounts++;
+        }
+      /* stable: equal depths keep the caller's order */
+      for (size_t i = 1; i < x->n_mounts; i++)
+        for (size_t j = i; j > 0 && cmp_depth (&x->mounts[j - 1], &x->mounts[j]) > 0; j--)
+          {
+            struct prepared_mount t = x->mounts[j];
+            x->mounts[j] = x->mounts[j - 1];
+            x->mounts[j - 1] = t;
+          }
+    }
+  for (size_t i = 0; i < o->n_symlinks; i++)
+    if (make_symlink (rootfd, rootfs, &o->symlinks[i], made, err) < 0)
+      return -1;
+  if (o->ldconfig)
+    {
+      static const char *const cands[] = { "/sbin/ldconfig", "/usr/sbin/ldconfig",
+                                           "/usr/bin/ldconfig" };
+      for (size_t i = 0; i < sizeof cands / sizeof *cands && x->ldconfig == NULL; i++)
+        {
+          cleanup_free char *p = ib_path_join (rootfs, cands[i] + 1);
+          struct stat st;
+          /* a symlink (usrmerge /sbin -> usr/sbin) is fine: exec happens
+           * after pivot_root, inside the rootfs */
+          if (stat (p, &st) == 0 && S_ISREG (st.st_mode))
+            x->ldconfig = xstrdup (cands[i]);
+        }
+      if (x->ldconfig == NULL)
+        {
+          ib_warn ("sandbox: the rootfs has no ldconfig: the driver libraries are found only "
+                   "through LD_LIBRARY_PATH");
+          return 0;
+        }
+      cleanup_close int etc = ib_open_dir_in_root (rootfd, "etc");
+      struct stat st;
+      if (etc >= 0 && fstatat (etc, "ld.so.cache", &st, AT_SYMLINK_NOFOLLOW) == 0)
+        {
+          if (!S_ISREG (st.st_mode))
+            {
+              ib_warn ("sandbox: /etc/ld.so.cache is not a regular file in the rootfs: not "
+                       "running ldconfig");
+              free (x->ldconfig);
+              x->ldconfig = NULL;
+              return 0;
+            }
+          cleanup_free char *etcp = fd_path (etc);
+          cleanup_free char *cp = etcp ? ib_path_join (etcp, "ld.so.cache") : NULL;
+          if (cp == NULL || ib_read_file (cp, &x->cache, &x->cache_len, err) < 0)
+            return -1;
+          x->had_cache = true;
+          x->cache_st = st;
+        }
+      x->ldcache_fd = memfd_create ("imgbuild-ldcache", MFD_CLOEXEC);
+      if (x->ldcache_fd < 0)
+        return ib_error_sys (err, errno, "sandbox: memfd_create");
+    }
+  return 0;
+}
+
+/* After the run: /etc/ld.so.cache back to what the rootfs had, or, when
+ * the command rewrote it (it ran ldconfig itself, e.g. apt installing a
+ * library), regenerated without the mounts. */
+static void
+restore_ldcache (const ib_sandbox_opts_t *o, const char *rootfs, struct extras *x)
+{
+  cleanup_close int rootfd = open (rootfs, O_PATH | O_DIRECTORY | O_CLOEXEC);
+  cleanup_close int etc = rootfd >= 0 ? ib_open_dir_in_root (rootfd, "etc") : -1;
+  cleanup_free char *etcp = etc >= 0 ? fd_path (etc) : NULL;
+  if (etcp == NULL)
+    return;
+  cleanup_free char *path = ib_path_join (etcp, "ld.so.cache");
+  off_t n = lseek (x->ldcache_fd, 0, SEEK_END);
+  cleanup_free char *ours = xmalloc ((size_t) (n > 0 ? n : 0) + 1);
+  if (n > 0 && pread (x->ldcache_fd, ours, (size_t) n, 0) != n)
+    n = -1;
+  cleanup_free char *now = NULL;
+  size_t now_len = 0;
+  ib_error_t e = NULL;
+  struct stat st;
+  bool exists = lstat (path, &st) == 0 && S_ISREG (st.st_mode);
+  if (exists && ib_read_file (path, &now, &now_len, &e) < 0)
+    {
+      ib_error_free (&e);
+      return;
+    }
+  bool untouched = n >= 0 && exists && now_len == (size_t) n && memcmp (now, ours, now_len) == 0;
+  if (!exists && !x->had_cache)
+    return;
+  if (untouched || (!exists && x->had_cache))
+    {
+      if (!x->had_cache)
+        {
+          if (unlink (path) < 0)
+            ib_warn ("sandbox: remove %s: %s", path, strerror (errno));
+          return;
+        }
+      if (ib_write_file_atomic (path, x->cache, x->cache_len, x->cache_st.st_mode & 07777, &e) < 0)
+        {
+          ib_warn ("sandbox: restore %s: %s", path, e->msg);
+          ib_error_free (&e);
+          return;
+        }
+      if (lchown (path, x->cache_st.st_uid, x->cache_st.st_gid) < 0)
+        ib_debug ("sandbox: chown %s: %s", path, strerror (errno));
+      struct timespec ts[2] = { x->cache_st.st_atim, x->cache_st.st_mtim };
+      utimensat (AT_FDCWD, path, ts, AT_SYMLINK_NOFOLLOW);
+      return;
+    }
+  /* The command changed the cache while the driver libraries were bound:
+   * make it again from the rootfs's own libraries. */
+  char *argv[] = { x->ldconfig, NULL };
+  ib_sandbox_opts_t again = { .rootfs = rootfs, .argv = argv, .env = NULL, .uid = 0, .gid = 0,
+                              .network_none = true };
+  int status = 0;
+  if (ib_sandbox_run (&again, &status, &e) < 0 || status != 0)
+    {
+      ib_warn ("sandbox: regenerate /etc/ld.so.cache: %s",
+               e ? e->msg : "ldconfig failed (it may list bound driver libraries)");
+      ib_error_free (&e);
+    }
+  (void) o;
+}
+
 static int run_in_sandbox (const ib_sandbox_opts_t *opts, ib_userns_mode_t mode, char *rootfs,
-                           char **envp, int *exit_status, ib_error_t *err);
+                           char **envp, const struct extras *x, int *exit_status,
+                           ib_error_t *err);
 
 int
 ib_sandbox_run (const ib_sandbox_opts_t *opts, int *exit_status, ib_error_t *err)
@@ -965,7 +1542,15 @@ ib_sandbox_run (const ib_sandbox_opts_t *opts, int *exit_status, ib_error_t *err
       placeholder_create (rootfs, "resolv.conf", &placeholders[0]);
       placeholder_create (rootfs, "hosts", &placeholders[1]);
     }
-  int ret = run_in_sandbox (opts, mode, rootfs, envp, exit_status, err);
+  struct made_list made = { 0 };
+  struct extras x = { .ldcache_fd = -1 };
+  int ret = prepare_extras (opts, rootfs, &made, &x, err);
+  if (ret == 0)
+    ret = run_in_sandbox (opts, mode, rootfs, envp, &x, exit_status, err);
+  made_remove_all (&made);
+  if (x.ldconfig)
+    restore_ldcache (opts, rootfs, &x);
+  extras_free (&x);
   placeholder_remove (&placeholders[0]);
   placeholder_remove (&placeholders[1]);
   return ret;
@@ -974,7 +1559,7 @@ ib_sandbox_run (const ib_sandbox_opts_t *opts, int *exit_status, ib_error_t *err
 /* ib_sandbox_run once the options are checked: fork S, collect, reap. */
 static int
 run_in_sandbox (const ib_sandbox_opts_t *opts, ib_userns_mode_t mode, char *rootfs, char **envp,
-                int *exit_status, ib_error_t *err)
+                const struct extras *x, int *exit_status, ib_error_t *err)
 {
   cleanup_strv char **candidates = exec_candidates (opts->argv[0], envp);
 
@@ -1000,6 +1585,10 @@ run_in_sandbox (const ib_sandbox_opts_t *opts, ib_userns_mode_t mode, char *root
 
   struct run_ctx ctx = {
     .opts = opts,
+    .mounts = x->mounts,
+    .n_mounts = x->n_mounts,
+    .ldconfig = x->ldconfig,
+    .ldcache_fd = x->ldcache_fd,
     .mode = mode,
     .rootfs = rootfs,
     .envp = envp,

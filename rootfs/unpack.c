@@ -753,6 +753,14 @@ open_dir_in_root (int rootfd, const char *path)
   return resolve_fallback (rootfd, path);
 }
 
+int
+ib_open_dir_in_root (int rootfd, const char *path)
+{
+  while (*path == '/')
+    path++;
+  return open_dir_in_root (rootfd, path);
+}
+
 /* ---------------------------------------------------------------------- */
 /* Removal beneath a directory fd, never following symlinks.              */
 

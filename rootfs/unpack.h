@@ -120,6 +120,15 @@ uint64_t ib_unpack_max_bytes (void);
  * user-space fallback (the one taken when the kernel lacks openat2). */
 void ib_unpack_set_openat2 (bool use);
 
+/* O_PATH | O_DIRECTORY fd (close-on-exec, caller closes) of directory
+ * `path` resolved beneath `rootfd` as if rootfd were "/": symlinks met on
+ * the way, absolute or relative, and ".." stay inside; magic links
+ * (/proc/self/...) are refused.  openat2(RESOLVE_IN_ROOT) where the kernel
+ * has it, the same walk in user space where not.  Leading '/' ignored; ""
+ * is rootfd itself.  -1 with errno (ENOENT, ENOTDIR, ELOOP...) on failure.
+ * Used by the sandbox for mount targets. */
+int ib_open_dir_in_root (int rootfd, const char *path);
+
 /* Copy a tree (cp -a semantics: modes, owners where permitted, mtimes,
  * symlinks as links, hardlinks kept within the tree, user.* and
  * security.capability xattrs where permitted; file data reflinked where the

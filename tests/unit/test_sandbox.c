@@ -32,7 +32,7 @@ static char *env_default[] = { (char *) "PATH=/usr/bin:/bin", (char *) "HOME=/ro
 
 static const char *const applets[]
     = { "sh", "cat", "ls", "id", "sleep", "echo", "pwd", "mknod", "unshare", "hostname",
-        "grep", "wc", "test", "true", "stat", "touch", "ps", "env", NULL };
+        "grep", "wc", "test", "true", "stat", "touch", "ps", "env", "readlink", "mkdir", NULL };
 
 static const char *
 find_busybox (void)
@@ -486,6 +486,199 @@ test_signal_forwarded (void **state)
   assert_true (sa.sa_handler == SIG_DFL);
 }
 
+static bool
+exists (const char *rel)
+{
+  cleanup_free char *p = ib_path_join (rootfs, rel);
+  struct stat st;
+  return lstat (p, &st) == 0;
+}
+
+static void
+write_text (const char *path, const char *text, mode_t m)
+{
+  int fd = open (path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, m);
+  assert_true (fd >= 0);
+  assert_int_equal (write (fd, text, strlen (text)), (ssize_t) strlen (text));
+  close (fd);
+}
+
+static char *
+read_text (const char *path)
+{
+  char *data = NULL;
+  ib_error_t err = NULL;
+  if (ib_read_file (path, &data, NULL, &err) < 0)
+    {
+      ib_error_free (&err);
+      return NULL;
+    }
+  return data;
+}
+
+static int
+run_opts (ib_sandbox_opts_t *o, int *status, char **out, char **msg)
+{
+  o->rootfs = rootfs;
+  o->env = env_default;
+  o->tail_lines = 1000;
+  o->tail = out;
+  ib_error_t err = NULL;
+  *status = -12345;
+  int r = ib_sandbox_run (o, status, &err);
+  if (msg)
+    *msg = err ? xstrdup (err->msg) : NULL;
+  ib_error_free (&err);
+  return r;
+}
+
+/* Bind (rw, ro, a single file) and tmpfs mounts: visible where asked,
+ * writes reach the source or are refused, and every mount point made for
+ * the run is gone afterwards. */
+static void
+test_mounts (void **state)
+{
+  (void) state;
+  char src[] = "/tmp/ib-mnt-src-XXXXXX", ro[] = "/tmp/ib-mnt-ro-XXXXXX";
+  assert_non_null (mkdtemp (src));
+  assert_non_null (mkdtemp (ro));
+  chmod (src, 0777);
+  cleanup_free char *a = ib_path_join (src, "a");
+  write_text (a, "from the host\n", 0644);
+  cleanup_free char *conf = ib_path_join (ro, "extra.conf");
+  write_text (conf, "k=v\n", 0644);
+  ib_mount_t m[] = {
+    { .type = IB_MOUNT_BIND, .source = src, .target = "/mnt/deep/rw" },
+    { .type = IB_MOUNT_BIND, .source = ro, .target = "/mnt/ro", .readonly = true },
+    { .type = IB_MOUNT_TMPFS, .target = "/scratch", .data = "size=1m,mode=0700" },
+    { .type = IB_MOUNT_BIND, .source = conf, .target = "/etc/extra.conf", .readonly = true },
+  };
+  char *argv[] = { (char *) "sh", (char *) "-c",
+                   (char *) "cat /mnt/deep/rw/a; echo written > /mnt/deep/rw/b; "
+                            "(echo x > /mnt/ro/c) 2>/dev/null; echo ro=$?; "
+                            "echo t > /scratch/t && stat -c %a /scratch; cat /etc/extra.conf; "
+                            "(echo x >> /etc/extra.conf) 2>/dev/null; echo conf=$?",
+                   NULL };
+  ib_sandbox_opts_t o = { .argv = argv, .mounts = m, .n_mounts = 4 };
+  int status;
+  cleanup_free char *out = NULL, *msg = NULL;
+  assert_int_equal (run_opts (&o, &status, &out, &msg), 0);
+  assert_int_equal (status, 0);
+  assert_string_equal (out, "from the host\nro=1\n700\nk=v\nconf=1\n");
+  cleanup_free char *b = ib_path_join (src, "b");
+  cleanup_free char *bt = read_text (b);
+  assert_non_null (bt);
+  assert_string_equal (bt, "written\n");
+  cleanup_free char *c = ib_path_join (ro, "c");
+  assert_int_equal (access (c, F_OK), -1);
+  /* nothing of the mounts stays in the rootfs */
+  assert_false (exists ("mnt"));
+  assert_false (exists ("scratch"));
+  assert_false (exists ("etc/extra.conf"));
+  assert_true (exists ("etc/hosts"));
+  ib_error_t err = NULL;
+  ib_rm_rf (src, &err);
+  ib_rm_rf (ro, &err);
+  ib_error_free (&err);
+}
+
+/* A mount target through a symlink of the image that points at a host
+ * path, or with "..": resolved inside the rootfs, the host is untouched. */
+static void
+test_mount_target_stays_inside (void **state)
+{
+  (void) state;
+  char canary[] = "/tmp/ib-canary-XXXXXX";
+  assert_non_null (mkdtemp (canary));
+  cleanup_free char *link = ib_path_join (rootfs, "evil");
+  assert_int_equal (symlink (canary, link), 0);
+  ib_mount_t m[] = {
+    { .type = IB_MOUNT_TMPFS, .target = "/evil/x" },
+    { .type = IB_MOUNT_TMPFS, .target = "/../../../up" },
+  };
+  char *argv[] = { (char *) "sh", (char *) "-c",
+                   (char *) "grep -c ' /up tmpfs' /proc/mounts; touch /evil/x/f", NULL };
+  ib_sandbox_opts_t o = { .argv = argv, .mounts = m, .n_mounts = 2 };
+  int status;
+  cleanup_free char *out = NULL, *msg = NULL;
+  int r = run_opts (&o, &status, &out, &msg);
+  if (r < 0)
+    fprintf (stderr, "sandbox error: %s\n", msg);
+  assert_int_equal (r, 0);
+  assert_int_equal (status, 0);
+  assert_string_equal (out, "1\n");
+  /* the host directory the symlink names got nothing */
+  DIR *d = opendir (canary);
+  assert_non_null (d);
+  int n = 0;
+  for (struct dirent *de; (de = readdir (d)) != NULL;)
+    n += strcmp (de->d_name, ".") && strcmp (de->d_name, "..");
+  closedir (d);
+  assert_int_equal (n, 0);
+  /* what was made inside the rootfs for it is gone again */
+  cleanup_free char *inside = xasprintf ("%s%s", rootfs, canary);
+  assert_int_equal (access (inside, F_OK), -1);
+  assert_false (exists ("up"));
+  unlink (link);
+  rmdir (canary);
+  /* a missing bind source is named, and nothing is made */
+  ib_mount_t bad = { .type = IB_MOUNT_BIND, .source = "/nonexistent-src", .target = "/new/t" };
+  ib_sandbox_opts_t o2 = { .argv = argv, .mounts = &bad, .n_mounts = 1 };
+  cleanup_free char *out2 = NULL, *msg2 = NULL;
+  assert_int_equal (run_opts (&o2, &status, &out2, &msg2), -1);
+  assert_string_equal (msg2, "mount /nonexistent-src on /new/t: source /nonexistent-src: No such "
+                             "file or directory");
+  assert_false (exists ("new"));
+}
+
+/* CDI's hooks: symlinks made for the run only; ldconfig run in the rootfs
+ * (-X plus the extra dirs) and /etc/ld.so.cache put back afterwards, or
+ * regenerated when the command rewrote it.  The rootfs's "ldconfig" is a
+ * script that writes its arguments into the cache. */
+static void
+test_symlinks_and_ldconfig (void **state)
+{
+  (void) state;
+  cleanup_free char *sbin = ib_path_join (rootfs, "sbin");
+  mkdir (sbin, 0755);
+  cleanup_free char *ldc = ib_path_join (rootfs, "sbin/ldconfig");
+  write_text (ldc, "#!/bin/sh\necho \"args:$*\" > /etc/ld.so.cache\n", 0755);
+  cleanup_free char *cache = ib_path_join (rootfs, "etc/ld.so.cache");
+  write_text (cache, "original cache\n", 0644);
+  struct timespec old[2] = { { 1000, 0 }, { 1000, 0 } };
+  assert_int_equal (utimensat (AT_FDCWD, cache, old, 0), 0);
+  char *dirs[] = { (char *) "/opt/drv/lib", NULL };
+  ib_sandbox_symlink_t l[] = { { "/usr/lib/libfoo.so", "libfoo.so.1" } };
+  char *argv[] = { (char *) "sh", (char *) "-c",
+                   (char *) "cat /etc/ld.so.cache; readlink /usr/lib/libfoo.so", NULL };
+  ib_sandbox_opts_t o = { .argv = argv, .symlinks = l, .n_symlinks = 1, .ldconfig = true,
+                          .ldconfig_dirs = dirs };
+  int status;
+  cleanup_free char *out = NULL, *msg = NULL;
+  assert_int_equal (run_opts (&o, &status, &out, &msg), 0);
+  assert_int_equal (status, 0);
+  assert_string_equal (out, "args:-X /opt/drv/lib\nlibfoo.so.1\n");
+  assert_false (exists ("usr/lib/libfoo.so"));
+  cleanup_free char *back = read_text (cache);
+  assert_string_equal (back, "original cache\n");
+  struct stat st;
+  assert_int_equal (stat (cache, &st), 0);
+  assert_int_equal (st.st_mtim.tv_sec, 1000);
+
+  /* The command writes the cache itself (as ldconfig run by apt would):
+   * regenerated by a plain ldconfig, without the extra dirs. */
+  char *argv2[] = { (char *) "sh", (char *) "-c", (char *) "echo mine > /etc/ld.so.cache", NULL };
+  ib_sandbox_opts_t o2 = { .argv = argv2, .ldconfig = true, .ldconfig_dirs = dirs };
+  cleanup_free char *out2 = NULL;
+  assert_int_equal (run_opts (&o2, &status, &out2, NULL), 0);
+  assert_int_equal (status, 0);
+  cleanup_free char *regen = read_text (cache);
+  assert_string_equal (regen, "args:\n");
+  unlink (cache);
+  unlink (ldc);
+  rmdir (sbin);
+}
+
 static int
 teardown (void **state)
 {
@@ -556,6 +749,9 @@ main (void)
     cmocka_unit_test (test_stdin),
     cmocka_unit_test (test_single_mode_env),
     cmocka_unit_test (test_signal_forwarded),
+    cmocka_unit_test (test_mounts),
+    cmocka_unit_test (test_mount_target_stays_inside),
+    cmocka_unit_test (test_symlinks_and_ldconfig),
   };
   return cmocka_run_group_tests (tests, NULL, teardown);
 }
