@@ -1,5 +1,6 @@
 #include "builder/build.h"
 #include "builder/fsops.h"
+#include "builder/mountspec.h"
 #include "builder/recipe.h"
 #include "common/util.h"
 #include "oci/digest.h"
@@ -15,6 +16,7 @@
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -507,12 +509,179 @@ resolve_user (stage_state_t *st, uid_t *uid, gid_t *gid, ib_error_t *err)
   return ib_lookup_user (st->rootfs, user, uid, gid, err);
 }
 
+/* The mounts of one RUN (--mount), resolved to host paths. */
+typedef struct run_mounts
+{
+  ib_mount_t *v;
+  size_t n;
+  char **strings;   /* owned by this struct */
+  char **copies;    /* rw bind copies, removed afterwards */
+  int *locks;       /* flock()ed cache lock fds */
+  size_t n_locks;
+} run_mounts_t;
+
+static const char *
+rm_keep (run_mounts_t *r, char *s)
+{
+  size_t n = ib_strv_len (r->strings);
+  r->strings = xrealloc (r->strings, sizeof (char *) * (n + 2));
+  r->strings[n] = s;
+  r->strings[n + 1] = NULL;
+  return s;
+}
+
+static void
+run_mounts_free (run_mounts_t *r)
+{
+  for (char **c = r->copies; c && *c; c++)
+    {
+      ib_error_t e = NULL;
+      if (ib_rm_rf (*c, &e) < 0)
+        ib_error_report (&e);
+    }
+  ib_strv_free (r->copies);
+  for (size_t i = 0; i < r->n_locks; i++)
+    close (r->locks[i]);
+  free (r->locks);
+  ib_strv_free (r->strings);
+  free (r->v);
+  memset (r, 0, sizeof *r);
+}
+
+static int
+stage_index (build_t *b, const char *name);
+
+static int
+run_mount_one (build_t *b, stage_state_t *st, const char *flag, run_mounts_t *r,
+               ib_error_t *err)
+{
+  cleanup_free char *value = NULL;
+  if (expand (b, st, flag, &value, err) < 0)
+    return -1;
+  ib_mount_spec_t ms;
+  if (ib_mount_spec_parse (value, &ms, err) < 0)
+    return -1;
+  ib_mount_t m = { .target = rm_keep (r, xstrdup (ms.target)), .readonly = ms.readonly };
+  int ret = -1;
+  if (ms.type == IB_MSPEC_TMPFS)
+    {
+      m.type = IB_MOUNT_TMPFS;
+      m.data = rm_keep (r, ms.size ? xasprintf ("size=%s,mode=1777", ms.size)
+                                   : xstrdup ("mode=1777"));
+    }
+  else if (ms.type == IB_MSPEC_BIND)
+    {
+      const char *root = b->context;
+      if (ms.from)
+        {
+          int idx = stage_index (b, ms.from);
+          if (idx < 0 && strspn (ms.from, "0123456789") == strlen (ms.from))
+            idx = atoi (ms.from);
+          if (idx < 0 || (size_t) idx >= (size_t) (st - b->stages))
+            {
+              ib_error_set (err, ENOENT,
+                            "--mount=%s: from=%s: no earlier stage of that name (images in "
+                            "from= are not supported yet)",
+                            value, ms.from);
+              goto out;
+            }
+          root = b->stages[idx].rootfs;
+        }
+      cleanup_free char *src = NULL;
+      if (ib_root_resolve (root, ms.source ? ms.source : ".", true, &src, err) < 0)
+        {
+          ib_error_prefix (err, "--mount=%s", value);
+          goto out;
+        }
+      struct stat sst;
+      if (stat (src, &sst) < 0)
+        {
+          ib_error_sys (err, errno, "--mount=%s: source %s", value, ms.source ? ms.source : ".");
+          goto out;
+        }
+      if (ms.rw)
+        {
+          /* BuildKit: writes to a bind mount are discarded; they go to a
+           * copy made for this step. */
+          cleanup_free char *tmp = NULL;
+          if (ib_store_tmp_dir (b->store, "bind", &tmp, err) < 0)
+            goto out;
+          ib_strv_push (&r->copies, tmp);
+          cleanup_free char *dst = ib_path_join (tmp, "src");
+          if (ib_copy_tree (src, dst, err) < 0)
+            {
+              ib_error_prefix (err, "--mount=%s: copy the source", value);
+              goto out;
+            }
+          free (src);
+          src = steal_pointer (&dst);
+        }
+      m.type = IB_MOUNT_BIND;
+      m.readonly = !ms.rw;
+      m.source = rm_keep (r, steal_pointer (&src));
+    }
+  else
+    {
+      const char *id = ms.id ? ms.id : ms.target;
+      char *dir = NULL;
+      bool created = false;
+      if (ib_store_cache_mount_dir (b->store, id, true, &dir, &created, err) < 0)
+        goto out;
+      rm_keep (r, dir);
+      if (created && (chmod (dir, ms.mode) < 0 || chown (dir, ms.uid, ms.gid) < 0))
+        {
+          ib_error_sys (err, errno, "--mount=%s: cache directory %s", value, dir);
+          goto out;
+        }
+      if (ms.sharing && strcmp (ms.sharing, "shared") != 0)
+        {
+          /* locked (and private, which imgbuild treats as locked): one step
+           * at a time uses the cache; the others wait. */
+          cleanup_free char *lp = xasprintf ("%s.lock", dir);
+          int fd = open (lp, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+          if (fd < 0)
+            {
+              ib_error_sys (err, errno, "--mount=%s: lock %s", value, lp);
+              goto out;
+            }
+          r->locks = xrealloc (r->locks, sizeof (int) * (r->n_locks + 1));
+          r->locks[r->n_locks++] = fd;
+          if (flock (fd, LOCK_EX | LOCK_NB) < 0)
+            {
+              ib_info ("waiting for the cache mount %s (sharing=%s)", id, ms.sharing);
+              while (flock (fd, LOCK_EX) < 0)
+                if (errno != EINTR)
+                  {
+                    ib_error_sys (err, errno, "--mount=%s: lock %s", value, lp);
+                    goto out;
+                  }
+            }
+        }
+      m.type = IB_MOUNT_BIND;
+      m.source = dir;
+    }
+  r->v = xrealloc (r->v, sizeof *r->v * (r->n + 1));
+  r->v[r->n++] = m;
+  ret = 0;
+out:
+  ib_mount_spec_clear (&ms);
+  return ret;
+}
+
 static int
 do_run (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err)
 {
   const char *net = ib_instr_flag (in, "network");
   for (char **f = in->flags; f && *f; f++)
-    if (!ib_str_has_prefix (*f, "--network="))
+    if (ib_str_has_prefix (*f, "--security="))
+      {
+        if (strcmp (*f, "--security=sandbox") != 0)
+          return ib_error_set (err, ENOTSUP,
+                               "%s is not supported: imgbuild never gives a step more than its "
+                               "sandbox (use --security=sandbox, the default)",
+                               *f);
+      }
+    else if (!ib_str_has_prefix (*f, "--network=") && !ib_str_has_prefix (*f, "--mount="))
       return ib_error_set (err, ENOTSUP, "%s is not supported yet", *f);
   if (net && strcmp (net, "host") != 0 && strcmp (net, "none") != 0 && strcmp (net, "default") != 0)
     return ib_error_set (err, EINVAL, "--network=%s: expected host, none or default", net);
@@ -550,9 +719,20 @@ do_run (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err)
   gid_t gid;
   if (resolve_user (st, &uid, &gid, err) < 0)
     return -1;
+  run_mounts_t mounts = { 0 };
+  cleanup_strv char **mount_flags = ib_instr_flag_values (in, "mount");
+  for (char **f = mount_flags; *f; f++)
+    if (run_mount_one (b, st, *f, &mounts, err) < 0)
+      {
+        run_mounts_free (&mounts);
+        return -1;
+      }
   ib_fs_scan_t *before = NULL;
   if (ib_fs_scan (st->rootfs, ib_layer_exclude, &before, err) < 0)
-    return -1;
+    {
+      run_mounts_free (&mounts);
+      return -1;
+    }
   const char *wd = config_string (st->config, "WorkingDir");
   cleanup_free char *tail = NULL;
   ib_sandbox_opts_t so = {
@@ -566,9 +746,13 @@ do_run (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err)
     .tail_lines = TAIL_LINES,
     .tail = &tail,
     .provide_etc_files = true, /* DNS in images without /etc/resolv.conf */
+    .mounts = mounts.v,
+    .n_mounts = mounts.n,
   };
   int status = 0;
-  if (ib_sandbox_run (&so, &status, err) < 0)
+  int sr = ib_sandbox_run (&so, &status, err);
+  run_mounts_free (&mounts);
+  if (sr < 0)
     {
       ib_fs_scan_free (before);
       return -1;

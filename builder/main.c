@@ -2,6 +2,7 @@
  * arguments, opens the store, enters the user namespace where rootfs work
  * needs it, and reports errors.  The only place that calls exit(). */
 #include "builder/build.h"
+#include "builder/mountspec.h"
 #include "builder/fsops.h"
 #include "common/progress.h"
 #include "common/util.h"
@@ -50,7 +51,8 @@ static const char usage_text[] =
   "  logout (REGISTRY | --all) [--authfile FILE]\n"
   "                         remove stored credentials\n"
   "  unpack REF DIR         unpack an image's rootfs into DIR\n"
-  "  run [-e K=V] [-w DIR] [--network host|none] (REF | --rootfs DIR) [-- CMD...]\n"
+  "  run [-e K=V] [--env-file F] [-w DIR] [-u USER] [--network host|none] [-v SRC:DST[:ro]]\n"
+  "      [--mount type=bind|cache|tmpfs,...] [--tmpfs DST[:size=N]] (REF | --rootfs DIR) [-- CMD...]\n"
   "                         run a command in the sandbox; exits with its status\n"
   "  inspect REF            print the manifest and config as JSON\n"
   "  images                 list stored images\n"
@@ -691,28 +693,81 @@ cmd_images (int argc, char **argv, ib_error_t *err)
   return 0;
 }
 
+/* --env-file FILE: Docker's format: one K=V per line, '#' comments and
+ * blank lines skipped, a bare K takes the caller's value; no quotes are
+ * removed. */
+static int
+read_env_file (const char *path, char ***env, ib_error_t *err)
+{
+  cleanup_free char *data = NULL;
+  if (ib_read_file (path, &data, NULL, err) < 0)
+    return ib_error_prefix (err, "--env-file");
+  int lineno = 0;
+  for (char *save = NULL, *line = strtok_r (data, "\n", &save); line;
+       line = strtok_r (NULL, "\n", &save))
+    {
+      lineno++;
+      size_t n = strlen (line);
+      if (n && line[n - 1] == '\r')
+        line[--n] = '\0';
+      while (*line == ' ' || *line == '\t')
+        line++;
+      if (*line == '\0' || *line == '#')
+        continue;
+      if (*line == '=')
+        return ib_error_set (err, EINVAL, "--env-file %s: a line with no variable name: '%s'",
+                             path, line);
+      ib_strv_push (env, line);
+    }
+  return 0;
+}
+
 static int
 cmd_run (int argc, char **argv, int *exit_status, ib_error_t *err)
 {
   static const struct option opts[] = {
-    { "env", required_argument, NULL, 'e' },     { "workdir", required_argument, NULL, 'w' },
-    { "rootfs", required_argument, NULL, 'r' },  { "network", required_argument, NULL, 'n' },
-    { "user", required_argument, NULL, 'u' },    { NULL, 0, NULL, 0 },
+    { "env", required_argument, NULL, 'e' },      { "workdir", required_argument, NULL, 'w' },
+    { "rootfs", required_argument, NULL, 'r' },   { "network", required_argument, NULL, 'n' },
+    { "user", required_argument, NULL, 'u' },     { "volume", required_argument, NULL, 'v' },
+    { "mount", required_argument, NULL, 'M' },    { "tmpfs", required_argument, NULL, 'T' },
+    { "env-file", required_argument, NULL, 'E' }, { NULL, 0, NULL, 0 },
   };
   cleanup_strv char **extra_env = NULL;
   const char *workdir = NULL, *rootfs = NULL, *network = NULL, *user = NULL;
+  ib_mount_spec_t *specs = NULL;
+  size_t n_specs = 0;
   int c;
   optind = 0; /* 0: GNU getopt re-reads the optstring's ordering flag */
-  while ((c = getopt_long (argc, argv, "+e:w:u:", opts, NULL)) != -1)
-    switch (c)
-      {
-      case 'e': ib_strv_push (&extra_env, optarg); break;
-      case 'w': workdir = optarg; break;
-      case 'r': rootfs = optarg; break;
-      case 'n': network = optarg; break;
-      case 'u': user = optarg; break;
-      default: exit (2);
-      }
+  while ((c = getopt_long (argc, argv, "+e:w:u:v:", opts, NULL)) != -1)
+    {
+      ib_mount_spec_t ms;
+      ib_error_t perr = NULL;
+      int pr = 0;
+      switch (c)
+        {
+        case 'e': ib_strv_push (&extra_env, optarg); continue;
+        case 'w': workdir = optarg; continue;
+        case 'r': rootfs = optarg; continue;
+        case 'n': network = optarg; continue;
+        case 'u': user = optarg; continue;
+        case 'E':
+          if (read_env_file (optarg, &extra_env, &perr) < 0)
+            usage_error ("run: %s", perr->msg);
+          continue;
+        case 'v': pr = ib_mount_spec_parse_volume (optarg, &ms, &perr); break;
+        case 'M': pr = ib_mount_spec_parse (optarg, &ms, &perr); break;
+        case 'T': pr = ib_mount_spec_parse_tmpfs (optarg, &ms, &perr); break;
+        default: exit (2);
+        }
+      if (pr < 0)
+        usage_error ("run: %s", perr->msg);
+      if (ms.type == IB_MSPEC_BIND && ms.from)
+        usage_error ("run: --mount=%s: from= is for recipes; give a host path as source=", optarg);
+      if (ms.type == IB_MSPEC_BIND && ms.source == NULL)
+        usage_error ("run: --mount=%s: source= is missing", optarg);
+      specs = xrealloc (specs, sizeof *specs * (n_specs + 1));
+      specs[n_specs++] = ms;
+    }
   const char *image = NULL;
   if (rootfs == NULL)
     {
@@ -777,6 +832,55 @@ cmd_run (int argc, char **argv, int *exit_status, ib_error_t *err)
       ib_error_set (err, EINVAL, "run: no command given and the image has no Entrypoint or Cmd");
       goto out;
     }
+  /* Mounts: host paths for binds (Docker's semantics: writable unless ro),
+   * the store's cache directories, tmpfs. */
+  ib_mount_t *mounts = xmalloc (sizeof *mounts * (n_specs + 1));
+  cleanup_strv char **mount_strings = NULL;
+  for (size_t k = 0; k < n_specs; k++)
+    {
+      ib_mount_spec_t *ms = &specs[k];
+      mounts[k] = (ib_mount_t){ .target = ms->target, .readonly = ms->readonly };
+      if (ms->type == IB_MSPEC_TMPFS)
+        {
+          mounts[k].type = IB_MOUNT_TMPFS;
+          char *data = ms->size ? xasprintf ("size=%s,mode=1777", ms->size) : xstrdup ("mode=1777");
+          ib_strv_push (&mount_strings, data);
+          mounts[k].data = mount_strings[ib_strv_len (mount_strings) - 1];
+          free (data);
+        }
+      else if (ms->type == IB_MSPEC_BIND)
+        {
+          char *real = realpath (ms->source, NULL);
+          if (real == NULL)
+            {
+              ib_error_sys (err, errno, "run: mount source %s", ms->source);
+              free (mounts);
+              goto out;
+            }
+          ib_strv_push (&mount_strings, real);
+          free (real);
+          mounts[k].type = IB_MOUNT_BIND;
+          mounts[k].source = mount_strings[ib_strv_len (mount_strings) - 1];
+        }
+      else
+        {
+          char *dir = NULL;
+          bool created = false;
+          if (ib_store_cache_mount_dir (store, ms->id ? ms->id : ms->target, true, &dir, &created,
+                                        err)
+              < 0)
+            {
+              free (mounts);
+              goto out;
+            }
+          if (created && (chmod (dir, ms->mode) < 0 || chown (dir, ms->uid, ms->gid) < 0))
+            ib_warn ("cache directory %s: %s", dir, strerror (errno));
+          ib_strv_push (&mount_strings, dir);
+          free (dir);
+          mounts[k].type = IB_MOUNT_BIND;
+          mounts[k].source = mount_strings[ib_strv_len (mount_strings) - 1];
+        }
+    }
   uid_t uid = 0;
   gid_t gid = 0;
   const char *u = user ? user : json_string_value (json_object_get (cc, "User"));
@@ -786,11 +890,17 @@ cmd_run (int argc, char **argv, int *exit_status, ib_error_t *err)
   ib_sandbox_opts_t so = { .rootfs = rootfs, .argv = cmd, .env = env,
                            .cwd = wd && *wd ? wd : "/", .uid = uid, .gid = gid,
                            .network_none = network && strcmp (network, "none") == 0,
-                           .keep_stdin = true, .provide_etc_files = true };
-  if (ib_sandbox_run (&so, exit_status, err) < 0)
+                           .keep_stdin = true, .provide_etc_files = true,
+                           .mounts = mounts, .n_mounts = n_specs };
+  int sr = ib_sandbox_run (&so, exit_status, err);
+  free (mounts);
+  if (sr < 0)
     goto out;
   ret = 0;
 out:
+  for (size_t k = 0; k < n_specs; k++)
+    ib_mount_spec_clear (&specs[k]);
+  free (specs);
   if (tmp_rootfs)
     {
       ib_error_t e2 = NULL;

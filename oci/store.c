@@ -215,6 +215,46 @@ ib_store_tmp_dir (ib_store_t *s, const char *prefix, char **path, ib_error_t *er
 }
 
 int
+ib_store_cache_mount_dir (ib_store_t *s, const char *id, bool create, char **path,
+                          bool *created, ib_error_t *err)
+{
+  if (id == NULL || *id == '\0')
+    return ib_error_set (err, EINVAL, "cache mount: empty id");
+  char digest[IB_DIGEST_LEN];
+  ib_digest_buf (id, strlen (id), digest);
+  cleanup_free char *base = xasprintf ("%s/cache/mounts", s->root);
+  char *p = xasprintf ("%s/%.32s", base, digest + 7);
+  if (created)
+    *created = false;
+  if (create)
+    {
+      if (ib_mkdir_p (base, 0700, err) < 0)
+        {
+          free (p);
+          return -1;
+        }
+      if (mkdir (p, 0755) == 0)
+        {
+          if (created)
+            *created = true;
+          /* what the directory is for, for `imgbuild prune` and people */
+          cleanup_free char *idf = xasprintf ("%s.id", p);
+          ib_error_t e2 = NULL;
+          if (ib_write_file_atomic (idf, id, strlen (id), 0644, &e2) < 0)
+            ib_error_free (&e2);
+        }
+      else if (errno != EEXIST)
+        {
+          int e = errno;
+          free (p);
+          return ib_error_sys (err, e, "cache mount %s: create its directory", id);
+        }
+    }
+  *path = p;
+  return 0;
+}
+
+int
 ib_store_commit_blob_hashed (ib_store_t *s, const char *tmp_path, const char *digest,
                              ib_error_t *err)
 {

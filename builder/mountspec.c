@@ -1,0 +1,258 @@
+/* builder/mountspec.c — see mountspec.h. */
+#include "builder/mountspec.h"
+#include "common/util.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+void
+ib_mount_spec_clear (ib_mount_spec_t *m)
+{
+  free (m->target);
+  free (m->source);
+  free (m->from);
+  free (m->id);
+  free (m->sharing);
+  free (m->size);
+  memset (m, 0, sizeof *m);
+}
+
+static char *
+absolute (const char *p)
+{
+  return p[0] == '/' ? xstrdup (p) : xasprintf ("/%s", p);
+}
+
+static int
+parse_bool (const char *key, const char *v, bool *out, const char *value, ib_error_t *err)
+{
+  if (v == NULL || strcasecmp (v, "true") == 0 || strcmp (v, "1") == 0)
+    *out = true;
+  else if (strcasecmp (v, "false") == 0 || strcmp (v, "0") == 0)
+    *out = false;
+  else
+    return ib_error_set (err, EINVAL, "--mount=%s: %s takes true or false, got '%s'", value, key,
+                         v);
+  return 0;
+}
+
+static int
+parse_id_number (const char *key, const char *v, unsigned long max, int base, unsigned long *out,
+                 const char *value, ib_error_t *err)
+{
+  char *end = NULL;
+  errno = 0;
+  unsigned long n = v && *v ? strtoul (v, &end, base) : 0;
+  if (v == NULL || *v == '\0' || *end || errno || n > max)
+    return ib_error_set (err, EINVAL, "--mount=%s: bad %s '%s'", value, key, v ? v : "");
+  *out = n;
+  return 0;
+}
+
+int
+ib_mount_spec_parse (const char *value, ib_mount_spec_t *out, ib_error_t *err)
+{
+  ib_mount_spec_t m = { .mode = 0755 };
+  cleanup_free char *copy = xstrdup (value);
+  char *save = NULL;
+  const char *type = "bind";
+  bool saw_type = false;
+  for (char *tok = strtok_r (copy, ",", &save); tok; tok = strtok_r (NULL, ",", &save))
+    {
+      char *eq = strchr (tok, '=');
+      const char *v = NULL;
+      if (eq)
+        {
+          *eq = '\0';
+          v = eq + 1;
+        }
+      for (char *c = tok; *c; c++)
+        *c = (char) (*c >= 'A' && *c <= 'Z' ? *c + 32 : *c);
+      bool b;
+      unsigned long n;
+      if (strcmp (tok, "type") == 0 && v)
+        {
+          type = v;
+          saw_type = true;
+        }
+      else if ((strcmp (tok, "target") == 0 || strcmp (tok, "dst") == 0
+                || strcmp (tok, "destination") == 0)
+               && v && *v)
+        {
+          free (m.target);
+          m.target = absolute (v);
+        }
+      else if ((strcmp (tok, "source") == 0 || strcmp (tok, "src") == 0) && v)
+        {
+          free (m.source);
+          m.source = xstrdup (v);
+        }
+      else if (strcmp (tok, "from") == 0 && v && *v)
+        {
+          free (m.from);
+          m.from = xstrdup (v);
+        }
+      else if (strcmp (tok, "rw") == 0 || strcmp (tok, "readwrite") == 0)
+        {
+          if (parse_bool (tok, v, &b, value, err) < 0)
+            goto fail;
+          m.rw = b;
+          m.readonly = !b;
+        }
+      else if (strcmp (tok, "ro") == 0 || strcmp (tok, "readonly") == 0)
+        {
+          if (parse_bool (tok, v, &b, value, err) < 0)
+            goto fail;
+          m.readonly = b;
+          m.rw = !b;
+        }
+      else if (strcmp (tok, "id") == 0 && v && *v)
+        {
+          free (m.id);
+          m.id = xstrdup (v);
+        }
+      else if (strcmp (tok, "sharing") == 0 && v)
+        {
+          if (strcmp (v, "shared") && strcmp (v, "private") && strcmp (v, "locked"))
+            {
+              ib_error_set (err, EINVAL,
+                            "--mount=%s: sharing takes shared, private or locked, got '%s'",
+                            value, v);
+              goto fail;
+            }
+          free (m.sharing);
+          m.sharing = xstrdup (v);
+        }
+      else if (strcmp (tok, "mode") == 0)
+        {
+          if (parse_id_number (tok, v, 07777, 8, &n, value, err) < 0)
+            goto fail;
+          m.mode = (mode_t) n;
+        }
+      else if (strcmp (tok, "uid") == 0 || strcmp (tok, "gid") == 0)
+        {
+          if (parse_id_number (tok, v, 4294967294UL, 10, &n, value, err) < 0)
+            goto fail;
+          if (tok[0] == 'u')
+            m.uid = (uid_t) n;
+          else
+            m.gid = (gid_t) n;
+        }
+      else if (strcmp (tok, "size") == 0 && v && *v)
+        {
+          if (strspn (v, "0123456789") == 0 || strlen (v) - strspn (v, "0123456789") > 1
+              || (v[strspn (v, "0123456789")] && !strchr ("kKmMgG%", v[strspn (v, "0123456789")])))
+            {
+              ib_error_set (err, EINVAL, "--mount=%s: bad size '%s' (bytes, or k, m, g)", value,
+                            v);
+              goto fail;
+            }
+          free (m.size);
+          m.size = xstrdup (v);
+        }
+      else
+        {
+          ib_error_set (err, EINVAL, "--mount=%s: unknown option '%s%s%s'", value, tok,
+                        v ? "=" : "", v ? v : "");
+          goto fail;
+        }
+    }
+  if (saw_type && strcmp (type, "bind") == 0)
+    m.type = IB_MSPEC_BIND;
+  else if (strcmp (type, "bind") == 0)
+    m.type = IB_MSPEC_BIND;
+  else if (strcmp (type, "cache") == 0)
+    m.type = IB_MSPEC_CACHE;
+  else if (strcmp (type, "tmpfs") == 0)
+    m.type = IB_MSPEC_TMPFS;
+  else if (strcmp (type, "secret") == 0 || strcmp (type, "ssh") == 0)
+    {
+      ib_error_set (err, ENOTSUP, "--mount=%s: type=%s is not supported", value, type);
+      goto fail;
+    }
+  else
+    {
+      ib_error_set (err, EINVAL, "--mount=%s: unknown mount type '%s' (bind, cache, tmpfs)", value,
+                    type);
+      goto fail;
+    }
+  if (m.target == NULL)
+    {
+      ib_error_set (err, EINVAL, "--mount=%s: target= is missing", value);
+      goto fail;
+    }
+  if (m.type == IB_MSPEC_CACHE && (m.from || m.source))
+    {
+      ib_error_set (err, ENOTSUP, "--mount=%s: a cache mount with from= or source= is not supported",
+                    value);
+      goto fail;
+    }
+  if (m.type != IB_MSPEC_BIND && (m.from || m.source))
+    {
+      ib_error_set (err, EINVAL, "--mount=%s: from= and source= are for type=bind", value);
+      goto fail;
+    }
+  if (m.type != IB_MSPEC_TMPFS && m.size)
+    {
+      ib_error_set (err, EINVAL, "--mount=%s: size= is for type=tmpfs", value);
+      goto fail;
+    }
+  *out = m;
+  return 0;
+fail:
+  ib_mount_spec_clear (&m);
+  return -1;
+}
+
+int
+ib_mount_spec_parse_volume (const char *value, ib_mount_spec_t *out, ib_error_t *err)
+{
+  cleanup_free char *copy = xstrdup (value);
+  char *dst = strchr (copy, ':');
+  if (dst == NULL || dst == copy || dst[1] == '\0')
+    return ib_error_set (err, EINVAL, "-v %s: expected SRC:DST[:ro|rw]", value);
+  *dst++ = '\0';
+  char *opt = strchr (dst, ':');
+  bool ro = false;
+  if (opt)
+    {
+      *opt++ = '\0';
+      if (strcmp (opt, "ro") == 0)
+        ro = true;
+      else if (strcmp (opt, "rw") != 0)
+        return ib_error_set (err, EINVAL, "-v %s: options are ro or rw, got '%s'", value, opt);
+    }
+  if (copy[0] != '/' && copy[0] != '.')
+    return ib_error_set (err, EINVAL,
+                         "-v %s: the source must be a host path (absolute or ./relative); named "
+                         "volumes do not exist in imgbuild",
+                         value);
+  if (dst[0] != '/')
+    return ib_error_set (err, EINVAL, "-v %s: the target must be absolute", value);
+  *out = (ib_mount_spec_t){ .type = IB_MSPEC_BIND, .source = xstrdup (copy),
+                            .target = xstrdup (dst), .readonly = ro, .rw = !ro, .mode = 0755 };
+  return 0;
+}
+
+int
+ib_mount_spec_parse_tmpfs (const char *value, ib_mount_spec_t *out, ib_error_t *err)
+{
+  cleanup_free char *copy = xstrdup (value);
+  char *opt = strchr (copy, ':');
+  if (opt)
+    *opt++ = '\0';
+  if (copy[0] != '/')
+    return ib_error_set (err, EINVAL, "--tmpfs %s: the target must be absolute", value);
+  const char *size = NULL;
+  if (opt)
+    {
+      if (!ib_str_has_prefix (opt, "size=") || opt[5] == '\0')
+        return ib_error_set (err, EINVAL, "--tmpfs %s: the only option is size=N", value);
+      size = opt + 5;
+    }
+  *out = (ib_mount_spec_t){ .type = IB_MSPEC_TMPFS, .target = xstrdup (copy),
+                            .size = xstrdup (size), .mode = 0755 };
+  return 0;
+}

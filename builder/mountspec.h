@@ -1,0 +1,62 @@
+/* builder/mountspec.h — the mount options of RUN --mount (BuildKit's
+ * Dockerfile reference, "RUN --mount") and of `imgbuild run`
+ * (--mount, -v, --tmpfs), parsed into one shape.
+ *
+ *   type=bind (default) target=P [source=P] [from=STAGE] [rw|readwrite[=true]]
+ *   type=cache target=P [id=ID] [sharing=shared|private|locked] [ro|readonly]
+ *              [mode=0755] [uid=0] [gid=0] (from= and source= are refused)
+ *   type=tmpfs target=P [size=BYTES]
+ *   dst= and destination= are target=; src= is source=.
+ *   type=secret and type=ssh are refused (not supported).
+ */
+#ifndef IB_BUILDER_MOUNTSPEC_H
+#define IB_BUILDER_MOUNTSPEC_H
+
+#include "common/error.h"
+#include <stdbool.h>
+#include <sys/types.h>
+
+typedef enum
+{
+  IB_MSPEC_BIND = 0,
+  IB_MSPEC_CACHE,
+  IB_MSPEC_TMPFS,
+} ib_mspec_type_t;
+
+typedef struct ib_mount_spec
+{
+  ib_mspec_type_t type;
+  char *target;     /* absolute in the sandbox (relative ones are made
+                       absolute against "/" by the parser) */
+  char *source;     /* bind: path in the context / stage / host; NULL = "." */
+  char *from;       /* bind: stage name or index; NULL = the build context */
+  bool rw;          /* bind: rw/readwrite given (RUN: writes go to a copy and
+                       are discarded, as BuildKit; without it RUN's bind
+                       mounts are read-only) */
+  bool readonly;    /* ro/readonly given (`imgbuild run`: binds are
+                       writable unless this is set, as Docker's) */
+  char *id;         /* cache: NULL = the target */
+  char *sharing;    /* cache: "shared" (default), "private" or "locked" */
+  mode_t mode;      /* cache: mode of a new cache directory (default 0755) */
+  uid_t uid;        /* cache: owner of a new cache directory (default 0:0) */
+  gid_t gid;
+  char *size;       /* tmpfs: size= as written (bytes; k/m/g suffixes as the
+                       kernel's tmpfs takes them) or NULL */
+} ib_mount_spec_t;
+
+/* Parse one --mount value (comma-separated key=value; a bare key is
+ * key=true).  `shown` names the flag in errors, e.g. "--mount=type=foo":
+ * "--mount=type=foo: unknown mount type 'foo' (bind, cache, tmpfs)".
+ * *out is filled (free with ib_mount_spec_clear) only on success. */
+int ib_mount_spec_parse (const char *value, ib_mount_spec_t *out, ib_error_t *err);
+
+/* `imgbuild run -v SRC:DST[:ro|:rw]` (Docker's short form, host paths only:
+ * SRC must be absolute or start with "." ). */
+int ib_mount_spec_parse_volume (const char *value, ib_mount_spec_t *out, ib_error_t *err);
+
+/* `imgbuild run --tmpfs DST[:size=N]`. */
+int ib_mount_spec_parse_tmpfs (const char *value, ib_mount_spec_t *out, ib_error_t *err);
+
+void ib_mount_spec_clear (ib_mount_spec_t *m);
+
+#endif
