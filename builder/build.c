@@ -1310,6 +1310,9 @@ run_stage (build_t *b, stage_state_t *st, ib_error_t *err)
   return 0;
 }
 
+static int mark_dep (build_t *b, size_t i, const char *dep, bool index_ok, ib_error_t *err);
+static int mark_mount_deps (build_t *b, size_t i, const ib_instr_t *in, ib_error_t *err);
+
 /* Mark stage i and what it depends on as needed. */
 static int
 mark_needed (build_t *b, size_t i, ib_error_t *err)
@@ -1331,12 +1334,52 @@ mark_needed (build_t *b, size_t i, ib_error_t *err)
         }
       else if ((in->kind == IB_I_COPY || in->kind == IB_I_ADD) && ib_instr_flag (in, "from"))
         dep = ib_instr_flag (in, "from");
+      else if (in->kind == IB_I_RUN && mark_mount_deps (b, i, in, err) < 0)
+        return -1;
       if (dep == NULL)
         continue;
-      int idx = stage_index (b, dep);
-      if (idx < 0 && in->kind != IB_I_FROM && *dep && strspn (dep, "0123456789") == strlen (dep))
-        idx = atoi (dep);
-      if (idx >= 0 && (size_t) idx < i && mark_needed (b, (size_t) idx, err) < 0)
+      if (mark_dep (b, i, dep, in->kind != IB_I_FROM, err) < 0)
+        return -1;
+    }
+  return 0;
+}
+
+static int
+mark_dep (build_t *b, size_t i, const char *dep, bool index_ok, ib_error_t *err)
+{
+  int idx = stage_index (b, dep);
+  if (idx < 0 && index_ok && *dep && strspn (dep, "0123456789") == strlen (dep))
+    idx = atoi (dep);
+  if (idx >= 0 && (size_t) idx < i && mark_needed (b, (size_t) idx, err) < 0)
+    return -1;
+  return 0;
+}
+
+/* RUN --mount=...,from=STAGE needs that stage.  Unexpanded values with a
+ * variable are expanded with the global ARGs only, as for COPY --from;
+ * values that do not parse are left for the step to report. */
+static int
+mark_mount_deps (build_t *b, size_t i, const ib_instr_t *in, ib_error_t *err)
+{
+  cleanup_strv char **vals = ib_instr_flag_values (in, "mount");
+  for (char **v = vals; *v; v++)
+    {
+      cleanup_free char *x = NULL;
+      ib_error_t e2 = NULL;
+      if (expand (b, NULL, *v, &x, &e2) < 0)
+        {
+          ib_error_free (&e2);
+          continue;
+        }
+      ib_mount_spec_t ms;
+      if (ib_mount_spec_parse (x, &ms, &e2) < 0)
+        {
+          ib_error_free (&e2);
+          continue;
+        }
+      int r = ms.from ? mark_dep (b, i, ms.from, true, err) : 0;
+      ib_mount_spec_clear (&ms);
+      if (r < 0)
         return -1;
     }
   return 0;

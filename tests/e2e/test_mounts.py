@@ -1,0 +1,144 @@
+"""RUN --mount (bind, cache, tmpfs), RUN --security, and `imgbuild run`'s
+-v / --mount / --tmpfs / --env-file / exit status, on the Debian base image:
+what the step sees, what reaches the host, and what the image keeps."""
+import os
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from conftest import imgbuild
+
+
+def write(path, text, mode=None):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    if mode is not None:
+        path.chmod(mode)
+    return path
+
+
+@pytest.fixture(scope="module")
+def mstore(tmp_path_factory, registry, base_image):
+    store = tmp_path_factory.mktemp("mounts-store")
+    assert imgbuild("pull", base_image, store=store).rc == 0
+    return store
+
+
+@pytest.fixture(scope="module")
+def rootfs(tmp_path_factory, mstore, base_image):
+    d = tmp_path_factory.mktemp("mounts-rootfs") / "r"
+    r = imgbuild("unpack", base_image, d, store=mstore)
+    assert r.rc == 0, r
+    return d
+
+
+def layer_names(store, ref):
+    """Every path in the image's last layer."""
+    import json
+    m = json.loads(imgbuild("inspect", ref, store=store).out)
+    last = m["manifest"]["layers"][-1]["digest"].split(":")[1]
+    with tarfile.open(Path(store) / "blobs/sha256" / last) as t:
+        return set(n.rstrip("/") for n in t.getnames())
+
+
+def test_run_mounts_bind_cache_tmpfs(mstore, base_image, tmp_path):
+    ctx = tmp_path / "ctx"
+    write(ctx / "data/hello", "hello from the context\n")
+    out = tmp_path / "out"
+    recipe = write(ctx / "r.recipe", f"""
+FROM {base_image} AS first
+RUN echo from-first > /made-in-first
+
+FROM {base_image}
+RUN --mount=type=cache,target=/root/.ccache,id=test-ccache \\
+    sh -c 'n=$(cat /root/.ccache/count 2>/dev/null || echo 0); echo $((n+1)) > /root/.ccache/count; cp /root/.ccache/count /result-cache'
+RUN --mount=type=bind,source=data,target=/ctx \\
+    sh -c 'cat /ctx/hello > /result-bind; (touch /ctx/x) 2>/dev/null && echo writable > /result-bind-ro || echo read-only > /result-bind-ro'
+RUN --mount=type=bind,source=data,target=/ctx,rw \\
+    sh -c 'touch /ctx/new && ls /ctx > /result-bind-rw'
+RUN --mount=type=bind,from=first,source=/made-in-first,target=/from-first \\
+    cp /from-first /result-from
+RUN --mount=type=tmpfs,target=/scratch,size=1m \\
+    sh -c 'echo x > /scratch/file && grep " /scratch " /proc/mounts | cut -d" " -f3 > /result-tmpfs'
+OUTPUT type=image,name=mounts:one
+OUTPUT type=local,dest={out}
+""")
+    r = imgbuild("build", recipe, store=mstore, cwd=ctx)
+    assert r.rc == 0, r
+    assert (out / "result-cache").read_text() == "1\n"
+    assert (out / "result-bind").read_text() == "hello from the context\n"
+    assert (out / "result-bind-ro").read_text() == "read-only\n"
+    assert (out / "result-bind-rw").read_text() == "hello\nnew\n"
+    assert (out / "result-from").read_text() == "from-first\n"
+    assert (out / "result-tmpfs").read_text() == "tmpfs\n"
+    # writes to a rw bind went to a copy; the context is as it was
+    assert sorted(os.listdir(ctx / "data")) == ["hello"]
+    # mount points made for the steps are not in the image
+    for p in ("ctx", "from-first", "scratch", "root/.ccache"):
+        assert not (out / p).exists(), p
+    names = set()
+    for ref in ("mounts:one",):
+        names |= layer_names(mstore, ref)
+    assert "result-tmpfs" in names and "scratch" not in names
+
+    # The cache persists across builds in the store: the count goes on.
+    out2 = tmp_path / "out2"
+    recipe.write_text(recipe.read_text().replace(str(out), str(out2)))
+    r = imgbuild("build", recipe, store=mstore, cwd=ctx)
+    assert r.rc == 0, r
+    assert (out2 / "result-cache").read_text() == "2\n"
+    ids = list((Path(mstore) / "cache/mounts").glob("*.id"))
+    assert "test-ccache" in [p.read_text() for p in ids]
+
+
+@pytest.mark.parametrize("flag,message", [
+    ("--security=insecure", "--security=insecure is not supported"),
+    ("--mount=type=secret,id=x,target=/s", "type=secret is not supported"),
+    ("--mount=type=nope,target=/x", "unknown mount type 'nope' (bind, cache, tmpfs)"),
+    ("--mount=type=bind,source=missing,target=/x", "missing"),
+    ("--mount=type=cache", "target= is missing"),
+    ("--mount=type=tmpfs,target=/t,size=lots", "bad size 'lots'"),
+])
+def test_run_flag_errors_name_the_line(mstore, base_image, tmp_path, flag, message):
+    recipe = write(tmp_path / "r.recipe", f"FROM {base_image}\nRUN {flag} true\n")
+    r = imgbuild("build", recipe, store=mstore, cwd=tmp_path)
+    assert r.rc != 0
+    assert message in r.err, r
+    assert ":2" in r.err, r  # the recipe line
+
+
+def test_imgbuild_run_volumes_env_file_and_status(mstore, rootfs, tmp_path):
+    src = tmp_path / "src"
+    write(src / "f", "host file\n")
+    (src).chmod(0o777)
+    ro = tmp_path / "ro"
+    write(ro / "g", "read only\n")
+    envf = write(tmp_path / "env", "# comment\nA=from-file\n\nB\nC=x=y\n")
+    r = imgbuild("run", "-v", f"{src}:/data", "-v", f"{ro}:/ro:ro", "--tmpfs", "/t:size=1m",
+                 "--mount", "type=cache,target=/cache,id=run-cache", "--env-file", envf,
+                 "-e", "D=1", "--rootfs", rootfs, "--", "sh", "-c",
+                 "cat /data/f /ro/g; echo $A $B $C $D; echo made > /data/new; "
+                 "(touch /ro/x) 2>/dev/null || echo ro-refused; "
+                 "grep ' /t ' /proc/mounts | cut -d' ' -f3; echo c > /cache/c; exit 7",
+                 store=mstore, env={"B": "from-host"})
+    assert r.rc == 7, r
+    assert r.out == "host file\nread only\nfrom-file from-host x=y 1\nro-refused\ntmpfs\n", r
+    assert (src / "new").read_text() == "made\n"
+    assert not (ro / "x").exists()
+    for p in ("data", "ro", "t", "cache"):
+        assert not (rootfs / p).exists(), p
+
+
+@pytest.mark.parametrize("args,message", [
+    (["-v", "relative:/x"], "the source must be a host path"),
+    (["-v", "/tmp"], "expected SRC:DST"),
+    (["-v", "/tmp:/x:zz"], "options are ro or rw"),
+    (["--tmpfs", "rel"], "the target must be absolute"),
+    (["--env-file", "/nonexistent/env"], "/nonexistent/env"),
+    (["-v", "/nonexistent-src:/x"], "/nonexistent-src"),
+])
+def test_imgbuild_run_option_errors(mstore, rootfs, args, message):
+    r = imgbuild("run", *args, "--rootfs", rootfs, "--", "true", store=mstore)
+    assert r.rc in (2, 125), r
+    assert message in r.err, r
