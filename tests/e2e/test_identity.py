@@ -1,0 +1,87 @@
+"""What package managers and friends need, in the identity mode this pass
+runs in (root; unprivileged with subordinate ids = map; IMGBUILD_USERNS=
+single): apt-get update + install from the Debian mirror, dpkg -i of a
+local .deb, useradd, chown -R, pip install of a local wheel, make -j; and
+what the layer records of ownership in each mode (docs/security.md)."""
+import base64
+import hashlib
+import json
+import os
+import tarfile
+import zipfile
+from pathlib import Path
+
+from conftest import imgbuild
+
+
+def mode_in_force():
+    if os.geteuid() == 0:
+        return "root"
+    return "single" if os.environ.get("IMGBUILD_USERNS") == "single" else "map"
+
+
+def make_wheel(path):
+    """A pure-Python wheel (PEP 427): one module, dist-info with RECORD."""
+    files = {
+        "idprobe.py": b"VALUE = 'installed from a local wheel'\n",
+        "idprobe-1.0.dist-info/METADATA": b"Metadata-Version: 2.1\nName: idprobe\nVersion: 1.0\n",
+        "idprobe-1.0.dist-info/WHEEL": b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\n"
+                                       b"Tag: py3-none-any\n",
+    }
+    record = []
+    for name, data in files.items():
+        h = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+        record.append(f"{name},sha256={h},{len(data)}")
+    record.append("idprobe-1.0.dist-info/RECORD,,")
+    files["idprobe-1.0.dist-info/RECORD"] = ("\n".join(record) + "\n").encode()
+    with zipfile.ZipFile(path, "w") as z:
+        for name, data in files.items():
+            z.writestr(name, data)
+
+
+def test_package_managers_and_ownership(registry, base_image, store, tmp_path):
+    ctx = tmp_path / "ctx"
+    ctx.mkdir()
+    make_wheel(ctx / "idprobe-1.0-py3-none-any.whl")
+    (ctx / "Makefile").write_text("all: a b c d\n%:\n\techo $@ > $@.out\n")
+    out = tmp_path / "out"
+    recipe = ctx / "r.recipe"
+    recipe.write_text(f"""
+FROM {base_image}
+ENV DEBIAN_FRONTEND=noninteractive
+RUN apt-get update -q && apt-get install -y -q --no-install-recommends make python3-pip \\
+ && rm -rf /var/lib/apt/lists/*
+# a local .deb, built and installed with dpkg
+RUN mkdir -p /tmp/pkg/DEBIAN /tmp/pkg/usr/share/idprobe \\
+ && printf 'Package: idprobe\\nVersion: 1.0\\nArchitecture: all\\nMaintainer: t <t@t>\\nDescription: t\\n' > /tmp/pkg/DEBIAN/control \\
+ && echo deb > /tmp/pkg/usr/share/idprobe/marker \\
+ && dpkg-deb --root-owner-group --build /tmp/pkg /tmp/idprobe.deb && dpkg -i /tmp/idprobe.deb \\
+ && dpkg -s idprobe | grep -q 'Status: install ok installed' && rm -rf /tmp/pkg /tmp/idprobe.deb
+RUN useradd -m -u 1234 builder && mkdir -p /home/builder/tree/sub && touch /home/builder/tree/sub/f \\
+ && chown -R builder:builder /home/builder/tree && id builder > /id.txt
+COPY idprobe-1.0-py3-none-any.whl Makefile /src/
+RUN pip install --break-system-packages --no-index /src/idprobe-1.0-py3-none-any.whl \\
+ && python3 -c 'import idprobe; print(idprobe.VALUE)' > /pip.txt
+RUN cd /src && make -j4 && cat a.out b.out c.out d.out > /make.txt
+OUTPUT type=image,name=identity:probe
+OUTPUT type=local,dest={out}
+""")
+    r = imgbuild("build", recipe, store=store, cwd=ctx, timeout=1200)
+    assert r.rc == 0, r
+    assert (out / "usr/share/idprobe/marker").read_text() == "deb\n"
+    assert (out / "id.txt").read_text().startswith("uid=1234(builder) gid=1234(builder)")
+    assert (out / "pip.txt").read_text() == "installed from a local wheel\n"
+    assert (out / "make.txt").read_text() == "a\nb\nc\nd\n"
+
+    # Ownership as the layer records it (the useradd/chown step's layer).
+    m = json.loads(imgbuild("inspect", "identity:probe", store=store).out)
+    owners = {}
+    for layer in m["manifest"]["layers"][1:]:
+        with tarfile.open(Path(store) / "blobs/sha256" / layer["digest"].split(":")[1]) as t:
+            for ti in t.getmembers():
+                if ti.name.startswith("home/builder/tree"):
+                    owners[ti.name.rstrip("/")] = (ti.uid, ti.gid)
+    assert set(owners) == {"home/builder/tree", "home/builder/tree/sub",
+                           "home/builder/tree/sub/f"}, owners
+    expected = (0, 0) if mode_in_force() == "single" else (1234, 1234)
+    assert set(owners.values()) == {expected}, (mode_in_force(), owners)
