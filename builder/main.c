@@ -998,11 +998,13 @@ main (int argc, char **argv)
     }
   else if (strcmp (cmd, "run") == 0)
     {
+      status = EXIT_OWN_FAILURE;
       r = cmd_run (sub_argc, sub_argv, &status, &err);
       if (r < 0)
         {
           ib_error_report (&err);
-          return EXIT_OWN_FAILURE;
+          /* Docker's codes: 126 cannot be run, 127 not found; else 125 */
+          return status == 126 || status == 127 ? status : EXIT_OWN_FAILURE;
         }
       return status;
     }

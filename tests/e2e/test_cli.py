@@ -79,7 +79,12 @@ def test_run_rootfs_dir_and_missing_command(registry, base_image, store, tmp_pat
     r = imgbuild("run", "--rootfs", tmp_path / "r", "--", "cat", "/etc/os-release", store=store)
     assert r.rc == 0 and "bookworm" in r.out
     r = imgbuild("run", "--rootfs", tmp_path / "r", "--", "no-such-command", store=store)
-    assert r.rc == 125 and "no-such-command" in r.err
+    assert r.rc == 127 and "command not found: no-such-command" in r.err, r
+    r = imgbuild("run", "--rootfs", tmp_path / "r", "--", "/etc/os-release", store=store)
+    assert r.rc == 126 and "/etc/os-release" in r.err, r
+    r = imgbuild("run", "--rootfs", tmp_path / "r", "-w", "/", "--", "sh", "-c", "exit 3",
+                 store=store)
+    assert r.rc == 3, r
 
 
 def test_small_recipe_copy_env_workdir_user_whiteout(registry, base_image, store, tmp_path):
