@@ -181,7 +181,7 @@ def test_unsupported_features_fail_clearly(registry, base_image, store, tmp_path
     write(ctx / "a.tar.gz", "not really\n")
     for line, words in [("ADD a.tar.gz /x/", ["a.tar.gz", "archives"]),
                         ("ADD http://example.invalid/f /f", ["URLs"]),
-                        ("RUN --mount=type=cache,target=/c true", ["--mount", "not supported"])]:
+                        ("RUN --mount=type=secret,id=s,target=/c true", ["type=secret", "not supported"])]:
         recipe = write(ctx / "u.recipe", f"FROM {registry}/debian:bookworm\n{line}\n")
         r = imgbuild(recipe, store=store, cwd=tmp_path)
         assert r.rc != 0, line
