@@ -7,6 +7,7 @@
 #include "oci/manifest.h"
 #include "oci/ref.h"
 #include "oci/registry.h"
+#include "rootfs/gpu.h"
 #include "rootfs/layer.h"
 #include "rootfs/sandbox.h"
 #include "rootfs/unpack.h"
@@ -668,6 +669,21 @@ out:
   return ret;
 }
 
+/* Set "K=V" in an environment vector, replacing an earlier K. */
+static void
+env_set (char ***env, const char *kv)
+{
+  size_t kl = strcspn (kv, "=");
+  for (char **e = *env; e && *e; e++)
+    if (strncmp (*e, kv, kl) == 0 && (*e)[kl] == '=')
+      {
+        free (*e);
+        *e = xstrdup (kv);
+        return;
+      }
+  ib_strv_push (env, kv);
+}
+
 static int
 do_run (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err)
 {
@@ -681,7 +697,8 @@ do_run (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err)
                                "sandbox (use --security=sandbox, the default)",
                                *f);
       }
-    else if (!ib_str_has_prefix (*f, "--network=") && !ib_str_has_prefix (*f, "--mount="))
+    else if (!ib_str_has_prefix (*f, "--network=") && !ib_str_has_prefix (*f, "--mount=")
+             && !ib_str_has_prefix (*f, "--device="))
       return ib_error_set (err, ENOTSUP, "%s is not supported yet", *f);
   if (net && strcmp (net, "host") != 0 && strcmp (net, "none") != 0 && strcmp (net, "default") != 0)
     return ib_error_set (err, EINVAL, "--network=%s: expected host, none or default", net);
@@ -727,10 +744,50 @@ do_run (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err)
         run_mounts_free (&mounts);
         return -1;
       }
+  /* Devices (CDI, NVIDIA discovery): the build's --device, then the
+   * step's; their mounts follow the step's own. */
+  ib_gpu_edits_t gpu = { 0 };
+  cleanup_strv char **dev_flags = ib_instr_flag_values (in, "device");
+  cleanup_strv char **devices = ib_strv_dup (b->opts->devices);
+  for (char **f = dev_flags; *f; f++)
+    {
+      cleanup_free char *x = NULL;
+      if (expand (b, st, *f, &x, err) < 0)
+        {
+          run_mounts_free (&mounts);
+          return -1;
+        }
+      ib_strv_push (&devices, x);
+    }
+  if (devices && *devices)
+    {
+      cleanup_strv char **step_env = run_env (b, st);
+      ib_gpu_opts_t go = { .spec_dirs = b->opts->cdi_spec_dirs };
+      for (char **e = step_env; e && *e; e++)
+        if (ib_str_has_prefix (*e, "NVIDIA_VISIBLE_DEVICES="))
+          go.visible_devices = strchr (*e, '=') + 1;
+        else if (ib_str_has_prefix (*e, "NVIDIA_DRIVER_CAPABILITIES="))
+          go.capabilities = strchr (*e, '=') + 1;
+      for (char **d = devices; *d; d++)
+        if (ib_gpu_resolve (*d, &go, &gpu, err) < 0)
+          {
+            ib_gpu_edits_free (&gpu);
+            run_mounts_free (&mounts);
+            return -1;
+          }
+      for (size_t k = 0; k < gpu.n_mounts; k++)
+        {
+          mounts.v = xrealloc (mounts.v, sizeof *mounts.v * (mounts.n + 1));
+          mounts.v[mounts.n++] = gpu.mounts[k];
+        }
+    }
+  for (char **kv = gpu.env; kv && *kv; kv++)
+    env_set (&env, *kv);
   ib_fs_scan_t *before = NULL;
   if (ib_fs_scan (st->rootfs, ib_layer_exclude, &before, err) < 0)
     {
       run_mounts_free (&mounts);
+      ib_gpu_edits_free (&gpu);
       return -1;
     }
   const char *wd = config_string (st->config, "WorkingDir");
@@ -748,10 +805,15 @@ do_run (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err)
     .provide_etc_files = true, /* DNS in images without /etc/resolv.conf */
     .mounts = mounts.v,
     .n_mounts = mounts.n,
+    .symlinks = gpu.symlinks,
+    .n_symlinks = gpu.n_symlinks,
+    .ldconfig = gpu.ldconfig,
+    .ldconfig_dirs = gpu.ldconfig_dirs,
   };
   int status = 0;
   int sr = ib_sandbox_run (&so, &status, err);
   run_mounts_free (&mounts);
+  ib_gpu_edits_free (&gpu);
   if (sr < 0)
     {
       ib_fs_scan_free (before);

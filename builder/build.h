@@ -28,6 +28,9 @@ typedef struct ib_build_opts
   int compression_level;     /* -1: the compression's default */
   bool reproducible;         /* SOURCE_DATE_EPOCH defaults to 0 (else: the current time for
                               * `created`, file mtimes kept) */
+  char **devices;            /* --device NAME: CDI devices for every RUN (rootfs/gpu.h);
+                              * RUN --device adds its own */
+  char **cdi_spec_dirs;      /* --cdi-spec-dir: NULL = /etc/cdi, /var/run/cdi */
 } ib_build_opts_t;
 
 /* Run the build.  Relative OUTPUT dest paths resolve against the current

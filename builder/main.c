@@ -7,6 +7,7 @@
 #include "common/progress.h"
 #include "common/util.h"
 #include "oci/auth.h"
+#include "rootfs/gpu.h"
 #include "oci/manifest.h"
 #include "oci/ref.h"
 #include "oci/regconf.h"
@@ -41,6 +42,7 @@ static const char usage_text[] =
   "Commands:\n"
   "  [build] RECIPE [--build-arg K=V] [--target STAGE] [--output SPEC] [-t REF] [--context DIR]\n"
   "          [--compression gzip|zstd|none] [--compression-level N] [--reproducible]\n"
+  "          [--device CDI-NAME] [--cdi-spec-dir DIR]\n"
   "                         build a recipe (a Dockerfile with OUTPUT)\n"
   "  pull REF [--platform OS/ARCH[/VARIANT]] [--authfile FILE] [--creds USER:PASS]\n"
   "                         pull an image into the store\n"
@@ -52,7 +54,8 @@ static const char usage_text[] =
   "                         remove stored credentials\n"
   "  unpack REF DIR         unpack an image's rootfs into DIR\n"
   "  run [-e K=V] [--env-file F] [-w DIR] [-u USER] [--network host|none] [-v SRC:DST[:ro]]\n"
-  "      [--mount type=bind|cache|tmpfs,...] [--tmpfs DST[:size=N]] (REF | --rootfs DIR) [-- CMD...]\n"
+  "      [--mount type=bind|cache|tmpfs,...] [--tmpfs DST[:size=N]] [--device CDI-NAME]\n"
+  "      [--cdi-spec-dir DIR] (REF | --rootfs DIR) [-- CMD...]\n"
   "                         run a command in the sandbox; exits with its status\n"
   "  inspect REF            print the manifest and config as JSON\n"
   "  images                 list stored images\n"
@@ -236,9 +239,11 @@ cmd_build (int argc, char **argv, ib_error_t *err)
     { "compression", required_argument, NULL, 'Z' },
     { "compression-level", required_argument, NULL, 'L' },
     { "reproducible", no_argument, NULL, 'R' },
+    { "device", required_argument, NULL, 'D' },    { "cdi-spec-dir", required_argument, NULL, 'S' },
     REGISTRY_OPTIONS,                              { NULL, 0, NULL, 0 },
   };
-  cleanup_strv char **args = NULL, **outputs = NULL, **tags = NULL;
+  cleanup_strv char **args = NULL, **outputs = NULL, **tags = NULL, **devices = NULL,
+                    **cdi_dirs = NULL;
   const char *target = NULL, *context = NULL, *file = NULL;
   ib_compression_t compression = IB_COMPRESSION_GZIP;
   int level = -1;
@@ -266,6 +271,8 @@ cmd_build (int argc, char **argv, ib_error_t *err)
           usage_error ("--compression-level: expected a number, got '%s'", optarg);
         break;
       case 'R': reproducible = true; break;
+      case 'D': ib_strv_push (&devices, optarg); break;
+      case 'S': ib_strv_push (&cdi_dirs, optarg); break;
       default:
         if (!registry_option (c, optarg))
           exit (2);
@@ -297,7 +304,8 @@ cmd_build (int argc, char **argv, ib_error_t *err)
   ib_build_opts_t bo = { .recipe_path = recipe, .context_dir = context, .build_args = args,
                          .target = target, .tags = tags, .outputs = outputs,
                          .compression = compression, .compression_level = level,
-                         .reproducible = reproducible };
+                         .reproducible = reproducible, .devices = devices,
+                         .cdi_spec_dirs = cdi_dirs };
   int r = ib_build (store, &bo, err);
   ib_store_close (store);
   return r;
@@ -730,9 +738,10 @@ cmd_run (int argc, char **argv, int *exit_status, ib_error_t *err)
     { "rootfs", required_argument, NULL, 'r' },   { "network", required_argument, NULL, 'n' },
     { "user", required_argument, NULL, 'u' },     { "volume", required_argument, NULL, 'v' },
     { "mount", required_argument, NULL, 'M' },    { "tmpfs", required_argument, NULL, 'T' },
-    { "env-file", required_argument, NULL, 'E' }, { NULL, 0, NULL, 0 },
+    { "env-file", required_argument, NULL, 'E' }, { "device", required_argument, NULL, 'D' },
+    { "cdi-spec-dir", required_argument, NULL, 'S' }, { NULL, 0, NULL, 0 },
   };
-  cleanup_strv char **extra_env = NULL;
+  cleanup_strv char **extra_env = NULL, **devices = NULL, **cdi_dirs = NULL;
   const char *workdir = NULL, *rootfs = NULL, *network = NULL, *user = NULL;
   ib_mount_spec_t *specs = NULL;
   size_t n_specs = 0;
@@ -750,6 +759,8 @@ cmd_run (int argc, char **argv, int *exit_status, ib_error_t *err)
         case 'r': rootfs = optarg; continue;
         case 'n': network = optarg; continue;
         case 'u': user = optarg; continue;
+        case 'D': ib_strv_push (&devices, optarg); continue;
+        case 'S': ib_strv_push (&cdi_dirs, optarg); continue;
         case 'E':
           if (read_env_file (optarg, &extra_env, &perr) < 0)
             usage_error ("run: %s", perr->msg);
@@ -786,7 +797,7 @@ cmd_run (int argc, char **argv, int *exit_status, ib_error_t *err)
   int ret = -1;
   json_t *config = NULL;
   cleanup_free char *tmp_rootfs = NULL;
-  cleanup_strv char **cmd = NULL, **env = NULL;
+  cleanup_strv char **cmd = NULL, **env = NULL, **mount_strings = NULL;
   if (image)
     {
       if (ib_store_tmp_dir (store, "run", &tmp_rootfs, err) < 0)
@@ -835,7 +846,6 @@ cmd_run (int argc, char **argv, int *exit_status, ib_error_t *err)
   /* Mounts: host paths for binds (Docker's semantics: writable unless ro),
    * the store's cache directories, tmpfs. */
   ib_mount_t *mounts = xmalloc (sizeof *mounts * (n_specs + 1));
-  cleanup_strv char **mount_strings = NULL;
   for (size_t k = 0; k < n_specs; k++)
     {
       ib_mount_spec_t *ms = &specs[k];
@@ -881,6 +891,29 @@ cmd_run (int argc, char **argv, int *exit_status, ib_error_t *err)
           mounts[k].source = mount_strings[ib_strv_len (mount_strings) - 1];
         }
     }
+  /* Devices: CDI specs or NVIDIA discovery (rootfs/gpu.h). */
+  ib_gpu_edits_t gpu = { 0 };
+  if (devices)
+    {
+      ib_gpu_opts_t go = { .spec_dirs = cdi_dirs };
+      for (char **x = env; x && *x; x++)
+        if (ib_str_has_prefix (*x, "NVIDIA_VISIBLE_DEVICES="))
+          go.visible_devices = strchr (*x, '=') + 1;
+        else if (ib_str_has_prefix (*x, "NVIDIA_DRIVER_CAPABILITIES="))
+          go.capabilities = strchr (*x, '=') + 1;
+      for (char **d = devices; *d; d++)
+        if (ib_gpu_resolve (*d, &go, &gpu, err) < 0)
+          {
+            ib_gpu_edits_free (&gpu);
+            free (mounts);
+            goto out;
+          }
+      mounts = xrealloc (mounts, sizeof *mounts * (n_specs + gpu.n_mounts + 1));
+      for (size_t k = 0; k < gpu.n_mounts; k++)
+        mounts[n_specs + k] = gpu.mounts[k];
+      for (char **kv = gpu.env; kv && *kv; kv++)
+        ib_strv_push (&env, *kv);
+    }
   uid_t uid = 0;
   gid_t gid = 0;
   const char *u = user ? user : json_string_value (json_object_get (cc, "User"));
@@ -891,9 +924,12 @@ cmd_run (int argc, char **argv, int *exit_status, ib_error_t *err)
                            .cwd = wd && *wd ? wd : "/", .uid = uid, .gid = gid,
                            .network_none = network && strcmp (network, "none") == 0,
                            .keep_stdin = true, .provide_etc_files = true,
-                           .mounts = mounts, .n_mounts = n_specs };
+                           .mounts = mounts, .n_mounts = n_specs + gpu.n_mounts,
+                           .symlinks = gpu.symlinks, .n_symlinks = gpu.n_symlinks,
+                           .ldconfig = gpu.ldconfig, .ldconfig_dirs = gpu.ldconfig_dirs };
   int sr = ib_sandbox_run (&so, exit_status, err);
   free (mounts);
+  ib_gpu_edits_free (&gpu);
   if (sr < 0)
     goto out;
   ret = 0;

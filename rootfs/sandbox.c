@@ -67,6 +67,10 @@ struct prepared_mount
 {
   const ib_mount_t *m;
   char *real;
+  /* under /dev, which is the sandbox's own tmpfs: the child makes the
+   * mount point there (want_dir says which kind), the rootfs gets nothing */
+  bool in_dev;
+  bool want_dir;
 };
 
 struct run_ctx
@@ -471,6 +475,25 @@ static int
 apply_mount (const struct prepared_mount *pm, ib_error_t *err)
 {
   const ib_mount_t *m = pm->m;
+  if (pm->in_dev)
+    {
+      /* our tmpfs: no symlink of the image can be in the way */
+      cleanup_free char *parent = xstrdup (pm->real);
+      *strrchr (parent, '/') = '\0';
+      if (ib_mkdir_p (parent, 0755, err) < 0)
+        return ib_error_prefix (err, "mount %s on %s", mount_source_name (m), m->target);
+      struct stat st;
+      if (lstat (pm->real, &st) < 0)
+        {
+          int fd = -1;
+          if (pm->want_dir ? mkdir (pm->real, 0755) < 0
+                           : (fd = open (pm->real, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644)) < 0)
+            return ib_error_sys (err, errno, "mount %s on %s: create the mount point",
+                                 mount_source_name (m), m->target);
+          if (fd >= 0)
+            close (fd);
+        }
+    }
   if (m->type == IB_MOUNT_TMPFS)
     {
       unsigned long fl = MS_NOSUID | MS_NODEV | (m->readonly ? MS_RDONLY : 0);
@@ -681,6 +704,20 @@ prepare_mount (int rootfd, const char *rootfs, const ib_mount_t *m, struct prepa
         return ib_error_sys (err, m->source ? errno : EINVAL, "%s: source %s", what,
                              m->source ? m->source : "(none)");
       want_dir = S_ISDIR (st.st_mode);
+    }
+  /* Under /dev: the sandbox mounts its own tmpfs there (where the rootfs
+   * has a /dev directory); the child makes the mount point in it. */
+  const char *t = m->target;
+  while (t[0] == '/' && t[1] == '/')
+    t++;
+  cleanup_free char *devdir = ib_path_join (rootfs, "dev");
+  if (ib_str_has_prefix (t, "/dev/") && t[5] && !strstr (t, "/..") && is_real_dir (devdir))
+    {
+      pm->m = m;
+      pm->real = ib_path_join (rootfs, t + 1);
+      pm->in_dev = true;
+      pm->want_dir = want_dir;
+      return 0;
     }
   const char *base = NULL;
   cleanup_free char *dir = split_last (m->target, &base);
@@ -1338,6 +1375,60 @@ check_opts (const ib_sandbox_opts_t *o, ib_error_t *err)
   return 0;
 }
 
+/* A file of the rootfs saved before the run and put back afterwards. */
+struct saved_file
+{
+  char *path;          /* host path, inside the rootfs */
+  bool had;            /* it existed (a regular file) */
+  char *data;
+  size_t len;
+  struct stat st;
+};
+
+static void
+saved_file_take (struct saved_file *f, const char *path)
+{
+  f->path = xstrdup (path);
+  ib_error_t e = NULL;
+  if (lstat (path, &f->st) == 0 && S_ISREG (f->st.st_mode)
+      && ib_read_file (path, &f->data, &f->len, &e) == 0)
+    f->had = true;
+  ib_error_free (&e);
+}
+
+static void
+saved_file_restore (struct saved_file *f)
+{
+  if (f->path == NULL)
+    return;
+  struct stat st;
+  if (!f->had)
+    {
+      if (lstat (f->path, &st) == 0 && S_ISREG (st.st_mode) && unlink (f->path) < 0)
+        ib_warn ("sandbox: remove %s: %s", f->path, strerror (errno));
+      return;
+    }
+  ib_error_t e = NULL;
+  if (ib_write_file_atomic (f->path, f->data, f->len, f->st.st_mode & 07777, &e) < 0)
+    {
+      ib_warn ("sandbox: restore %s: %s", f->path, e->msg);
+      ib_error_free (&e);
+      return;
+    }
+  if (lchown (f->path, f->st.st_uid, f->st.st_gid) < 0)
+    ib_debug ("sandbox: chown %s: %s", f->path, strerror (errno));
+  struct timespec ts[2] = { f->st.st_atim, f->st.st_mtim };
+  utimensat (AT_FDCWD, f->path, ts, AT_SYMLINK_NOFOLLOW);
+}
+
+static void
+saved_file_free (struct saved_file *f)
+{
+  free (f->path);
+  free (f->data);
+  memset (f, 0, sizeof *f);
+}
+
 /* What ib_sandbox_run prepares in the rootfs beside the mount tree. */
 struct extras
 {
@@ -1349,6 +1440,8 @@ struct extras
   char *cache;         /* its bytes */
   size_t cache_len;
   struct stat cache_st;
+  /* /var/cache/ldconfig/aux-cache, which ldconfig rewrites too */
+  struct saved_file aux;
 };
 
 static void
@@ -1359,6 +1452,7 @@ extras_free (struct extras *x)
   free (x->mounts);
   free (x->ldconfig);
   free (x->cache);
+  saved_file_free (&x->aux);
   if (x->ldcache_fd >= 0)
     close (x->ldcache_fd);
   memset (x, 0, sizeof *x);
@@ -1433,6 +1527,13 @@ prepare_extras (const ib_sandbox_opts_t *o, const char *rootfs, struct made_list
           x->had_cache = true;
           x->cache_st = st;
         }
+      cleanup_close int vc = ib_open_dir_in_root (rootfd, "var/cache/ldconfig");
+      cleanup_free char *vcp = vc >= 0 ? fd_path (vc) : NULL;
+      if (vcp)
+        {
+          cleanup_free char *aux = ib_path_join (vcp, "aux-cache");
+          saved_file_take (&x->aux, aux);
+        }
       x->ldcache_fd = memfd_create ("imgbuild-ldcache", MFD_CLOEXEC);
       if (x->ldcache_fd < 0)
         return ib_error_sys (err, errno, "sandbox: memfd_create");
@@ -1471,6 +1572,7 @@ restore_ldcache (const ib_sandbox_opts_t *o, const char *rootfs, struct extras *
     return;
   if (untouched || (!exists && x->had_cache))
     {
+      saved_file_restore (&x->aux);
       if (!x->had_cache)
         {
           if (unlink (path) < 0)

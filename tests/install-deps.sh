@@ -6,7 +6,7 @@ pkgs=(
   # build
   build-essential pkg-config
   libcurl4-openssl-dev libjansson-dev libarchive-dev libssl-dev libzstd-dev
-  libseccomp-dev zlib1g-dev libisal-dev libcmocka-dev
+  libseccomp-dev zlib1g-dev libisal-dev libcmocka-dev libyaml-dev
   # sandbox: newuidmap/newgidmap for subordinate id ranges
   uidmap
   # tests and demo: local registry, base images, independent readers of our output
