@@ -672,11 +672,30 @@ find_binary (const char *root, const char *name, char *out, size_t outlen)
 {
   static const char *const dirs[] = { "/usr/bin", "/usr/sbin", "/bin", "/sbin", "/usr/local/bin",
                                       "/usr/local/nvidia/bin", NULL };
+  /* The driver's own ELF binary: distributions and GPU clouds put wrapper
+   * scripts on the PATH (/usr/bin/nvidia-smi exec'ing
+   * /usr/local/nvidia/bin/nvidia-smi) that would not work bound alone.  A
+   * script is taken only when no ELF binary exists. */
+  char script[PATH_MAX] = "";
   for (int i = 0; dirs[i]; i++)
     {
       snprintf (out, outlen, "%s%s/%s", root, dirs[i], name);
-      if (access (out, X_OK) == 0)
+      if (access (out, X_OK) != 0)
+        continue;
+      char magic[4] = { 0 };
+      int fd = open (out, O_RDONLY | O_CLOEXEC);
+      bool elf = fd >= 0 && read (fd, magic, 4) == 4 && memcmp (magic, "\177ELF", 4) == 0;
+      if (fd >= 0)
+        close (fd);
+      if (elf)
         return out;
+      if (script[0] == '\0')
+        snprintf (script, sizeof script, "%s", out);
+    }
+  if (script[0])
+    {
+      snprintf (out, outlen, "%s", script);
+      return out;
     }
   return NULL;
 }

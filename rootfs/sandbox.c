@@ -526,11 +526,75 @@ struct made
   mode_t type;
 };
 
+struct dirtime
+{
+  char *path;
+  struct timespec times[2]; /* atime, mtime before anything was made */
+  struct timespec ready;    /* mtime once everything was made, before the run */
+  bool always;              /* put back even if the command changed the
+                               directory (ldconfig's, which runs in it) */
+  bool restore;
+};
+
 struct made_list
 {
   struct made *v;
   size_t n;
+  /* directories of the rootfs something was made in: their times are put
+   * back after the removals, so the layer does not list them as changed */
+  struct dirtime *dirs;
+  size_t n_dirs;
 };
+
+/* Call before making something in directory fd `dfd`. */
+static char *fd_path (int fd);
+static void
+made_note_dir (struct made_list *l, int dfd, bool always)
+{
+  struct stat st;
+  cleanup_free char *p = fd_path (dfd);
+  if (p == NULL || stat (p, &st) < 0)
+    return;
+  for (size_t i = 0; i < l->n_dirs; i++)
+    if (strcmp (l->dirs[i].path, p) == 0)
+      {
+        l->dirs[i].always |= always;
+        return;
+      }
+  l->dirs = xrealloc (l->dirs, sizeof *l->dirs * (l->n_dirs + 1));
+  l->dirs[l->n_dirs++]
+      = (struct dirtime){ .path = steal_pointer (&p), .times = { st.st_atim, st.st_mtim },
+                          .always = always };
+}
+
+static void
+made_note_parent (struct made_list *l, int dfd)
+{
+  made_note_dir (l, dfd, false);
+}
+
+/* Just before the run: the directories' times as we leave them. */
+static void
+made_snapshot (struct made_list *l)
+{
+  struct stat st;
+  for (size_t i = 0; i < l->n_dirs; i++)
+    if (stat (l->dirs[i].path, &st) == 0)
+      l->dirs[i].ready = st.st_mtim;
+}
+
+/* Just after the run: a directory the command changed keeps its new time
+ * (the step's change belongs in the layer). */
+static void
+made_check (struct made_list *l)
+{
+  struct stat st;
+  for (size_t i = 0; i < l->n_dirs; i++)
+    l->dirs[i].restore
+        = l->dirs[i].always
+          || (stat (l->dirs[i].path, &st) == 0 && st.st_mtim.tv_sec == l->dirs[i].ready.tv_sec
+              && st.st_mtim.tv_nsec == l->dirs[i].ready.tv_nsec);
+}
 
 static void
 made_add (struct made_list *l, const char *path)
@@ -565,6 +629,17 @@ made_remove_all (struct made_list *l)
   free (l->v);
   l->v = NULL;
   l->n = 0;
+  for (size_t i = l->n_dirs; i-- > 0;)
+    {
+      if (l->dirs[i].restore
+          && utimensat (AT_FDCWD, l->dirs[i].path, l->dirs[i].times, AT_SYMLINK_NOFOLLOW) < 0
+          && errno != ENOENT)
+        ib_debug ("sandbox: times of %s: %s", l->dirs[i].path, strerror (errno));
+      free (l->dirs[i].path);
+    }
+  free (l->dirs);
+  l->dirs = NULL;
+  l->n_dirs = 0;
 }
 
 /* Host path of an O_PATH fd (it lies inside the rootfs). */
@@ -643,6 +718,7 @@ restart:;
               path = rest;
               goto restart;
             }
+          made_note_parent (made, fd);
           if (mkdirat (fd, comp, 0755) < 0 && errno != EEXIST)
             {
               int er = errno;
@@ -740,6 +816,7 @@ prepare_mount (int rootfd, const char *rootfs, const ib_mount_t *m, struct prepa
     {
       if (errno != ENOENT)
         return ib_error_sys (err, errno, "%s: %s", what, m->target);
+      made_note_parent (made, dfd);
       if (want_dir)
         {
           if (mkdirat (dfd, name, 0755) < 0)
@@ -798,6 +875,7 @@ make_symlink (int rootfd, const char *rootfs, const ib_sandbox_symlink_t *l,
   struct stat st;
   if (fstatat (dfd, base, &st, AT_SYMLINK_NOFOLLOW) == 0)
     return 0; /* the image has something there: keep it */
+  made_note_parent (made, dfd);
   if (symlinkat (l->target, dfd, base) < 0)
     return ib_error_sys (err, errno, "%s", what);
   cleanup_free char *dpath = fd_path (dfd);
@@ -1509,6 +1587,8 @@ prepare_extras (const ib_sandbox_opts_t *o, const char *rootfs, struct made_list
           return 0;
         }
       cleanup_close int etc = ib_open_dir_in_root (rootfd, "etc");
+      if (etc >= 0)
+        made_note_dir (made, etc, true);
       struct stat st;
       if (etc >= 0 && fstatat (etc, "ld.so.cache", &st, AT_SYMLINK_NOFOLLOW) == 0)
         {
@@ -1531,6 +1611,7 @@ prepare_extras (const ib_sandbox_opts_t *o, const char *rootfs, struct made_list
       cleanup_free char *vcp = vc >= 0 ? fd_path (vc) : NULL;
       if (vcp)
         {
+          made_note_dir (made, vc, true);
           cleanup_free char *aux = ib_path_join (vcp, "aux-cache");
           saved_file_take (&x->aux, aux);
         }
@@ -1639,22 +1720,29 @@ ib_sandbox_run (const ib_sandbox_opts_t *opts, int *exit_status, ib_error_t *err
 
   cleanup_strv char **envp = build_env (opts->env, mode);
   struct placeholder placeholders[2] = { { 0 }, { 0 } };
+  struct made_list made = { 0 };
   if (opts->provide_etc_files)
     {
+      /* /etc's times are put back with the rest (made_remove_all) */
+      cleanup_free char *etc = ib_path_join (rootfs, "etc");
+      cleanup_close int efd = open (etc, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+      if (efd >= 0)
+        made_note_parent (&made, efd);
       placeholder_create (rootfs, "resolv.conf", &placeholders[0]);
       placeholder_create (rootfs, "hosts", &placeholders[1]);
     }
-  struct made_list made = { 0 };
   struct extras x = { .ldcache_fd = -1 };
   int ret = prepare_extras (opts, rootfs, &made, &x, err);
+  made_snapshot (&made);
   if (ret == 0)
     ret = run_in_sandbox (opts, mode, rootfs, envp, &x, exit_status, err);
-  made_remove_all (&made);
+  made_check (&made);
   if (x.ldconfig)
     restore_ldcache (opts, rootfs, &x);
   extras_free (&x);
   placeholder_remove (&placeholders[0]);
   placeholder_remove (&placeholders[1]);
+  made_remove_all (&made); /* last: it puts back directory times */
   return ret;
 }
 

@@ -192,3 +192,23 @@ OUTPUT type=image,name=gpu:probe
     assert not (out / "dev/nvidia0").exists()
     r = imgbuild("run", "gpu:probe", "--", "sh", "-c", "ldconfig -p | grep -c libcuda", store=gstore)
     assert r.out == "0\n", r
+    # The step's layer: its two files; nothing of the mount points (not even
+    # a changed directory time).  ldconfig's two caches were rewritten and put
+    # back: they appear with the base image's bytes and times (their inode
+    # changed), so the layer is the same on every build.
+    import json
+    import tarfile
+    m = json.loads(imgbuild("inspect", "gpu:probe", store=gstore).out)
+    layers = m["manifest"]["layers"]
+    with tarfile.open(Path(gstore) / "blobs/sha256" / layers[-1]["digest"].split(":")[1]) as t:
+        got = {ti.name: (ti.mtime, t.extractfile(ti).read() if ti.isfile() else None)
+               for ti in t.getmembers()}
+    with tarfile.open(Path(gstore) / "blobs/sha256" / layers[0]["digest"].split(":")[1]) as t:
+        base = {ti.name.lstrip("./"): (ti.mtime, t.extractfile(ti).read() if ti.isfile() else None)
+                for ti in t.getmembers()}
+    assert {"count.txt", "smi.txt"} <= set(got), sorted(got)
+    assert set(got) - {"count.txt", "smi.txt"} <= {
+        "etc", "etc/ld.so.cache", "var", "var/cache", "var/cache/ldconfig",
+        "var/cache/ldconfig/aux-cache"}, sorted(got)
+    for name in set(got) - {"count.txt", "smi.txt"}:
+        assert got[name] == base[name], name
