@@ -7,8 +7,10 @@
  * (charliecloud's approach) for the single-id mode.
  *
  * Rules are added by name for the native architecture and, on x86_64, for
- * x86 (i386) and x32 as well: without them a 32-bit binary in the rootfs
- * would hit libseccomp's "bad arch" action (kill) on its first syscall.
+ * x86 (i386) as well: without them a 32-bit binary in the rootfs (a
+ * manylinux i686 userland) would hit the "bad arch" action on its first
+ * syscall.  The x32 ABI is not listed: its calls, and those of any other
+ * architecture, fail with EPERM (the bad-arch action).
  * Names a libseccomp version or an architecture does not know are skipped.
  */
 #include "rootfs/sandbox.h"
@@ -83,10 +85,21 @@ ib_seccomp_install (bool root_emulation, ib_error_t *err)
     return ib_error_set (err, ENOMEM, "seccomp: init failed");
   int ret = -1;
   int r;
+  /* Calls of an architecture the filter does not list (x32, or anything
+   * else a binfmt handler might run) fail with EPERM instead of killing
+   * the process, like every other refusal. */
+  r = seccomp_attr_set (ctx, SCMP_FLTATR_ACT_BADARCH, SCMP_ACT_ERRNO (EPERM));
+  if (r < 0)
+    {
+      ib_error_sys (err, -r, "seccomp: bad-arch action");
+      goto out;
+    }
 
   if (seccomp_arch_native () == SCMP_ARCH_X86_64)
     {
-      uint32_t extra[] = { SCMP_ARCH_X86, SCMP_ARCH_X32 };
+      /* i386 stays (manylinux i686 userlands build wheels in it); x32 is
+       * left out, so its calls meet the bad-arch action below. */
+      uint32_t extra[] = { SCMP_ARCH_X86 };
       for (size_t i = 0; i < sizeof extra / sizeof extra[0]; i++)
         {
           r = seccomp_arch_add (ctx, extra[i]);
