@@ -57,6 +57,7 @@ def canary_untouched(esc):
     ("bpf", "ERRNO EPERM"), ("perf_event_open", "ERRNO EPERM"), ("userfaultfd", "ERRNO EPERM"),
     ("x32-getpid", "ERRNO EPERM"),       # the x32 ABI is refused by the filter (bad arch)
     ("capset-after-drop", "ERRNO EPERM"),
+    ("io_uring_setup", "ERRNO EPERM"), ("vsock", "ERRNO EPERM"),
 ])
 def test_denied_calls(esc, call, expected):
     assert attempt(esc, call) == expected
