@@ -648,6 +648,7 @@ add_library (ib_gpu_edits_t *e, const char *root, const char *name, const char *
 static void
 add_libraries (ib_gpu_edits_t *e, const char *root, char **ldcache, const char *const *stems)
 {
+  cleanup_strv char **seen = NULL; /* sonames taken: the cache's first entry wins, as for ld.so */
   for (const char *const *s = stems; *s; s++)
     {
       size_t sl = strlen (*s);
@@ -662,6 +663,12 @@ add_libraries (ib_gpu_edits_t *e, const char *root, char **ldcache, const char *
             continue;
           const char *arrow = strstr (name, " => ");
           cleanup_free char *nm = xstrndup (name, strcspn (name, " "));
+          bool dup = false;
+          for (char **x = seen; x && *x && !dup; x++)
+            dup = strcmp (*x, nm) == 0;
+          if (dup)
+            continue;
+          ib_strv_push (&seen, nm);
           add_library (e, root, nm, arrow + 4);
         }
     }

@@ -88,6 +88,11 @@ def test_discovery_one_gpu(gstore, grootfs, fake):
     assert lines[11] == "NVIDIA_VISIBLE_DEVICES=0 FROM_CDI="
     assert len(lines) == 12, r.out
     assert tree_digest(grootfs) == before, "the run left something in the rootfs"
+    # the cache's second libcuda.so.1 (/opt/second) was not bound
+    r2 = imgbuild("run", "--cdi-spec-dir", fake / "cdi-empty", "--device", "nvidia.com/gpu=0",
+                  "--rootfs", grootfs, "--", "sh", "-c", "ls /opt/second 2>&1 || true", store=gstore,
+                  env={"IMGBUILD_NVIDIA_ROOT": str(fake), "IMGBUILD_LDCONFIG": str(fake / "ldconfig")})
+    assert r2.rc == 0 and "No such file" in r2.out, r2
 
 
 @pytest.mark.parametrize("device,visible,caps,gpus,libs", [
