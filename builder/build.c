@@ -1014,6 +1014,121 @@ argv_json (build_t *b, stage_state_t *st, const ib_instr_t *in)
   return a;
 }
 
+/* A Go duration as Docker's HEALTHCHECK flags take it ("30s", "1m30s",
+ * "500ms", "1.5h"; units ns us µs ms s m h), in nanoseconds. */
+static int
+parse_duration (const char *flag, const char *v, int64_t *ns, ib_error_t *err)
+{
+  static const struct { const char *unit; double ns; } units[] = {
+    { "ns", 1 }, { "us", 1e3 }, { "\xc2\xb5s", 1e3 }, { "ms", 1e6 }, { "s", 1e9 },
+    { "m", 60e9 }, { "h", 3600e9 },
+  };
+  double total = 0;
+  const char *s = v;
+  if (*s == '\0')
+    goto bad;
+  if (strcmp (s, "0") == 0)
+    {
+      *ns = 0;
+      return 0;
+    }
+  while (*s)
+    {
+      char *end;
+      double n = strtod (s, &end);
+      if (end == s || n < 0)
+        goto bad;
+      s = end;
+      size_t best = 0;
+      int found = -1;
+      for (size_t i = 0; i < sizeof units / sizeof units[0]; i++)
+        {
+          size_t l = strlen (units[i].unit);
+          if (strncmp (s, units[i].unit, l) == 0 && l > best)
+            {
+              best = l;
+              found = (int) i;
+            }
+        }
+      if (found < 0)
+        goto bad;
+      total += n * units[found].ns;
+      s += best;
+    }
+  if (total > 9.2e18)
+    goto bad;
+  *ns = (int64_t) total;
+  if (*ns != 0 && *ns < 1000000)
+    return ib_error_set (err, EINVAL, "HEALTHCHECK --%s=%s: at least 1ms, or 0", flag, v);
+  return 0;
+bad:
+  return ib_error_set (err, EINVAL,
+                       "HEALTHCHECK --%s=%s: expected a duration such as 30s, 1m30s or 500ms",
+                       flag, v);
+}
+
+static int
+do_healthcheck (build_t *b, stage_state_t *st, const ib_instr_t *in, json_t *c, ib_error_t *err)
+{
+  json_t *hc = json_object ();
+  json_t *test = json_array ();
+  json_object_set_new (hc, "Test", test);
+  if (!in->json_form && in->args)
+    json_array_append_new (test, json_string ("NONE"));
+  else if (in->json_form)
+    {
+      json_array_append_new (test, json_string ("CMD"));
+      for (char **a = in->args; a && *a; a++)
+        json_array_append_new (test, json_string (*a));
+    }
+  else
+    {
+      json_array_append_new (test, json_string ("CMD-SHELL"));
+      json_array_append_new (test, json_string (in->text));
+    }
+  static const struct { const char *flag, *key; } durations[] = {
+    { "interval", "Interval" }, { "timeout", "Timeout" }, { "start-period", "StartPeriod" },
+    { "start-interval", "StartInterval" },
+  };
+  for (size_t i = 0; i < sizeof durations / sizeof durations[0]; i++)
+    {
+      const char *raw = ib_instr_flag (in, durations[i].flag);
+      if (raw == NULL)
+        continue;
+      cleanup_free char *v = NULL;
+      int64_t ns = 0;
+      if (expand (b, st, raw, &v, err) < 0 || parse_duration (durations[i].flag, v, &ns, err) < 0)
+        {
+          json_decref (hc);
+          return -1;
+        }
+      if (ns)
+        json_object_set_new (hc, durations[i].key, json_integer (ns));
+    }
+  const char *raw = ib_instr_flag (in, "retries");
+  if (raw)
+    {
+      cleanup_free char *v = NULL;
+      char *end;
+      if (expand (b, st, raw, &v, err) < 0)
+        {
+          json_decref (hc);
+          return -1;
+        }
+      errno = 0;
+      long n = strtol (v, &end, 10);
+      if (*v == '\0' || *end || errno || n < 0 || n > 1000000)
+        {
+          json_decref (hc);
+          return ib_error_set (err, EINVAL, "HEALTHCHECK --retries=%s: expected a number", v);
+        }
+      if (n)
+        json_object_set_new (hc, "Retries", json_integer (n));
+    }
+  json_object_set_new (c, "Healthcheck", hc);
+  return 0;
+}
+
 static int
 do_config (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err)
 {
@@ -1096,6 +1211,14 @@ do_config (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err)
       }
     case IB_I_MAINTAINER:
       json_object_set_new (st->config, "author", json_string (in->text));
+      break;
+    case IB_I_HEALTHCHECK:
+      if (do_healthcheck (b, st, in, c, err) < 0)
+        return -1;
+      free (created_by);
+      created_by = in->json_form || !in->args
+                       ? xasprintf ("HEALTHCHECK CMD %s", in->text)
+                       : xstrdup ("HEALTHCHECK NONE");
       break;
     case IB_I_SHELL:
       if (!in->json_form || ib_strv_len (in->args) == 0)

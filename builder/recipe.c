@@ -696,6 +696,15 @@ static const struct flag_spec run_flags[] = {
   { NULL, 0 },
 };
 
+static const struct flag_spec healthcheck_flags[] = {
+  { "interval", FLAG_STRING },
+  { "timeout", FLAG_STRING },
+  { "start-period", FLAG_STRING },
+  { "start-interval", FLAG_STRING },
+  { "retries", FLAG_STRING },
+  { NULL, 0 },
+};
+
 static const struct flag_spec copy_flags[] = {
   { "from", FLAG_STRING },
   { "chown", FLAG_STRING },
@@ -872,6 +881,7 @@ enum parse_kind
   PK_WORDS,   /* EXPOSE, VOLUME */
   PK_OUTPUT,
   PK_UNSUPPORTED,
+  PK_HEALTHCHECK,
 };
 
 struct keyword
@@ -900,7 +910,7 @@ static const struct keyword keywords[] = {
   { "SHELL", IB_I_SHELL, PK_COMMAND, NULL },
   { "MAINTAINER", IB_I_MAINTAINER, PK_STRING, NULL },
   { "OUTPUT", IB_I_OUTPUT, PK_OUTPUT, NULL },
-  { "HEALTHCHECK", 0, PK_UNSUPPORTED, NULL },
+  { "HEALTHCHECK", IB_I_HEALTHCHECK, PK_HEALTHCHECK, healthcheck_flags },
   { "ONBUILD", 0, PK_UNSUPPORTED, NULL },
 };
 
@@ -1106,6 +1116,37 @@ parse_command (struct parser *p, ib_instr_t *in)
     }
   if (in->kind == IB_I_RUN && !in->json_form)
     return check_heredoc (p, in);
+  return 0;
+}
+
+/* HEALTHCHECK [flags] CMD command | HEALTHCHECK [flags] NONE */
+static int
+parse_healthcheck (struct parser *p, ib_instr_t *in)
+{
+  cleanup_free char *ex = excerpt (in->text);
+  const char *t = in->text;
+  if (strcasecmp (t, "NONE") == 0)
+    {
+      if (in->flags && in->flags[0])
+        return perr (p, in->line, "HEALTHCHECK NONE takes no options, got '%s'", in->flags[0]);
+      in->args = strv_new ();
+      ib_strv_push (&in->args, "NONE");
+      in->json_form = false;
+      return 0;
+    }
+  if (strncasecmp (t, "CMD", 3) != 0 || (t[3] != '\0' && !is_space (t[3])))
+    return perr (p, in->line, "HEALTHCHECK needs CMD command or NONE, got '%s'", ex);
+  const char *cmd = t + 3;
+  while (*cmd && is_space (*cmd))
+    cmd++;
+  char *rest = xstrdup (cmd);
+  free (in->text);
+  in->text = rest;
+  if (in->text[0] == '\0')
+    return perr (p, in->line, "HEALTHCHECK CMD needs a command, got '%s'", ex);
+  if (parse_json_array (p, in, &in->args) < 0)
+    return -1;
+  in->json_form = in->args != NULL;
   return 0;
 }
 
@@ -1466,6 +1507,9 @@ parse_instruction (struct parser *p, const char *line, int lineno)
         break;
       case PK_OUTPUT:
         ret = parse_output (p, &in);
+        break;
+      case PK_HEALTHCHECK:
+        ret = parse_healthcheck (p, &in);
         break;
       case PK_UNSUPPORTED:
       default:

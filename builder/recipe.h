@@ -32,7 +32,7 @@ typedef enum
 {
   IB_I_FROM, IB_I_ARG, IB_I_ENV, IB_I_RUN, IB_I_COPY, IB_I_ADD, IB_I_WORKDIR, IB_I_LABEL,
   IB_I_USER, IB_I_ENTRYPOINT, IB_I_CMD, IB_I_EXPOSE, IB_I_VOLUME, IB_I_STOPSIGNAL,
-  IB_I_SHELL, IB_I_MAINTAINER, IB_I_OUTPUT,
+  IB_I_SHELL, IB_I_MAINTAINER, IB_I_OUTPUT, IB_I_HEALTHCHECK,
 } ib_instr_kind_t;
 
 typedef struct ib_kv
@@ -56,10 +56,13 @@ typedef struct ib_instr
   char **flags;         /* "--from=build", "--chown=0:0" ... NULL-terminated, never NULL,
                            unexpanded, quotes removed, always "--name=value" (a bare
                            boolean "--link" is stored as "--link=true") */
-  bool json_form;       /* RUN/CMD/ENTRYPOINT/SHELL/COPY/ADD/VOLUME in ["exec", "form"] */
+  bool json_form;       /* RUN/CMD/ENTRYPOINT/SHELL/COPY/ADD/VOLUME in ["exec", "form"];
+                           HEALTHCHECK CMD [...] */
   char **args;          /* json_form: the decoded array (may be empty for CMD []);
                            COPY/ADD (shell form): sources..dest; EXPOSE/VOLUME (shell
-                           form): words.  Shell-form words are split on unquoted
+                           form): words.  HEALTHCHECK: text is the command after CMD
+                           (shell form: args NULL; exec form: json_form and args);
+                           HEALTHCHECK NONE: json_form false, args {"NONE"}.  Shell-form words are split on unquoted
                            whitespace and kept raw (quotes/escapes intact, unexpanded).
                            Others: NULL */
   ib_kv_t *kvs;         /* ENV/LABEL/ARG pairs (both "K V" and "K=V" forms),
@@ -89,7 +92,7 @@ typedef struct ib_recipe
 /* Parse recipe text (NUL-terminated).  `path` is used in messages: errors
  * (status EINVAL) read "PATH:LINE: <what was expected>, got '<text>'", one
  * line; unknown keywords read "PATH:LINE: unknown instruction 'FOO'",
- * HEALTHCHECK/ONBUILD "PATH:LINE: HEALTHCHECK is not supported yet", heredocs
+ * ONBUILD "PATH:LINE: ONBUILD is not supported yet", heredocs
  * "PATH:LINE: heredocs are not supported yet, got '<<EOF'".  On success *out
  * is set and owned by the caller (ib_recipe_free); on failure *out is NULL. */
 int ib_recipe_parse (const char *path, const char *text, ib_recipe_t **out, ib_error_t *err);

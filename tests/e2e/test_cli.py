@@ -210,3 +210,52 @@ RUN echo never > /data/h
     assert r.rc != 0 and "nope" in r.err
     r = imgbuild("build", recipe, "--output", "type=bogus,dest=x", store=store, cwd=tmp_path)
     assert r.rc != 0 and "bogus" in r.err
+
+
+def test_healthcheck_in_image_config(registry, base_image, store, tmp_path):
+    """HEALTHCHECK as Docker records it: Test CMD-SHELL / CMD / NONE,
+    durations in nanoseconds, retries; history says what it was."""
+    recipe = write(tmp_path / "h.recipe", f"""FROM {base_image} AS checked
+ARG EVERY=1m30s
+HEALTHCHECK --interval=${{EVERY}} --timeout=3s --start-period=500ms --retries=4 \\
+  CMD test -e /etc/os-release || exit 1
+OUTPUT type=image,name=health:shell
+
+FROM checked AS exec
+HEALTHCHECK CMD ["/bin/true", "--quick"]
+OUTPUT type=image,name=health:exec
+
+FROM checked
+HEALTHCHECK NONE
+OUTPUT type=image,name=health:none
+""")
+    r = imgbuild(recipe, store=store, cwd=tmp_path)
+    assert r.rc == 0, r
+
+    def hc(ref):
+        info = json.loads(imgbuild("inspect", ref, store=store).out)
+        return info["config"]["config"].get("Healthcheck"), info["config"]["history"][-1]
+
+    h, hist = hc("health:shell")
+    assert h == {"Test": ["CMD-SHELL", "test -e /etc/os-release || exit 1"],
+                 "Interval": 90_000_000_000, "Timeout": 3_000_000_000,
+                 "StartPeriod": 500_000_000, "Retries": 4}, h
+    assert hist["created_by"] == "HEALTHCHECK CMD test -e /etc/os-release || exit 1"
+    assert hist.get("empty_layer") is True
+    h, _ = hc("health:exec")
+    assert h == {"Test": ["CMD", "/bin/true", "--quick"]}, h
+    h, hist = hc("health:none")
+    assert h == {"Test": ["NONE"]}, h
+    assert hist["created_by"] == "HEALTHCHECK NONE"
+
+
+@pytest.mark.parametrize("flag,message", [
+    ("--interval=soon", "HEALTHCHECK --interval=soon: expected a duration such as 30s"),
+    ("--timeout=10us", "HEALTHCHECK --timeout=10us: at least 1ms, or 0"),
+    ("--retries=-1", "HEALTHCHECK --retries=-1: expected a number"),
+])
+def test_healthcheck_errors_name_the_line(registry, base_image, store, tmp_path, flag, message):
+    recipe = write(tmp_path / "h.recipe", f"FROM {base_image}\nHEALTHCHECK {flag} CMD true\n")
+    r = imgbuild(recipe, store=store, cwd=tmp_path)
+    assert r.rc != 0
+    assert f"{recipe}:2" in r.err and message in r.err, r

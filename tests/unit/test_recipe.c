@@ -702,6 +702,35 @@ test_output (void **state)
 }
 
 static void
+test_healthcheck (void **state)
+{
+  (void) state;
+  ib_recipe_t *r = parse_ok ("FROM x\n"
+                             "HEALTHCHECK --interval=30s --timeout=3s --retries=2 \\\n"
+                             "  CMD curl -f http://localhost/ || exit 1\n"
+                             "healthcheck cmd [\"/bin/check\", \"--quick\"]\n"
+                             "HEALTHCHECK none\n");
+  const ib_stage_t *st = &r->stages[0];
+  assert_int_equal (st->n_instrs, 4);
+  const ib_instr_t *a = &st->instrs[1], *b = &st->instrs[2], *c = &st->instrs[3];
+  assert_int_equal (a->kind, IB_I_HEALTHCHECK);
+  assert_false (a->json_form);
+  assert_null (a->args);
+  assert_string_equal (a->text, "curl -f http://localhost/ || exit 1");
+  assert_string_equal (ib_instr_flag (a, "interval"), "30s");
+  assert_string_equal (ib_instr_flag (a, "timeout"), "3s");
+  assert_string_equal (ib_instr_flag (a, "retries"), "2");
+  assert_true (b->json_form);
+  assert_int_equal (ib_strv_len (b->args), 2);
+  assert_string_equal (b->args[0], "/bin/check");
+  assert_string_equal (b->args[1], "--quick");
+  assert_false (c->json_form);
+  assert_non_null (c->args);
+  assert_string_equal (c->args[0], "NONE");
+  ib_recipe_free (r);
+}
+
+static void
 test_errors (void **state)
 {
   (void) state;
@@ -713,7 +742,13 @@ test_errors (void **state)
   assert_err_is ("ARG A\nOUTPUT type=local,dest=x\n", "test.recipe:2: expected FROM, got 'OUTPUT'");
   assert_err_is ("", "test.recipe:1: expected FROM, got end of file");
   assert_err_is ("# only a comment\n\nARG X\n", "test.recipe:3: expected FROM, got end of file");
-  assert_err_is ("FROM x\nHEALTHCHECK CMD true\n", "test.recipe:2: HEALTHCHECK is not supported yet");
+  assert_err_is ("FROM x\nHEALTHCHECK true\n",
+                 "test.recipe:2: HEALTHCHECK needs CMD command or NONE, got 'true'");
+  assert_err_is ("FROM x\nHEALTHCHECK CMD\n",
+                 "test.recipe:2: HEALTHCHECK CMD needs a command, got 'CMD'");
+  assert_err_is ("FROM x\nHEALTHCHECK --interval=5s NONE\n",
+                 "test.recipe:2: HEALTHCHECK NONE takes no options, got '--interval=5s'");
+  assert_err_contains ("FROM x\nHEALTHCHECK --every=5s CMD true\n", "--every");
   assert_err_is ("FROM x\nonbuild RUN true\n", "test.recipe:2: ONBUILD is not supported yet");
   assert_err_is ("FROM x\nRUN <<EOF\necho hi\nEOF\n",
                  "test.recipe:2: heredocs are not supported yet, got '<<EOF'");
@@ -1168,6 +1203,7 @@ main (void)
     cmocka_unit_test (test_copy_and_flags),
     cmocka_unit_test (test_other_instructions),
     cmocka_unit_test (test_output),
+    cmocka_unit_test (test_healthcheck),
     cmocka_unit_test (test_errors),
     cmocka_unit_test (test_expand),
     cmocka_unit_test (test_expand_word),
