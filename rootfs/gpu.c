@@ -96,10 +96,14 @@ yaml_scalar (const yaml_event_t *ev)
   const char *v = (const char *) ev->data.scalar.value;
   if (ev->data.scalar.style == YAML_PLAIN_SCALAR_STYLE)
     {
+      /* decimal integers as written (no octal or hex reading: "010" stays
+       * a string, as a device name must) */
       char *end;
       errno = 0;
-      long long n = strtoll (v, &end, 0);
-      if (*v && *end == '\0' && errno == 0)
+      long long n = strtoll (v, &end, 10);
+      char canon[24];
+      snprintf (canon, sizeof canon, "%lld", n);
+      if (*v && *end == '\0' && errno == 0 && strcmp (canon, v) == 0)
         return json_integer (n);
       if (strcmp (v, "true") == 0 || strcmp (v, "false") == 0)
         return json_boolean (v[0] == 't');
@@ -339,6 +343,20 @@ cmp_str (const void *a, const void *b)
   return strcmp (*(char *const *) a, *(char *const *) b);
 }
 
+/* A device's name: a string, or an integer where a YAML spec left a name
+ * like 0 unquoted (the text it had, in `buf`).  NULL when neither. */
+static const char *
+device_name (json_t *dev, char buf[24])
+{
+  json_t *n = json_object_get (dev, "name");
+  if (json_is_integer (n))
+    {
+      snprintf (buf, 24, "%" JSON_INTEGER_FORMAT, json_integer_value (n));
+      return buf;
+    }
+  return json_string_value (n);
+}
+
 /* 1: found (edits applied), 0: no spec of that kind, -1: error. */
 static int
 cdi_resolve (const char *kind, const char *name, char *const *dirs, ib_gpu_edits_t *e,
@@ -379,7 +397,8 @@ cdi_resolve (const char *kind, const char *name, char *const *dirs, ib_gpu_edits
           bool used = false;
           json_array_foreach (json_object_get (spec, "devices"), i, dev)
           {
-            const char *dn = json_string_value (json_object_get (dev, "name"));
+            char nbuf[24];
+            const char *dn = device_name (dev, nbuf);
             if (dn == NULL)
               continue;
             bool listed = false;

@@ -236,6 +236,26 @@ test_cdi_ignores_other_files_and_kinds (void **state)
   expect_edits ("other.org/fpga=0", dirs, NULL, NULL, "env FPGA=1\n");
 }
 
+/* Unquoted device names that look like numbers (`- name: 0`, as people
+ * write specs by hand) are names all the same; "010" stays "010". */
+static void
+test_cdi_yaml_plain_number_names (void **state)
+{
+  (void) state;
+  cleanup_free char *d = dir_named ("cdi-plain");
+  write_file (d, "spec.yaml", "cdiVersion: 0.6.0\nkind: example.com/gpu\ndevices:\n"
+                              "- name: 0\n  containerEdits: {env: [N=0]}\n"
+                              "- name: 010\n  containerEdits: {env: [N=010]}\n"
+                              "- name: 1\n  containerEdits: {env: [N=1]}\n");
+  char *dirs[] = { d, NULL };
+  expect_edits ("example.com/gpu=0", dirs, NULL, NULL, "env N=0\n");
+  expect_edits ("example.com/gpu=010", dirs, NULL, NULL, "env N=010\n");
+  expect_edits ("example.com/gpu=1", dirs, NULL, NULL, "env N=1\n");
+  cleanup_free char *msg
+      = xasprintf ("CDI device example.com/gpu=8: not found in %s (devices: 0, 010, 1)", d);
+  expect_error ("example.com/gpu=8", dirs, msg);
+}
+
 static const char prio_spec[] = "cdiVersion: 0.6.0\n"
                                 "kind: example.com/gpu\n"
                                 "devices:\n"
@@ -648,6 +668,7 @@ main (void)
   const struct CMUnitTest tests[] = {
     cmocka_unit_test (test_cdi_json_and_yaml),
     cmocka_unit_test (test_cdi_ignores_other_files_and_kinds),
+    cmocka_unit_test (test_cdi_yaml_plain_number_names),
     cmocka_unit_test (test_cdi_later_dirs_win),
     cmocka_unit_test (test_cdi_errors),
     cmocka_unit_test (test_cdi_bad_files),
