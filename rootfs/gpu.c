@@ -648,7 +648,7 @@ add_library (ib_gpu_edits_t *e, const char *root, const char *name, const char *
   if (realpath (host, real) == NULL)
     return;
   size_t rl = strlen (root);
-  if (rl && strncmp (real, root, rl) != 0)
+  if (rl && (strncmp (real, root, rl) != 0 || real[rl] != '/'))
     return;
   const char *cpath = real + rl; /* the real file's path in the container */
   add_bind (e, real, cpath, true);
@@ -730,8 +730,14 @@ static int
 nvidia_discover (const char *sel, const ib_gpu_opts_t *o, ib_gpu_edits_t *e, const char *dirs_shown,
                  ib_error_t *err)
 {
+  /* The root by its real path: libraries are matched by their real paths
+   * under it (add_library), which a root given through a symlink would
+   * never prefix. */
   const char *root = getenv ("IMGBUILD_NVIDIA_ROOT");
-  if (root == NULL)
+  cleanup_free char *root_real = root && *root ? realpath (root, NULL) : NULL;
+  if (root_real)
+    root = strcmp (root_real, "/") == 0 ? "" : root_real;
+  else if (root == NULL)
     root = "";
   const char *vis = sel;
   if (strcmp (sel, "all") == 0 && o->visible_devices && *o->visible_devices)

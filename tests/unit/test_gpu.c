@@ -627,6 +627,22 @@ test_discovery_without_proc (void **state)
   assert_int_equal (rename (hidden, proc), 0);
 }
 
+/* IMGBUILD_NVIDIA_ROOT given through a symlink: the libraries are found all
+ * the same (their real paths are under the root's real path). */
+static void
+test_discovery_root_through_symlink (void **state)
+{
+  (void) state;
+  cleanup_free char *link = ib_path_join (tmp, "fake-link");
+  unlink (link);
+  assert_int_equal (symlink (fake, link), 0);
+  assert_int_equal (setenv ("IMGBUILD_NVIDIA_ROOT", link, 1), 0);
+  cleanup_free char *libs = default_libs ();
+  expect_discovery ("nvidia.com/gpu=0", NULL, NULL, gpu0, libs, default_links, "0");
+  assert_int_equal (setenv ("IMGBUILD_NVIDIA_ROOT", fake, 1), 0);
+  unlink (link);
+}
+
 /* --- setup ----------------------------------------------------------------- */
 
 static int
@@ -679,6 +695,7 @@ main (void)
     cmocka_unit_test (test_discovery_errors),
     cmocka_unit_test (test_cdi_spec_before_discovery),
     cmocka_unit_test (test_discovery_without_proc),
+    cmocka_unit_test (test_discovery_root_through_symlink),
   };
   return cmocka_run_group_tests (tests, setup, teardown);
 }
