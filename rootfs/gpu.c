@@ -655,11 +655,18 @@ add_library (ib_gpu_edits_t *e, const char *root, const char *name, const char *
   cleanup_free char *dir = xstrdup (cpath);
   *strrchr (dir, '/') = '\0';
   add_ldconfig_dir (e, *dir ? dir : "/");
-  /* the soname link (libcuda.so.1 -> libcuda.so.535.104.05) */
+  /* the soname link (libcuda.so.1 -> libcuda.so.535.104.05): relative
+   * when both are in one directory, else the real file's full path (a
+   * merged-/usr host lists /lib/x86_64-linux-gnu/libcuda.so.1 for
+   * /usr/lib/x86_64-linux-gnu/libcuda.so.535.104.05; an image without
+   * merged /usr has no such file in /lib/x86_64-linux-gnu) */
   if (strcmp (path, cpath) != 0)
     {
       const char *base = strrchr (cpath, '/') + 1;
-      add_symlink (e, path, base);
+      const char *lbase = strrchr (path, '/');
+      bool same_dir = lbase && (size_t) (lbase - path) == (size_t) (base - 1 - cpath)
+                      && strncmp (path, cpath, (size_t) (lbase - path)) == 0;
+      add_symlink (e, path, same_dir ? base : cpath);
     }
   (void) name;
 }

@@ -643,6 +643,36 @@ test_discovery_root_through_symlink (void **state)
   unlink (link);
 }
 
+/* A merged-/usr host whose cache lists /lib/x86_64-linux-gnu/libcuda.so.1
+ * while the real file is /usr/lib/x86_64-linux-gnu/libcuda.so.999.01: the
+ * soname link (in /lib/...) points at the real file by its full path, not
+ * at a file of that name next to the link. */
+static void
+test_discovery_soname_in_another_dir (void **state)
+{
+  (void) state;
+  cleanup_free char *libdir = ib_path_join (fake, "lib");
+  assert_int_equal (symlink ("usr/lib", libdir), 0);
+  cleanup_free char *ld = ib_path_join (tmp, "ldconfig-merged");
+  const char *script = "#!/bin/sh\n"
+                       "printf '\\tlibcuda.so.1 (libc6,x86-64) => /lib/x86_64-linux-gnu/"
+                       "libcuda.so.1\\n'\n"
+                       "printf '\\tlibnvidia-ml.so.1 (libc6,x86-64) => " LIB
+                       "libnvidia-ml.so.1\\n'\n";
+  ib_error_t err = NULL;
+  assert_int_equal (ib_write_file_atomic (ld, script, strlen (script), 0755, &err), 0);
+  assert_int_equal (setenv ("IMGBUILD_LDCONFIG", ld, 1), 0);
+  expect_discovery ("nvidia.com/gpu=0", NULL, NULL, gpu0,
+                    BIND_LIB ("libnvidia-ml") BIND_LIB ("libcuda") "bind $ROOT/usr/bin/nvidia-smi "
+                                                                   "-> /usr/bin/nvidia-smi ro\n",
+                    LINK_LIB ("libnvidia-ml") "link /lib/x86_64-linux-gnu/libcuda.so.1 -> " LIB
+                                              "libcuda.so.999.01\n",
+                    "0");
+  cleanup_free char *fake_ld = ib_path_join (fake, "ldconfig");
+  assert_int_equal (setenv ("IMGBUILD_LDCONFIG", fake_ld, 1), 0);
+  unlink (libdir);
+}
+
 /* --- setup ----------------------------------------------------------------- */
 
 static int
@@ -696,6 +726,7 @@ main (void)
     cmocka_unit_test (test_cdi_spec_before_discovery),
     cmocka_unit_test (test_discovery_without_proc),
     cmocka_unit_test (test_discovery_root_through_symlink),
+    cmocka_unit_test (test_discovery_soname_in_another_dir),
   };
   return cmocka_run_group_tests (tests, setup, teardown);
 }
