@@ -60,7 +60,7 @@ if [ "$(id -u)" -eq 0 ]; then
   mkdir -p "$e2e_dir/unit" && cp build/tests/test_* "$e2e_dir/unit/" && chmod -R a+rX "$e2e_dir/unit"
   for t in "$e2e_dir"/unit/test_*; do
     echo "== $(basename "$t") as $unpriv"
-    runuser -u "$unpriv" -- "$t" || status=1
+    (cd "$e2e_dir" && runuser -u "$unpriv" -- "$t") || status=1  # tests/ of the copy: the checkout may be unreadable to the user
   done
   run_suite "unprivileged user $unpriv (map mode)" runuser -u "$unpriv" --
   run_suite "unprivileged user $unpriv (single-id mode)" runuser -u "$unpriv" -- env IMGBUILD_USERNS=single
