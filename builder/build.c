@@ -1,4 +1,5 @@
 #include "builder/build.h"
+#include "builder/cache.h"
 #include "builder/fsops.h"
 #include "builder/mountspec.h"
 #include "builder/recipe.h"
@@ -93,6 +94,16 @@ typedef struct stage_state
   char manifest_digest[IB_DIGEST_LEN];
   int64_t manifest_size;
   char *foreign;             /* "linux/arm64" when the host cannot run the stage's binaries */
+  /* Build cache.  The rootfs is made lazily: while steps hit the cache only
+   * config and layers advance; the first step that must run (or an output,
+   * or a stage reading this one) makes it from the layers (ensure_rootfs). */
+  char key[IB_DIGEST_LEN];   /* cache key of the last step (the stage's identity) */
+  bool rootfs_ready;         /* st->rootfs holds the tree of st->layers */
+  bool snapshot_ok;          /* the layers are exactly a stored image's: snapshot them */
+  struct stage_state *copy_src; /* FROM <stage>: its tree may be copied ... */
+  size_t copy_n_layers;         /* ... while the stage still has this many layers */
+  bool no_cache;             /* --no-cache / --no-cache-filter: never look up */
+  size_t step, n_steps;      /* progress: [name step/n_steps] */
 } stage_state_t;
 
 typedef struct build
@@ -107,6 +118,7 @@ typedef struct build
   stage_state_t *stages;
   size_t n_stages;
   int64_t sde;
+  size_t hits, misses;
 } build_t;
 
 /* Variable lookup inside a stage: ENV of the image first (Dockerfile: ENV
@@ -300,7 +312,6 @@ from_image (build_t *b, stage_state_t *st, const char *image, const char *os, co
     }
   int ret = -1;
   cleanup_strv char **diff_ids = NULL;
-  cleanup_strv char **digests = NULL;
   if (ib_config_diff_ids (config, &diff_ids, err) < 0)
     goto out;
   if (ib_strv_len (diff_ids) != m->n_layers)
@@ -309,10 +320,15 @@ from_image (build_t *b, stage_state_t *st, const char *image, const char *os, co
                     image, ib_strv_len (diff_ids), m->n_layers);
       goto out;
     }
-  for (size_t i = 0; i < m->n_layers; i++)
-    ib_strv_push (&digests, m->layers[i].digest);
-  if (!pulled && ib_rootfs_prepare (b->store, digests, diff_ids, st->rootfs, true, err) < 0)
-    goto out;
+  /* Not pulled: the rootfs is made from the stored layers (snapshot) when
+   * a step needs it (ensure_rootfs). */
+  st->rootfs_ready = pulled;
+  st->snapshot_ok = true;
+  {
+    cleanup_free char *plat = ib_platform_string (os, arch, variant);
+    cleanup_free char *text = xasprintf ("FROM image %s %s", desc.digest, plat);
+    ib_cache_key (NULL, text, st->key);
+  }
   st->config = config;
   config = NULL;
   st->layers = xmalloc ((m->n_layers + 1) * sizeof (ib_descriptor_t));
@@ -336,13 +352,12 @@ out:
   return ret;
 }
 
+/* FROM <an earlier stage>: its config and layers now; its tree (copied, or
+ * made from the layers) when a step needs it. */
 static int
 from_stage (stage_state_t *st, stage_state_t *src, ib_error_t *err)
 {
-  if (rmdir (st->rootfs) < 0 && errno != ENOENT)
-    return ib_error_sys (err, errno, "prepare %s", st->rootfs);
-  if (ib_copy_tree (src->rootfs, st->rootfs, err) < 0)
-    return -1;
+  (void) err;
   st->config = json_deep_copy (src->config);
   st->layers = xmalloc ((src->n_layers + 1) * sizeof (ib_descriptor_t));
   for (size_t i = 0; i < src->n_layers; i++)
@@ -353,7 +368,194 @@ from_stage (stage_state_t *st, stage_state_t *src, ib_error_t *err)
     }
   st->n_layers = src->n_layers;
   st->foreign = src->foreign ? xstrdup (src->foreign) : NULL;
+  st->copy_src = src;
+  st->copy_n_layers = src->n_layers;
+  cleanup_free char *text = xasprintf ("FROM stage %s", src->key);
+  ib_cache_key (NULL, text, st->key);
   return 0;
+}
+
+/* Make st->rootfs the tree of st->layers, if not done yet: a copy of the
+ * FROM stage's tree when no layer was added since, else the layers
+ * unpacked over the longest stored snapshot (ib_rootfs_prepare). */
+static int
+ensure_rootfs (build_t *b, stage_state_t *st, ib_error_t *err)
+{
+  if (st->rootfs_ready)
+    return 0;
+  if (st->copy_src && st->copy_src->rootfs_ready && st->n_layers == st->copy_n_layers)
+    {
+      if (rmdir (st->rootfs) < 0 && errno != ENOENT)
+        return ib_error_sys (err, errno, "prepare %s", st->rootfs);
+      if (ib_copy_tree (st->copy_src->rootfs, st->rootfs, err) < 0)
+        return -1;
+      st->rootfs_ready = true;
+      return 0;
+    }
+  if (st->n_layers == 0)
+    {
+      st->rootfs_ready = true; /* FROM scratch: the empty directory */
+      return 0;
+    }
+  cleanup_strv char **diff_ids = NULL;
+  cleanup_strv char **digests = NULL;
+  if (ib_config_diff_ids (st->config, &diff_ids, err) < 0)
+    return -1;
+  if (ib_strv_len (diff_ids) != st->n_layers)
+    return ib_error_set (err, EINVAL, "config lists %zu diff_ids for %zu layers",
+                         ib_strv_len (diff_ids), st->n_layers);
+  for (size_t i = 0; i < st->n_layers; i++)
+    ib_strv_push (&digests, st->layers[i].digest);
+  if (rmdir (st->rootfs) < 0 && errno != ENOENT)
+    return ib_error_sys (err, errno, "prepare %s", st->rootfs);
+  if (ib_rootfs_prepare (b->store, digests, diff_ids, st->rootfs, st->snapshot_ok, err) < 0)
+    return -1;
+  st->rootfs_ready = true;
+  return 0;
+}
+
+static const char *
+stage_label (stage_state_t *st)
+{
+  return st->def->name ? st->def->name : "stage";
+}
+
+/* The progress line of a step: "[build 2/5] RUN make", " CACHED" on a hit. */
+static void
+step_line (stage_state_t *st, const char *keyword, const char *what, bool cached)
+{
+  if (st->def->name)
+    ib_info ("[%s %zu/%zu] %s %s%s", st->def->name, st->step, st->n_steps, keyword, what,
+             cached ? " CACHED" : "");
+  else
+    ib_info ("[stage-%d %zu/%zu] %s %s%s", st->def->index, st->step, st->n_steps, keyword, what,
+             cached ? " CACHED" : "");
+}
+
+static bool
+same_layers (const ib_descriptor_t *a, size_t na, const ib_descriptor_t *b, size_t nb)
+{
+  if (na != nb)
+    return false;
+  for (size_t i = 0; i < na; i++)
+    if (strcmp (a[i].digest, b[i].digest) != 0)
+      return false;
+  return true;
+}
+
+/* After a step (run or taken from the cache) the stage's identity is its
+ * input key plus the layers it has: a step that ran again (--no-cache) and
+ * made other bytes changes what the following steps, and the stages that
+ * read this one, are keyed on; the same bytes keep their cache hits. */
+static void
+set_result_key (stage_state_t *st, const char *key)
+{
+  ib_buf_t t = { 0 };
+  for (size_t i = 0; i < st->n_layers; i++)
+    ib_buf_printf (&t, "layer %s\n", st->layers[i].digest);
+  cleanup_free char *text = ib_buf_steal (&t);
+  char out[IB_DIGEST_LEN];
+  ib_cache_key (key, text, out);
+  memcpy (st->key, out, IB_DIGEST_LEN);
+}
+
+/* Look the step `key` up, unless the stage runs without the cache.  On a
+ * hit the stage takes the recorded config and layers (a tree already made
+ * for other layers is dropped, to be made again when needed) and returns
+ * 1; 0 on a miss. */
+static int
+cache_lookup (build_t *b, stage_state_t *st, const char *key)
+{
+  if (st->no_cache)
+    return 0;
+  json_t *cfg = NULL;
+  ib_descriptor_t *ls = NULL;
+  size_t n = 0;
+  if (ib_cache_get (b->store, key, &cfg, &ls, &n) == 0)
+    return 0;
+  if (!same_layers (st->layers, st->n_layers, ls, n))
+    {
+      st->snapshot_ok = false;
+      if (st->rootfs_ready && n != 0)
+        {
+          ib_error_t e = NULL;
+          if (ib_rm_rf (st->rootfs, &e) < 0 || mkdir (st->rootfs, 0700) < 0)
+            {
+              ib_warn ("build cache: %s", e ? e->msg : strerror (errno));
+              ib_error_free (&e);
+              json_decref (cfg);
+              for (size_t i = 0; i < n; i++)
+                free (ls[i].media_type);
+              free (ls);
+              return 0;
+            }
+          st->rootfs_ready = false;
+        }
+    }
+  json_decref (st->config);
+  st->config = cfg;
+  for (size_t i = 0; i < st->n_layers; i++)
+    free (st->layers[i].media_type);
+  free (st->layers);
+  st->layers = ls;
+  st->n_layers = n;
+  set_result_key (st, key);
+  b->hits++;
+  return 1;
+}
+
+/* Record the state after a step that ran; failing to is only a warning. */
+static void
+cache_record (build_t *b, stage_state_t *st, const char *key)
+{
+  set_result_key (st, key);
+  b->misses++;
+  ib_error_t e = NULL;
+  if (ib_cache_put (b->store, key, st->config, st->layers, st->n_layers, &e) < 0)
+    {
+      ib_warn ("%s", e->msg);
+      ib_error_free (&e);
+    }
+}
+
+/* What shapes the bytes of a layer step's result besides its instruction:
+ * the layer format, SOURCE_DATE_EPOCH, the identity mode (owners in the
+ * layer). */
+static void
+key_layer_format (build_t *b, ib_buf_t *t)
+{
+  ib_buf_printf (t, "layer %s %d sde %lld userns %s\n",
+                 ib_compression_media_type (b->opts->compression), b->opts->compression_level,
+                 (long long) b->sde, ib_userns_mode_name (ib_userns_mode ()));
+}
+
+/* The content of a build context path, for a key: "context PATH sha256:..."
+ * or "context PATH missing" (the step reports that when it runs). */
+static void
+key_context_path (build_t *b, ib_buf_t *t, const char *path)
+{
+  cleanup_free char *host = NULL;
+  ib_error_t e = NULL;
+  if (ib_root_resolve (b->context, path, true, &host, &e) < 0 || access (host, F_OK) < 0)
+    {
+      ib_error_free (&e);
+      ib_buf_printf (t, "context %s missing\n", path);
+      return;
+    }
+  ib_sha256_t *h = ib_sha256_new ();
+  char d[IB_DIGEST_LEN];
+  if (ib_cache_hash_path (host, h, NULL, &e) < 0)
+    {
+      /* unreadable: the step fails when it runs, so no record has this key */
+      ib_buf_printf (t, "context %s unreadable\n", path);
+      ib_error_free (&e);
+      ib_sha256_free (h);
+    }
+  else
+    {
+      ib_sha256_final (h, d); /* frees h */
+      ib_buf_printf (t, "context %s %s\n", path, d);
+    }
 }
 
 static int
@@ -383,7 +585,7 @@ do_from (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err)
   if (ib_store_tmp_dir (b->store, "stage", &st->rootfs, err) < 0)
     return -1;
   int idx = stage_index (b, image);
-  ib_info ("[%s] FROM %s", st->def->name ? st->def->name : "stage", image);
+  step_line (st, "FROM", image, false);
   if (idx >= 0 && (size_t) idx < (size_t) (st - b->stages))
     return from_stage (st, &b->stages[idx], err);
   if (strcmp (image, "scratch") == 0)
@@ -393,6 +595,10 @@ do_from (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err)
       if (variant)
         json_object_set_new (st->config, "variant", json_string (variant));
       st->layers = xmalloc (sizeof (ib_descriptor_t));
+      st->rootfs_ready = true;
+      cleanup_free char *plat = ib_platform_string (os, arch, variant);
+      cleanup_free char *text = xasprintf ("FROM scratch %s", plat);
+      ib_cache_key (NULL, text, st->key);
       return 0;
     }
   if (rmdir (st->rootfs) < 0) /* ib_rootfs_prepare creates it */
@@ -684,6 +890,100 @@ env_set (char ***env, const char *kv)
   ib_strv_push (env, kv);
 }
 
+/* An earlier stage named (or numbered) `name`, or NULL. */
+static stage_state_t *
+earlier_stage (build_t *b, stage_state_t *st, const char *name)
+{
+  int idx = stage_index (b, name);
+  if (idx < 0 && *name && strspn (name, "0123456789") == strlen (name))
+    idx = atoi (name);
+  if (idx < 0 || (size_t) idx >= (size_t) (st - b->stages))
+    return NULL;
+  return &b->stages[idx];
+}
+
+static void
+key_str (ib_buf_t *t, const char *what, const char *s)
+{
+  ib_buf_printf (t, "%s %zu:%s\n", what, strlen (s), s);
+}
+
+/* The key text of a RUN (see builder/cache.h): the command, its flags
+ * expanded, the content of context bind mounts, the identity of stages it
+ * mounts, every ARG in scope (its environment), the build's devices and
+ * the layer format.  Malformed --mount values are left for the step to
+ * report. */
+static int
+run_key_text (build_t *b, stage_state_t *st, const ib_instr_t *in, char **argv, char **out,
+              ib_error_t *err)
+{
+  ib_buf_t t = { 0 };
+  ib_buf_printf (&t, "RUN %s\n", in->json_form ? "exec" : "shell");
+  for (char **a = argv; *a; a++)
+    key_str (&t, "argv", *a);
+  for (char **f = in->flags; f && *f; f++)
+    {
+      cleanup_free char *x = NULL;
+      if (expand (b, st, *f, &x, err) < 0)
+        {
+          ib_buf_free (&t);
+          return -1;
+        }
+      key_str (&t, "flag", x);
+      if (!ib_str_has_prefix (x, "--mount="))
+        continue;
+      ib_mount_spec_t ms;
+      ib_error_t e2 = NULL;
+      if (ib_mount_spec_parse (x + 8, &ms, &e2) < 0)
+        {
+          ib_error_free (&e2);
+          continue;
+        }
+      if (ms.type == IB_MSPEC_BIND && ms.from == NULL)
+        key_context_path (b, &t, ms.source ? ms.source : ".");
+      else if (ms.type == IB_MSPEC_BIND)
+        {
+          stage_state_t *src = earlier_stage (b, st, ms.from);
+          ib_buf_printf (&t, "stage %s\n", src ? src->key : "none");
+        }
+      ib_mount_spec_clear (&ms);
+    }
+  for (size_t i = 0; i < st->args.n; i++)
+    {
+      key_str (&t, "arg", st->args.names[i]);
+      key_str (&t, "=", st->args.values[i] ? st->args.values[i] : "");
+    }
+  for (char **d = b->opts->devices; d && *d; d++)
+    key_str (&t, "device", *d);
+  key_layer_format (b, &t);
+  *out = ib_buf_steal (&t);
+  return 0;
+}
+
+/* RUN --mount=type=bind,from=STAGE reads STAGE's tree: make it. */
+static int
+ensure_mount_sources (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err)
+{
+  cleanup_strv char **vals = ib_instr_flag_values (in, "mount");
+  for (char **v = vals; *v; v++)
+    {
+      cleanup_free char *x = NULL;
+      ib_error_t e2 = NULL;
+      ib_mount_spec_t ms;
+      if (expand (b, st, *v, &x, &e2) < 0 || ib_mount_spec_parse (x, &ms, &e2) < 0)
+        {
+          ib_error_free (&e2); /* reported by run_mount_one */
+          continue;
+        }
+      stage_state_t *src = ms.type == IB_MSPEC_BIND && ms.from ? earlier_stage (b, st, ms.from)
+                                                                : NULL;
+      ib_mount_spec_clear (&ms);
+      if (src && ensure_rootfs (b, src, err) < 0)
+        return -1;
+    }
+  return 0;
+}
+
 static int
 do_run (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err)
 {
@@ -729,7 +1029,21 @@ do_run (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err)
       ib_strv_push (&argv, in->text);
       shown = xstrdup (in->text);
     }
-  ib_info ("[%s] RUN %s", st->def->name ? st->def->name : "stage", shown);
+  char key[IB_DIGEST_LEN];
+  {
+    cleanup_free char *text = NULL;
+    if (run_key_text (b, st, in, argv, &text, err) < 0)
+      return -1;
+    ib_cache_key (st->key, text, key);
+  }
+  if (cache_lookup (b, st, key))
+    {
+      step_line (st, "RUN", shown, true);
+      return 0;
+    }
+  step_line (st, "RUN", shown, false);
+  if (ensure_rootfs (b, st, err) < 0 || ensure_mount_sources (b, st, in, err) < 0)
+    return -1;
 
   cleanup_strv char **env = run_env (b, st);
   uid_t uid;
@@ -829,6 +1143,8 @@ do_run (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err)
                                                 : xasprintf ("RUN /bin/sh -c %s", shown);
   int r = commit_layer (b, st, before, created_by, err);
   ib_fs_scan_free (before);
+  if (r == 0)
+    cache_record (b, st, key);
   return r;
 }
 
@@ -861,31 +1177,24 @@ do_copy (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err)
         && !ib_str_has_prefix (*f, "--chmod="))
       return ib_error_set (err, ENOTSUP, "%s is not supported yet", *f);
 
-  const char *src_root = NULL;
+  stage_state_t *src_stage = NULL;
   if (from)
     {
       cleanup_free char *fx = NULL;
       if (expand (b, st, from, &fx, err) < 0)
         return -1;
-      int idx = stage_index (b, fx);
-      if (idx < 0 && strspn (fx, "0123456789") == strlen (fx) && *fx)
-        idx = atoi (fx);
-      if (idx < 0 || (size_t) idx >= (size_t) (st - b->stages))
+      src_stage = earlier_stage (b, st, fx);
+      if (src_stage == NULL)
         return ib_error_set (err, ENOENT,
                              "--from=%s: no earlier stage of that name (images in --from are "
                              "not supported yet)",
                              fx);
-      src_root = b->stages[idx].rootfs;
     }
 
   ib_copy_opts_t co = { .chmod = -1, .set_owner = true };
-  if (chown_spec)
-    {
-      cleanup_free char *cx = NULL;
-      if (expand (b, st, chown_spec, &cx, err) < 0
-          || ib_lookup_user (st->rootfs, cx, &co.uid, &co.gid, err) < 0)
-        return -1;
-    }
+  cleanup_free char *chown_x = NULL;
+  if (chown_spec && expand (b, st, chown_spec, &chown_x, err) < 0)
+    return -1;
   if (chmod_spec)
     {
       char *end = NULL;
@@ -922,8 +1231,36 @@ do_copy (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err)
       ib_buf_printf (&s, "%s%s", i ? " " : "", words[i]);
     shown = ib_buf_steal (&s);
   }
-  ib_info ("[%s] COPY %s%s%s", st->def->name ? st->def->name : "stage", from ? "--from=" : "",
-           from ? from : "", shown);
+  char key[IB_DIGEST_LEN];
+  {
+    ib_buf_t t = { 0 };
+    ib_buf_printf (&t, "%s\n", in->keyword);
+    if (src_stage)
+      ib_buf_printf (&t, "from %s\n", src_stage->key);
+    if (chown_x)
+      key_str (&t, "chown", chown_x);
+    ib_buf_printf (&t, "chmod %d\n", co.chmod);
+    for (size_t i = 0; i < n; i++)
+      key_str (&t, "word", words[i]);
+    key_str (&t, "dest", dest_abs);
+    for (size_t i = 0; !src_stage && i + 1 < n; i++)
+      key_context_path (b, &t, words[i]);
+    key_layer_format (b, &t);
+    cleanup_free char *text = ib_buf_steal (&t);
+    ib_cache_key (st->key, text, key);
+  }
+  cleanup_free char *line = xasprintf ("%s%s%s%s", from ? "--from=" : "", from ? from : "", from ? " " : "", shown);
+  if (cache_lookup (b, st, key))
+    {
+      step_line (st, in->keyword, line, true);
+      return 0;
+    }
+  step_line (st, in->keyword, line, false);
+  if (ensure_rootfs (b, st, err) < 0 || (src_stage && ensure_rootfs (b, src_stage, err) < 0))
+    return -1;
+  const char *src_root = src_stage ? src_stage->rootfs : NULL;
+  if (chown_x && ib_lookup_user (st->rootfs, chown_x, &co.uid, &co.gid, err) < 0)
+    return -1;
 
   ib_fs_scan_t *before = NULL;
   if (ib_fs_scan (st->rootfs, ib_layer_exclude, &before, err) < 0)
@@ -963,8 +1300,10 @@ do_copy (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err)
         goto out;
     }
   {
-    cleanup_free char *created_by = xasprintf ("COPY %s", shown);
+    cleanup_free char *created_by = xasprintf ("%s %s", in->keyword, shown);
     ret = commit_layer (b, st, before, created_by, err);
+    if (ret == 0)
+      cache_record (b, st, key);
   }
 out:
   ib_fs_scan_free (before);
@@ -979,6 +1318,22 @@ do_workdir (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err
     return -1;
   const char *cur = config_string (st->config, "WorkingDir");
   cleanup_free char *abs = dir[0] == '/' ? xstrdup (dir) : ib_path_join (cur && *cur ? cur : "/", dir);
+  char key[IB_DIGEST_LEN];
+  {
+    ib_buf_t t = { 0 };
+    key_str (&t, "WORKDIR", abs);
+    key_layer_format (b, &t);
+    cleanup_free char *text = ib_buf_steal (&t);
+    ib_cache_key (st->key, text, key);
+  }
+  if (cache_lookup (b, st, key))
+    {
+      step_line (st, "WORKDIR", abs, true);
+      return 0;
+    }
+  step_line (st, "WORKDIR", abs, false);
+  if (ensure_rootfs (b, st, err) < 0)
+    return -1;
   json_object_set_new (config_section (st->config), "WorkingDir", json_string (abs));
   ib_fs_scan_t *before = NULL;
   if (ib_fs_scan (st->rootfs, ib_layer_exclude, &before, err) < 0)
@@ -991,6 +1346,8 @@ do_workdir (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err
   if (r == 0)
     r = commit_layer (b, st, before, created_by, err);
   ib_fs_scan_free (before);
+  if (r == 0)
+    cache_record (b, st, key);
   return r;
 }
 
@@ -1280,7 +1637,13 @@ store_stage_image (build_t *b, stage_state_t *st, ib_error_t *err)
 {
   if (st->manifest_digest[0])
     return 0;
-  cleanup_free char *created = created_now (b);
+  /* `created`: the time of the last step (its history entry), so that a
+   * rebuild whose steps all hit the cache gives the same config. */
+  json_t *h = json_object_get (st->config, "history");
+  const char *last = json_string_value (
+      json_object_get (json_array_get (h, json_array_size (h) ? json_array_size (h) - 1 : 0),
+                       "created"));
+  cleanup_free char *created = last ? xstrdup (last) : created_now (b);
   json_object_set_new (st->config, "created", json_string (created));
   cleanup_free char *cfg = json_dumps (st->config, JSON_COMPACT | JSON_SORT_KEYS);
   ib_descriptor_t cd = { .media_type = IB_MT_OCI_CONFIG, .size = (int64_t) strlen (cfg) };
@@ -1392,6 +1755,8 @@ run_output (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err
     return -1;
   if (store_stage_image (b, st, err) < 0)
     return -1;
+  if ((strcmp (type, "local") == 0 || strcmp (type, "tar") == 0) && ensure_rootfs (b, st, err) < 0)
+    return -1;
 
   if (strcmp (type, "local") == 0)
     {
@@ -1404,7 +1769,7 @@ run_output (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err
       ib_copy_opts_t co = { .chmod = -1 };
       if (ib_copy_into (from, dest, true, &co, err) < 0)
         return -1;
-      ib_info ("[%s] OUTPUT local %s -> %s", st->def->name ? st->def->name : "stage",
+      ib_info ("[%s] OUTPUT local %s -> %s", stage_label (st),
                src ? src : "/", dest);
       return 0;
     }
@@ -1415,7 +1780,7 @@ run_output (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err
       cleanup_free char *full = NULL;
       if (tag_image (b, st, name, &full, err) < 0)
         return -1;
-      ib_info ("[%s] OUTPUT image %s (%s)", st->def->name ? st->def->name : "stage", full,
+      ib_info ("[%s] OUTPUT image %s (%s)", stage_label (st), full,
                st->manifest_digest);
       if (strcmp (type, "registry") == 0 && ib_push (b->store, full, full, err) < 0)
         return -1;
@@ -1427,7 +1792,7 @@ run_output (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err
         return ib_error_set (err, EINVAL, "type=oci needs dest=DIR");
       if (ib_export_oci (b->store, st->manifest_digest, name ? name : "latest", dest, err) < 0)
         return -1;
-      ib_info ("[%s] OUTPUT oci %s", st->def->name ? st->def->name : "stage", dest);
+      ib_info ("[%s] OUTPUT oci %s", stage_label (st), dest);
       return 0;
     }
   if (strcmp (type, "tar") == 0)
@@ -1436,7 +1801,7 @@ run_output (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err
         return ib_error_set (err, EINVAL, "type=tar needs dest=FILE");
       if (export_tar (b, st, in, src, dest, err) < 0)
         return ib_error_prefix (err, "type=tar,dest=%s", dest);
-      ib_info ("[%s] OUTPUT tar %s -> %s", st->def->name ? st->def->name : "stage",
+      ib_info ("[%s] OUTPUT tar %s -> %s", stage_label (st),
                src ? src : "/", dest);
       return 0;
     }
@@ -1445,6 +1810,44 @@ run_output (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err
 
 /* ------------------------------------------------------------------ */
 
+/* A config-only step (ENV, LABEL, CMD, ...) has been applied to the
+ * config; its key is the result (config without history, and the SHELL)
+ * plus the instruction as written.  A hit takes the recorded config, whose
+ * history keeps the times of the build that ran the step, so a rebuild
+ * without changes gives the same image digest. */
+static void
+config_step_cache (build_t *b, stage_state_t *st, const ib_instr_t *in)
+{
+  json_t *c = json_copy (st->config);
+  json_object_del (c, "history");
+  json_object_del (c, "created");
+  cleanup_free char *cj = json_dumps (c, JSON_COMPACT | JSON_SORT_KEYS);
+  json_decref (c);
+  ib_buf_t t = { 0 };
+  key_str (&t, in->keyword, in->text ? in->text : "");
+  for (size_t i = 0; i < in->n_kvs; i++)
+    {
+      key_str (&t, "k", in->kvs[i].key);
+      key_str (&t, "v", in->kvs[i].raw ? in->kvs[i].raw : "");
+    }
+  for (char **f = in->flags; f && *f; f++)
+    key_str (&t, "flag", *f);
+  key_str (&t, "config", cj);
+  for (char **a = st->shell; a && *a; a++)
+    key_str (&t, "shell", *a);
+  cleanup_free char *text = ib_buf_steal (&t);
+  char key[IB_DIGEST_LEN];
+  ib_cache_key (st->key, text, key);
+  cleanup_free char *shown = in->text ? xstrdup (in->text) : xstrdup ("");
+  if (cache_lookup (b, st, key))
+    step_line (st, in->keyword, shown, true);
+  else
+    {
+      step_line (st, in->keyword, shown, false);
+      cache_record (b, st, key);
+    }
+}
+
 static int
 run_stage (build_t *b, stage_state_t *st, ib_error_t *err)
 {
@@ -1452,10 +1855,21 @@ run_stage (build_t *b, stage_state_t *st, ib_error_t *err)
   st->shell = NULL;
   ib_strv_push (&st->shell, "/bin/sh");
   ib_strv_push (&st->shell, "-c");
+  st->no_cache = b->opts->no_cache;
+  for (char **f = b->opts->no_cache_filter; f && *f; f++)
+    if (ib_recipe_stage (b->recipe, *f) == def)
+      st->no_cache = true;
+  st->n_steps = 0;
+  for (size_t i = 0; i < def->n_instrs; i++)
+    if (def->instrs[i].kind != IB_I_OUTPUT && def->instrs[i].kind != IB_I_ARG)
+      st->n_steps++;
+  st->step = 0;
   for (size_t i = 0; i < def->n_instrs; i++)
     {
       const ib_instr_t *in = &def->instrs[i];
       int r = 0;
+      if (in->kind != IB_I_OUTPUT && in->kind != IB_I_ARG)
+        st->step++;
       switch (in->kind)
         {
         case IB_I_FROM:
@@ -1478,6 +1892,8 @@ run_stage (build_t *b, stage_state_t *st, ib_error_t *err)
           break; /* after the stage */
         default:
           r = do_config (b, st, in, err);
+          if (r == 0)
+            config_step_cache (b, st, in);
           break;
         }
       if (r < 0)
@@ -1692,6 +2108,13 @@ ib_build (ib_store_t *store, const ib_build_opts_t *opts, ib_error_t *err)
         }
       target = (size_t) t->index;
     }
+  for (char **f = opts->no_cache_filter; f && *f; f++)
+    if (ib_recipe_stage (b.recipe, *f) == NULL)
+      {
+        ib_error_set (err, ENOENT, "--no-cache-filter %s: %s has no stage of that name", *f,
+                      b.recipe->path);
+        goto out;
+      }
   if (cli_outputs (&b, &b.stages[target], err) < 0)
     goto out;
   if (mark_needed (&b, target, err) < 0)
@@ -1739,9 +2162,9 @@ ib_build (ib_store_t *store, const ib_build_opts_t *opts, ib_error_t *err)
         if (!global)
           ib_warn ("build arg %s was not consumed by any ARG", b.build_args.names[k]);
       }
-  ib_info ("build %s: done, target stage %s image %s", b.recipe->path,
-           b.stages[target].def->name ? b.stages[target].def->name : "(unnamed)",
-           b.stages[target].manifest_digest);
+  ib_info ("build %s: done, target stage %s image %s (%zu steps cached, %zu run)",
+           b.recipe->path, b.stages[target].def->name ? b.stages[target].def->name : "(unnamed)",
+           b.stages[target].manifest_digest, b.hits, b.misses);
   ret = 0;
 out:
   build_free (&b);

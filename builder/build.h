@@ -31,6 +31,8 @@ typedef struct ib_build_opts
   char **devices;            /* --device NAME: CDI devices for every RUN (rootfs/gpu.h);
                               * RUN --device adds its own */
   char **cdi_spec_dirs;      /* --cdi-spec-dir: NULL = /etc/cdi, /var/run/cdi */
+  bool no_cache;             /* --no-cache: run every step (results are still recorded) */
+  char **no_cache_filter;    /* --no-cache-filter STAGE: run every step of these stages */
 } ib_build_opts_t;
 
 /* Run the build.  Relative OUTPUT dest paths resolve against the current

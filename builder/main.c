@@ -2,6 +2,7 @@
  * arguments, opens the store, enters the user namespace where rootfs work
  * needs it, and reports errors.  The only place that calls exit(). */
 #include "builder/build.h"
+#include "builder/prune.h"
 #include "builder/mountspec.h"
 #include "builder/fsops.h"
 #include "common/progress.h"
@@ -42,7 +43,7 @@ static const char usage_text[] =
   "Commands:\n"
   "  [build] RECIPE [--build-arg K=V] [--target STAGE] [--output SPEC] [-t REF] [--context DIR]\n"
   "          [--compression gzip|zstd|none] [--compression-level N] [--reproducible]\n"
-  "          [--device CDI-NAME] [--cdi-spec-dir DIR]\n"
+  "          [--device CDI-NAME] [--cdi-spec-dir DIR] [--no-cache] [--no-cache-filter STAGE]\n"
   "                         build a recipe (a Dockerfile with OUTPUT)\n"
   "  pull REF [--platform OS/ARCH[/VARIANT]] [--authfile FILE] [--creds USER:PASS]\n"
   "                         pull an image into the store\n"
@@ -59,6 +60,9 @@ static const char usage_text[] =
   "                         run a command in the sandbox; exits with its status\n"
   "  inspect REF            print the manifest and config as JSON\n"
   "  images                 list stored images\n"
+  "  prune [--cache] [--all] remove leftovers of dead builds, blobs no tag or cache\n"
+  "                         record names, unused snapshots; --cache: the build cache\n"
+  "                         too; --all: also every snapshot\n"
   "  version                print the version\n"
   "\n"
   "Global options:\n"
@@ -177,7 +181,16 @@ static int
 open_store (ib_store_t **store, ib_error_t *err)
 {
   cleanup_free char *def = store_dir ? NULL : ib_store_default_root ();
-  return ib_store_open (store_dir ? store_dir : def, store, err);
+  if (ib_store_open (store_dir ? store_dir : def, store, err) < 0)
+    return -1;
+  /* held shared while the command runs: `imgbuild prune` waits for it */
+  if (ib_store_gc_lock (*store, false, true, err) < 0)
+    {
+      ib_store_close (*store);
+      *store = NULL;
+      return -1;
+    }
+  return 0;
 }
 
 static int
@@ -240,10 +253,12 @@ cmd_build (int argc, char **argv, ib_error_t *err)
     { "compression-level", required_argument, NULL, 'L' },
     { "reproducible", no_argument, NULL, 'R' },
     { "device", required_argument, NULL, 'D' },    { "cdi-spec-dir", required_argument, NULL, 'S' },
+    { "no-cache", no_argument, NULL, 'N' },       { "no-cache-filter", required_argument, NULL, 'F' },
     REGISTRY_OPTIONS,                              { NULL, 0, NULL, 0 },
   };
   cleanup_strv char **args = NULL, **outputs = NULL, **tags = NULL, **devices = NULL,
-                    **cdi_dirs = NULL;
+                    **cdi_dirs = NULL, **no_cache_filter = NULL;
+  bool no_cache = false;
   const char *target = NULL, *context = NULL, *file = NULL;
   ib_compression_t compression = IB_COMPRESSION_GZIP;
   int level = -1;
@@ -273,6 +288,16 @@ cmd_build (int argc, char **argv, ib_error_t *err)
       case 'R': reproducible = true; break;
       case 'D': ib_strv_push (&devices, optarg); break;
       case 'S': ib_strv_push (&cdi_dirs, optarg); break;
+      case 'N': no_cache = true; break;
+      case 'F':
+        {
+          /* BuildKit: --no-cache-filter takes one or more comma-separated stages */
+          cleanup_free char *list = xstrdup (optarg);
+          char *save = NULL;
+          for (char *t = strtok_r (list, ",", &save); t; t = strtok_r (NULL, ",", &save))
+            ib_strv_push (&no_cache_filter, t);
+          break;
+        }
       default:
         if (!registry_option (c, optarg))
           exit (2);
@@ -305,7 +330,8 @@ cmd_build (int argc, char **argv, ib_error_t *err)
                          .target = target, .tags = tags, .outputs = outputs,
                          .compression = compression, .compression_level = level,
                          .reproducible = reproducible, .devices = devices,
-                         .cdi_spec_dirs = cdi_dirs };
+                         .cdi_spec_dirs = cdi_dirs, .no_cache = no_cache,
+                         .no_cache_filter = no_cache_filter };
   int r = ib_build (store, &bo, err);
   ib_store_close (store);
   return r;
@@ -644,6 +670,63 @@ out:
   free (cdata);
   ib_manifest_free (m);
   ib_descriptor_clear (&d);
+  ib_store_close (store);
+  return r;
+}
+
+static int
+cmd_prune (int argc, char **argv, ib_error_t *err)
+{
+  static const struct option opts[] = {
+    { "cache", no_argument, NULL, 'c' },
+    { "all", no_argument, NULL, 'a' },
+    { NULL, 0, NULL, 0 },
+  };
+  ib_prune_opts_t po = { 0 };
+  int c;
+  optind = 0;
+  while ((c = getopt_long (argc, argv, "+a", opts, NULL)) != -1)
+    switch (c)
+      {
+      case 'c': po.cache = true; break;
+      case 'a': po.all = true; break;
+      default: exit (2);
+      }
+  if (optind < argc)
+    usage_error ("prune: unexpected argument '%s'", argv[optind]);
+  /* Files of map-mode builds belong to subordinate ids: remove them from
+   * inside the user namespace, as the build made them. */
+  if (enter_userns (err) < 0)
+    return -1;
+  cleanup_free char *def = store_dir ? NULL : ib_store_default_root ();
+  ib_store_t *store = NULL;
+  if (ib_store_open (store_dir ? store_dir : def, &store, err) < 0)
+    return -1;
+  ib_error_t busy = NULL;
+  if (ib_store_gc_lock (store, true, false, &busy) < 0)
+    {
+      ib_error_free (&busy);
+      ib_info ("prune: waiting for the builds, pulls and runs using %s to end", store->root);
+      if (ib_store_gc_lock (store, true, true, err) < 0)
+        {
+          ib_store_close (store);
+          return -1;
+        }
+    }
+  ib_prune_result_t res;
+  int r = ib_prune (store, &po, &res, err);
+  char a[24], b[24], cc[24], d[24], t[24];
+  ib_human_size (res.tmp_bytes, a);
+  ib_human_size (res.cache_bytes, b);
+  ib_human_size (res.snapshot_bytes, cc);
+  ib_human_size (res.blob_bytes, d);
+  ib_human_size (res.tmp_bytes + res.cache_bytes + res.snapshot_bytes + res.blob_bytes, t);
+  printf ("temporary files:      %zu removed, %s\n", res.tmp_entries, a);
+  printf ("build cache:          %zu step records, %zu cache mounts removed, %s\n",
+          res.cache_records, res.cache_mounts, b);
+  printf ("snapshots:            %zu removed, %s\n", res.snapshots, cc);
+  printf ("unreferenced blobs:   %zu removed, %s\n", res.blobs, d);
+  printf ("Total reclaimed space: %s\n", t);
   ib_store_close (store);
   return r;
 }
@@ -1027,6 +1110,8 @@ main (int argc, char **argv)
     r = cmd_inspect (sub_argc, sub_argv, &err);
   else if (strcmp (cmd, "images") == 0)
     r = cmd_images (sub_argc, sub_argv, &err);
+  else if (strcmp (cmd, "prune") == 0)
+    r = cmd_prune (sub_argc, sub_argv, &err);
   else if (strcmp (cmd, "version") == 0)
     {
       printf ("imgbuild %s\n", IMGBUILD_VERSION);

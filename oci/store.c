@@ -84,6 +84,7 @@ ib_store_open (const char *root, ib_store_t **out, ib_error_t *err)
   ib_store_t *s = xmalloc (sizeof *s);
   s->root = abs;
   s->lock_fd = -1;
+  s->gc_fd = -1;
 
   static const char *const dirs[] = { "blobs/sha256", "snapshots", "cache", "tmp" };
   for (size_t i = 0; i < sizeof dirs / sizeof dirs[0]; i++)
@@ -127,6 +128,8 @@ ib_store_close (ib_store_t *s)
     return;
   if (s->lock_fd >= 0)
     close (s->lock_fd); /* drops any flock */
+  if (s->gc_fd >= 0)
+    close (s->gc_fd);
   free (s->root);
   free (s);
 }
@@ -139,6 +142,28 @@ do_flock (ib_store_t *s, int op, ib_error_t *err)
       if (errno == EINTR)
         continue;
       return ib_error_sys (err, errno, "lock store %s", s->root);
+    }
+  return 0;
+}
+
+int
+ib_store_gc_lock (ib_store_t *s, bool exclusive, bool wait, ib_error_t *err)
+{
+  if (s->gc_fd < 0)
+    {
+      cleanup_free char *lp = ib_path_join (s->root, "gc.lock");
+      s->gc_fd = open (lp, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+      if (s->gc_fd < 0)
+        return ib_error_sys (err, errno, "open %s", lp);
+    }
+  int op = (exclusive ? LOCK_EX : LOCK_SH) | (wait ? 0 : LOCK_NB);
+  while (flock (s->gc_fd, op) < 0)
+    {
+      if (errno == EINTR)
+        continue;
+      if (errno == EWOULDBLOCK && !wait)
+        return ib_error_set (err, EWOULDBLOCK, "store %s is in use", s->root);
+      return ib_error_sys (err, errno, "lock %s/gc.lock", s->root);
     }
   return 0;
 }

@@ -25,6 +25,7 @@ typedef struct ib_store
   int lock_fd;    /* open lock file; flock()ed while a writer holds it */
   int lock_depth; /* nesting of ib_store_lock calls in this process */
   bool lock_exclusive; /* the flock held is LOCK_EX */
+  int gc_fd;      /* open gc.lock while ib_store_gc_lock holds it, else -1 */
 } ib_store_t;
 
 /* The default root: $IMGBUILD_STORE, else $XDG_DATA_HOME/imgbuild, else
@@ -42,6 +43,15 @@ void ib_store_close (ib_store_t *s);
  * ib_store_tag takes the exclusive lock itself. */
 int ib_store_lock (ib_store_t *s, bool exclusive, ib_error_t *err);
 void ib_store_unlock (ib_store_t *s);
+
+/* The garbage-collection lock (<root>/gc.lock), separate from the
+ * index.json lock above: every command that writes blobs, snapshots or
+ * cache records holds it shared for its whole run (a blob is unreferenced
+ * between its commit and the tag or cache record naming it); `imgbuild
+ * prune` holds it exclusive, so it never removes what a running build is
+ * about to reference.  Without `wait`, a busy lock fails with EWOULDBLOCK
+ * (no message); otherwise blocks.  Released by ib_store_close. */
+int ib_store_gc_lock (ib_store_t *s, bool exclusive, bool wait, ib_error_t *err);
 
 /* Path of blobs/sha256/<hex>; caller frees.  Exists only when stored. */
 char *ib_store_blob_path (ib_store_t *s, const char *digest);

@@ -1061,7 +1061,7 @@ test_rootfs_prepare (void **state)
   cleanup_free char *blobs = xasprintf ("%s/blobs/sha256", root);
   ib_error_t err = NULL;
   assert_int_equal (ib_mkdir_p (blobs, 0755, &err), 0);
-  ib_store_t store = { .root = root, .lock_fd = -1 };
+  ib_store_t store = { .root = root, .lock_fd = -1, .gc_fd = -1 };
 
   cleanup_free char *l1 = make_layer (f, C_GZIP, "f:base=1", "f:gone=x", NULL);
   cleanup_free char *l2 = make_layer (f, C_ZSTD, "f:top=2", "f:.wh.gone", NULL);

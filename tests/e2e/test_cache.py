@@ -1,0 +1,304 @@
+"""The build cache on the Debian base image: a rebuild without changes runs
+nothing and gives the same image; a change to a COPY'd file, a build arg or
+a bind-mounted context file reruns from that step on, not before;
+--no-cache and --no-cache-filter; damaged records; `imgbuild prune`."""
+import json
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+from conftest import imgbuild
+
+
+def write(path, text, mode=None):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    if mode is not None:
+        path.chmod(mode)
+    return path
+
+
+def steps(result):
+    """{"[stage i/n] KEYWORD ...": cached?} in the order printed."""
+    out = []
+    for line in result.err.splitlines():
+        m = re.match(r"^\[(\S+ \d+/\d+)\] (.*?)( CACHED)?$", line)
+        if m and not m.group(2).startswith("OUTPUT"):
+            out.append((m.group(1), m.group(2).split(" ")[0], bool(m.group(3))))
+    return out
+
+
+def cached_flags(result):
+    return [(s, c) for s, kw, c in steps(result) if kw != "FROM"]
+
+
+def inspect(store, ref):
+    r = imgbuild("inspect", ref, store=store)
+    assert r.rc == 0, r
+    return json.loads(r.out)
+
+
+def layers(store, ref):
+    return [l["digest"] for l in inspect(store, ref)["manifest"]["layers"]]
+
+
+def cat(store, ref, path):
+    r = imgbuild("run", ref, "--", "cat", path, store=store)
+    assert r.rc == 0, r
+    return r.out
+
+
+@pytest.fixture(scope="module")
+def cstore(tmp_path_factory, registry, base_image):
+    store = tmp_path_factory.mktemp("cache-store")
+    assert imgbuild("pull", base_image, store=store).rc == 0
+    return store
+
+
+RECIPE = """
+FROM {base} AS build
+ARG FLAVOUR=plain
+RUN head -c 16 /dev/urandom | od -An -tx1 > /before-copy
+ENV STAGE=build
+COPY src/ /src/
+RUN cat /src/a.txt > /after-copy && echo "$FLAVOUR" > /flavour && head -c 8 /dev/urandom | od -An -tx1 >> /after-copy
+LABEL org.example.step=last
+
+FROM {base} AS client
+COPY --from=build /after-copy /flavour /opt/
+RUN head -c 8 /dev/urandom | od -An -tx1 > /client-random
+CMD ["cat", "/opt/after-copy"]
+OUTPUT type=image,name=cache-client:latest
+"""
+
+
+@pytest.fixture
+def ctx(tmp_path, base_image):
+    c = tmp_path / "ctx"
+    write(c / "src/a.txt", "first version\n")
+    write(c / "src/b.txt", "unchanged\n")
+    write(c / "r.recipe", RECIPE.format(base=base_image))
+    return c
+
+
+def build(store, ctx, *extra):
+    r = imgbuild("build", ctx / "r.recipe", *extra, store=store)
+    assert r.rc == 0, r
+    return r
+
+
+def test_noop_rebuild_runs_nothing_and_gives_the_same_image(cstore, ctx):
+    first = build(cstore, ctx, "--no-cache")
+    assert all(not c for _, c in cached_flags(first)), first.err
+    m1 = inspect(cstore, "cache-client:latest")
+    random1 = cat(cstore, "cache-client:latest", "/client-random")
+
+    again = build(cstore, ctx)
+    flags = cached_flags(again)
+    # build: RUN, ENV, COPY, RUN, LABEL; client: COPY, RUN, CMD
+    assert len(flags) == 8, again.err
+    assert all(c for _, c in flags), again.err
+    assert "(8 steps cached, 0 run)" in again.err
+    m2 = inspect(cstore, "cache-client:latest")
+    assert m2 == m1  # same manifest, same config (history times kept)
+    # nothing ran: the random bytes written by RUN are the same
+    assert cat(cstore, "cache-client:latest", "/client-random") == random1
+
+
+def test_copy_change_reruns_from_that_step_not_before(cstore, ctx):
+    build(cstore, ctx)
+    before = layers(cstore, "cache-client:latest")
+    write(ctx / "src/a.txt", "second version\n")
+    r = build(cstore, ctx)
+    flags = dict(cached_flags(r))
+    assert flags["build 2/6"] is True      # RUN before the COPY
+    assert flags["build 3/6"] is True      # ENV
+    assert flags["build 4/6"] is False     # COPY src/
+    assert flags["build 5/6"] is False     # RUN after it
+    assert flags["build 6/6"] is False     # LABEL after it
+    assert flags["client 2/4"] is False    # COPY --from=build: its source changed
+    assert cat(cstore, "cache-client:latest", "/opt/after-copy").startswith("second version\n")
+    after = layers(cstore, "cache-client:latest")
+    assert after[:-2] == before[:-2]       # the base's layers
+    assert after[-2:] != before[-2:]
+
+    # touching a file (mtime only) keeps the cache; a mode change does not
+    os.utime(ctx / "src/b.txt", (1000000000, 1000000000))
+    r = build(cstore, ctx)
+    assert all(c for _, c in cached_flags(r)), r.err
+    (ctx / "src/b.txt").chmod(0o755)
+    r = build(cstore, ctx)
+    assert dict(cached_flags(r))["build 4/6"] is False
+    # a new file in a copied directory too
+    write(ctx / "src/new.txt", "n\n")
+    r = build(cstore, ctx)
+    assert dict(cached_flags(r))["build 4/6"] is False
+    r = build(cstore, ctx)
+    assert all(c for _, c in cached_flags(r)), r.err
+
+
+def test_build_arg_change_reruns_the_runs_that_see_it(cstore, ctx):
+    build(cstore, ctx)
+    r = build(cstore, ctx, "--build-arg", "FLAVOUR=cuda")
+    flags = dict(cached_flags(r))
+    # ARG values are RUN's environment: the first RUN after the ARG reruns
+    assert flags["build 2/6"] is False
+    assert cat(cstore, "cache-client:latest", "/opt/flavour") == "cuda\n"
+    r = build(cstore, ctx, "--build-arg", "FLAVOUR=cuda")
+    assert all(c for _, c in cached_flags(r)), r.err
+    # back to the default: the first records are still there
+    r = build(cstore, ctx)
+    assert all(c for _, c in cached_flags(r)), r.err
+    assert cat(cstore, "cache-client:latest", "/opt/flavour") == "plain\n"
+
+
+def test_no_cache_filter_reruns_one_stage(cstore, ctx):
+    build(cstore, ctx)
+    r = build(cstore, ctx, "--no-cache-filter", "client")
+    flags = dict(cached_flags(r))
+    assert all(v for k, v in flags.items() if k.startswith("build ")), r.err
+    assert not any(v for k, v in flags.items() if k.startswith("client ")), r.err
+    # the build stage rerun (random bytes): its new layers change what the
+    # client stage's COPY --from is keyed on, so the client reruns too
+    r = build(cstore, ctx, "--no-cache-filter", "build")
+    flags = dict(cached_flags(r))
+    assert not any(v for k, v in flags.items() if k.startswith("build ")), r.err
+    assert flags["client 2/4"] is False, r.err
+    r = imgbuild("build", ctx / "r.recipe", "--no-cache-filter", "nosuch", store=cstore)
+    assert r.rc != 0
+    assert "--no-cache-filter nosuch:" in r.err and "no stage of that name" in r.err
+
+
+def test_stage_rerun_with_the_same_bytes_keeps_later_hits(cstore, tmp_path, base_image):
+    c = tmp_path / "ctx"
+    write(c / "r.recipe", f"""
+FROM {base_image} AS gen
+RUN echo deterministic > /out.txt
+FROM {base_image}
+COPY --from=gen /out.txt /opt/out.txt
+RUN head -c 8 /dev/urandom | od -An -tx1 > /rand
+OUTPUT type=image,name=cache-same:latest
+""")
+    r = imgbuild("build", c / "r.recipe", "--reproducible", store=cstore)
+    assert r.rc == 0, r
+    rand = cat(cstore, "cache-same:latest", "/rand")
+    r = imgbuild("build", c / "r.recipe", "--reproducible", "--no-cache-filter", "gen", store=cstore)
+    assert r.rc == 0, r
+    flags = dict(cached_flags(r))
+    assert flags["gen 2/2"] is False
+    assert flags["stage-1 2/3"] is True and flags["stage-1 3/3"] is True, r.err
+    assert cat(cstore, "cache-same:latest", "/rand") == rand
+
+
+def test_bind_mount_source_is_part_of_the_key(cstore, tmp_path, base_image):
+    c = tmp_path / "ctx"
+    write(c / "data/v", "one\n")
+    write(c / "r.recipe", f"""
+FROM {base_image}
+RUN --mount=type=bind,source=data,target=/d cp /d/v /v
+OUTPUT type=image,name=cache-bind:latest
+""")
+    assert imgbuild("build", c / "r.recipe", store=cstore).rc == 0
+    r = imgbuild("build", c / "r.recipe", store=cstore)
+    assert all(v for _, v in cached_flags(r)), r.err
+    write(c / "data/v", "two\n")
+    r = imgbuild("build", c / "r.recipe", store=cstore)
+    assert r.rc == 0, r
+    assert not any(v for _, v in cached_flags(r)), r.err
+    assert cat(cstore, "cache-bind:latest", "/v") == "two\n"
+
+
+def test_damaged_record_is_a_miss_and_build_succeeds(tmp_path, registry, base_image):
+    store = tmp_path / "store"
+    c = tmp_path / "ctx"
+    write(c / "r.recipe", f"""
+FROM {base_image}
+RUN echo a > /a
+RUN echo b > /b
+OUTPUT type=image,name=cache-dmg:latest
+""")
+    assert imgbuild("build", c / "r.recipe", store=store).rc == 0
+    recs = sorted((store / "cache/steps").iterdir(), key=lambda p: p.stat().st_mtime_ns)
+    assert len(recs) == 2
+    recs[0].write_text('{"v":1,"conf')  # a torn write
+    r = imgbuild("build", c / "r.recipe", store=store)
+    assert r.rc == 0, r
+    assert "ignoring the malformed record" in r.err
+    assert cat(store, "cache-dmg:latest", "/b") == "b\n"
+    # the record was written again: the next build hits everything
+    r = imgbuild("build", c / "r.recipe", store=store)
+    assert all(v for _, v in cached_flags(r)), r.err
+
+
+def test_prune(tmp_path, registry, base_image):
+    store = tmp_path / "store"
+    c = tmp_path / "ctx"
+    write(c / "r.recipe", f"""
+FROM {base_image} AS tmp
+RUN head -c 300000 /dev/urandom > /big
+FROM {base_image}
+RUN --mount=type=cache,target=/cache echo x > /cache/x && echo kept > /kept
+OUTPUT type=image,name=cache-prune:latest
+""")
+    assert imgbuild("build", c / "r.recipe", "--target", "tmp", store=store).rc == 0
+    assert imgbuild("build", c / "r.recipe", store=store).rc == 0
+    (store / "tmp" / "stage-dead").mkdir()  # what a killed build leaves
+    (store / "tmp" / "stage-dead" / "f").write_bytes(b"x" * 10000)
+
+    r = imgbuild("prune", store=store)
+    assert r.rc == 0, r
+    assert re.search(r"temporary files: +1 removed", r.out), r.out
+    # the cache keeps the intermediate stage's layer
+    assert re.search(r"unreferenced blobs: +\d+ removed", r.out)
+    assert "Total reclaimed space:" in r.out
+    assert not (store / "tmp" / "stage-dead").exists()
+    r = imgbuild("build", c / "r.recipe", "--target", "tmp", store=store)
+    assert all(v for _, v in cached_flags(r)), r.err
+
+    r = imgbuild("prune", "--cache", store=store)
+    assert r.rc == 0, r
+    m = re.search(r"build cache: +(\d+) step records, (\d+) cache mounts removed", r.out)
+    assert m and int(m.group(1)) == 2 and int(m.group(2)) == 1, r.out  # one RUN per stage
+    m = re.search(r"unreferenced blobs: +(\d+) removed, (\S+)", r.out)
+    assert m and int(m.group(1)) >= 1, r.out   # the 300 kB layer of stage tmp
+    assert not any((store / "cache/steps").iterdir())
+    # tagged images are untouched and still run
+    assert cat(store, "cache-prune:latest", "/kept") == "kept\n"
+    assert imgbuild("run", base_image, "--", "true", store=store).rc == 0
+    # and a build after prune runs its steps again
+    r = imgbuild("build", c / "r.recipe", store=store)
+    assert r.rc == 0, r
+    assert not any(v for _, v in cached_flags(r)), r.err
+
+    r = imgbuild("prune", "--all", store=store)
+    assert r.rc == 0, r
+    assert not any((store / "snapshots").iterdir())
+    assert cat(store, "cache-prune:latest", "/kept") == "kept\n"
+    # nothing left to remove
+    r = imgbuild("prune", store=store)
+    assert "Total reclaimed space: 0B" in r.out, r.out
+
+
+def test_prune_waits_for_a_running_build(tmp_path, registry, base_image):
+    import subprocess
+    import time
+    from conftest import IMGBUILD
+    store = tmp_path / "store"
+    c = tmp_path / "ctx"
+    write(c / "r.recipe", f"""
+FROM {base_image}
+RUN sleep 3 && echo done > /done
+OUTPUT type=image,name=cache-wait:latest
+""")
+    assert imgbuild("pull", base_image, store=store).rc == 0
+    b = subprocess.Popen([str(IMGBUILD), "--store", str(store), "build", str(c / "r.recipe")],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(1.5)
+    r = imgbuild("prune", "--all", store=store)
+    out, err = b.communicate(timeout=120)
+    assert b.returncode == 0, err
+    assert r.rc == 0, r
+    assert "waiting for the builds" in r.err
+    assert cat(store, "cache-wait:latest", "/done") == "done\n"
