@@ -432,11 +432,32 @@ ib_store_tag_source (ib_store_t *s, const char *name, const char *media_type, co
   if (index)
     {
       json_t *ms = json_object_get (index, "manifests");
+      bool same = false;
       for (size_t i = json_array_size (ms); i-- > 0;)
         {
-          const char *n = entry_name (json_array_get (ms, i));
+          json_t *e = json_array_get (ms, i);
+          const char *n = entry_name (e);
           if (n && strcmp (n, name) == 0)
-            json_array_remove (ms, i);
+            {
+              /* already so (a rebuild from the cache): leave index.json be */
+              const char *src = json_string_value (json_object_get (
+                  json_object_get (e, "annotations"), IB_SOURCE_ANNOTATION));
+              bool eq = strcmp (json_string_value (json_object_get (e, "digest")) ?: "", digest) == 0
+                     && json_integer_value (json_object_get (e, "size")) == size
+                     && strcmp (json_string_value (json_object_get (e, "mediaType")) ?: "",
+                                media_type ? media_type : IB_MT_OCI_MANIFEST) == 0
+                     && strcmp (src ? src : "", source ? source : "") == 0;
+              if (eq && !same)
+                same = true;
+              else
+                json_array_remove (ms, i);
+            }
+        }
+      if (same)
+        {
+          json_decref (index);
+          ib_store_unlock (s);
+          return 0;
         }
       json_t *d = json_pack ("{s:s, s:s, s:I, s:{s:s}}", "mediaType",
                              media_type ? media_type : IB_MT_OCI_MANIFEST, "digest", digest, "size",
