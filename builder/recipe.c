@@ -598,12 +598,16 @@ ib_split_words (const char *s)
 }
 
 /* Split on unquoted whitespace, keeping quotes and escapes as written
- * (Dockerfile's own word splitting for ENV/LABEL/ARG/COPY...). */
+ * (Dockerfile's own word splitting for ENV/LABEL/ARG/COPY...).  With `offs`,
+ * (*offs)[i] is the offset of word i in `s` (caller frees). */
 static char **
-split_raw_words (const char *s, char esc)
+split_raw_words_at (const char *s, char esc, size_t **offs)
 {
   char **words = strv_new ();
-  size_t i = 0, start;
+  size_t i = 0, start, n = 0;
+
+  if (offs)
+    *offs = xmalloc (sizeof (size_t));
 
   for (;;)
     {
@@ -633,13 +637,35 @@ split_raw_words (const char *s, char esc)
         }
       cleanup_free char *w = xstrndup (s + start, i - start);
       ib_strv_push (&words, w);
+      if (offs)
+        {
+          *offs = xrealloc (*offs, (n + 2) * sizeof (size_t));
+          (*offs)[n] = start;
+        }
+      n++;
     }
   return words;
+}
+
+static char **
+split_raw_words (const char *s, char esc)
+{
+  return split_raw_words_at (s, esc, NULL);
 }
 
 /* ------------------------------------------------------------------ */
 /* parser state and errors                                            */
 /* ------------------------------------------------------------------ */
+
+/* Where a piece of the logical line came from: the byte at logical offset
+ * `off` is at (line, col) in the file, and so are the following bytes of the
+ * same physical line. */
+struct seg
+{
+  size_t off;
+  int line;
+  int col; /* 1-based byte column */
+};
 
 struct parser
 {
@@ -647,6 +673,11 @@ struct parser
   char esc;
   ib_recipe_t *r;
   ib_error_t *err;
+  /* the logical line being parsed and where its pieces came from */
+  const char *lbase;
+  struct seg *segs;
+  size_t n_segs;
+  size_t text_off; /* offset in lbase of the current instruction's text */
 };
 
 static int
@@ -664,6 +695,52 @@ perr (struct parser *p, int line, const char *fmt, ...)
   va_end (ap);
   mask_controls (msg);
   return ib_error_set (p->err, EINVAL, "%s:%d: %s", p->path, line, msg);
+}
+
+/* File position of logical offset `off`. */
+static void
+pos_of (const struct parser *p, size_t off, int *line, int *col)
+{
+  const struct seg *best = NULL;
+
+  for (size_t i = 0; i < p->n_segs; i++)
+    if (p->segs[i].off <= off)
+      best = &p->segs[i];
+  if (best == NULL)
+    {
+      *line = 1;
+      *col = 1;
+      return;
+    }
+  *line = best->line;
+  *col = best->col + (int) (off - best->off);
+}
+
+/* An error about the text at logical offset `off`: "PATH:LINE:COL: msg". */
+static int
+perr_at (struct parser *p, size_t off, const char *fmt, ...) __attribute__ ((format (printf, 3, 4)));
+
+static int
+perr_at (struct parser *p, size_t off, const char *fmt, ...)
+{
+  cleanup_free char *msg = NULL;
+  va_list ap;
+  int line, col;
+
+  va_start (ap, fmt);
+  if (vasprintf (&msg, fmt, ap) < 0)
+    abort ();
+  va_end (ap);
+  mask_controls (msg);
+  pos_of (p, off, &line, &col);
+  return ib_error_set (p->err, EINVAL, "%s:%d:%d: %s", p->path, line, col, msg);
+}
+
+/* Logical offset of `at`, a pointer into in->text. */
+static size_t
+text_off (const struct parser *p, const ib_instr_t *in, const char *at)
+{
+  return p->text_off + (size_t) (at - in->text);
 }
 
 /* ------------------------------------------------------------------ */
@@ -726,12 +803,14 @@ static const struct flag_spec add_flags[] = {
 };
 
 /* Read the words that start with "--" at the head of `rest` into *words
- * (quotes removed, backslash escapes processed, as BuildKit does for flags);
- * a bare "--" ends them.  Returns a pointer to what follows. */
+ * (quotes removed, backslash escapes processed, as BuildKit does for flags),
+ * and the offset of each from `base` into *offs; a bare "--" ends them.
+ * Returns a pointer to what follows. */
 static const char *
-extract_flag_words (const char *rest, char ***words)
+extract_flag_words (const char *rest, const char *base, char ***words, size_t **offs)
 {
   const char *s = rest;
+  size_t n = 0;
 
   for (;;)
     {
@@ -742,6 +821,7 @@ extract_flag_words (const char *rest, char ***words)
 
       ib_buf_t w = { 0 };
       char quote = 0;
+      size_t start = (size_t) (s - base);
       ib_buf_append (&w, "", 0);
       while (*s && (quote || !is_space (*s)))
         {
@@ -767,6 +847,8 @@ extract_flag_words (const char *rest, char ***words)
         }
       ib_strv_push (words, w.data);
       ib_buf_free (&w);
+      *offs = xrealloc (*offs, (n + 1) * sizeof (size_t));
+      (*offs)[n++] = start;
     }
 }
 
@@ -780,9 +862,11 @@ flag_names (const struct flag_spec *spec)
   return ib_buf_steal (&b);
 }
 
-/* Validate and normalize the flag words of one instruction into in->flags. */
+/* Validate and normalize the flag words of one instruction into in->flags;
+ * offs[i] is the logical offset of words[i], for messages. */
 static int
-parse_flags (struct parser *p, ib_instr_t *in, const struct flag_spec *spec, char **words)
+parse_flags (struct parser *p, ib_instr_t *in, const struct flag_spec *spec, char **words,
+             const size_t *offs)
 {
   for (size_t i = 0; words && words[i]; i++)
     {
@@ -798,9 +882,9 @@ parse_flags (struct parser *p, ib_instr_t *in, const struct flag_spec *spec, cha
       if (f == NULL)
         {
           if (spec == NULL)
-            return perr (p, in->line, "%s takes no flags, got '%s'", in->keyword, ex);
+            return perr_at (p, offs[i], "%s takes no flags, got '%s'", in->keyword, ex);
           cleanup_free char *names = flag_names (spec);
-          return perr (p, in->line, "%s accepts %s, got '%s'", in->keyword, names, ex);
+          return perr_at (p, offs[i], "%s accepts %s, got '%s'", in->keyword, names, ex);
         }
 
       cleanup_free char *norm = NULL;
@@ -808,19 +892,19 @@ parse_flags (struct parser *p, ib_instr_t *in, const struct flag_spec *spec, cha
         {
           const char *v = eq ? eq + 1 : "true";
           if (strcasecmp (v, "true") != 0 && strcasecmp (v, "false") != 0)
-            return perr (p, in->line, "--%s takes true or false, got '%s'", f->name, ex);
+            return perr_at (p, offs[i], "--%s takes true or false, got '%s'", f->name, ex);
           norm = xasprintf ("--%s=%s", f->name, strcasecmp (v, "true") == 0 ? "true" : "false");
         }
       else
         {
           if (eq == NULL || eq[1] == '\0')
-            return perr (p, in->line, "--%s needs a value (--%s=VALUE), got '%s'", f->name,
-                         f->name, ex);
+            return perr_at (p, offs[i], "--%s needs a value (--%s=VALUE), got '%s'", f->name,
+                            f->name, ex);
           norm = xasprintf ("--%s=%s", f->name, eq + 1);
         }
 
       if (f->type != FLAG_LIST && ib_instr_flag (in, f->name) != NULL)
-        return perr (p, in->line, "--%s may be given once, got '%s' again", f->name, ex);
+        return perr_at (p, offs[i], "--%s may be given once, got '%s' again", f->name, ex);
       ib_strv_push (&in->flags, norm);
     }
   return 0;
@@ -857,7 +941,8 @@ parse_json_array (struct parser *p, ib_instr_t *in, char ***out)
       {
         cleanup_free char *ex = excerpt (in->text);
         json_decref (j);
-        return perr (p, in->line, "expected a JSON array of strings, got '%s'", ex);
+        return perr_at (p, text_off (p, in, in->text), "expected a JSON array of strings, got '%s'",
+                        ex);
       }
   *out = strv_new ();
   for (i = 0; i < json_array_size (j); i++)
@@ -963,7 +1048,8 @@ check_heredoc (struct parser *p, ib_instr_t *in)
 static int
 parse_from (struct parser *p, ib_instr_t *in, char **stage_name)
 {
-  cleanup_strv char **w = split_raw_words (in->text, p->esc);
+  cleanup_free size_t *offs = NULL;
+  cleanup_strv char **w = split_raw_words_at (in->text, p->esc, &offs);
   size_t n = ib_strv_len (w);
   cleanup_free char *ex = excerpt (in->text);
 
@@ -983,17 +1069,18 @@ parse_from (struct parser *p, ib_instr_t *in, char **stage_name)
         {
           cleanup_free char *exn = excerpt (w[2]);
           free (name);
-          return perr (p, in->line,
-                       "a stage name starts with a letter and holds only letters, digits, "
-                       "'-', '_' and '.', got '%s'",
-                       exn);
+          return perr_at (p, p->text_off + offs[2],
+                          "a stage name starts with a letter and holds only letters, digits, "
+                          "'-', '_' and '.', got '%s'",
+                          exn);
         }
       for (size_t i = 0; i < p->r->n_stages; i++)
         if (p->r->stages[i].name && strcmp (p->r->stages[i].name, name) == 0)
           {
             cleanup_free char *exn = excerpt (w[2]);
             free (name);
-            return perr (p, in->line, "a stage name must be unique, got '%s' twice", exn);
+            return perr_at (p, p->text_off + offs[2], "a stage name must be unique, got '%s' twice",
+                            exn);
           }
       *stage_name = name;
     }
@@ -1002,8 +1089,11 @@ parse_from (struct parser *p, ib_instr_t *in, char **stage_name)
   return 0;
 }
 
+/* One NAME[=VALUE] of ENV/LABEL/ARG; koff and voff are the text offsets of
+ * the raw key and value, for messages. */
 static int
-value_pair (struct parser *p, ib_instr_t *in, const char *rawkey, const char *rawval)
+value_pair (struct parser *p, ib_instr_t *in, const char *rawkey, size_t koff,
+            const char *rawval, size_t voff)
 {
   char *key = NULL, *value = NULL;
   ib_error_t e = NULL;
@@ -1016,15 +1106,17 @@ value_pair (struct parser *p, ib_instr_t *in, const char *rawkey, const char *ra
       cleanup_free char *ex = excerpt (in_value ? rawval : rawkey);
       ib_error_free (&e);
       free (key);
-      return perr (p, in->line, "expected a closing quote in %s %s, got '%s'", in->keyword,
-                   in_value ? "value" : "name", ex);
+      return perr_at (p, p->text_off + (in_value ? voff : koff),
+                      "expected a closing quote in %s %s, got '%s'", in->keyword,
+                      in_value ? "value" : "name", ex);
     }
   if (key[0] == '\0')
     {
       cleanup_free char *ex = excerpt (rawkey);
       free (key);
       free (value);
-      return perr (p, in->line, "%s needs a non-empty name, got '%s'", in->keyword, ex);
+      return perr_at (p, p->text_off + koff, "%s needs a non-empty name, got '%s'", in->keyword,
+                      ex);
     }
   instr_add_kv (in, key, value, xstrdup (rawval));
   return 0;
@@ -1033,7 +1125,8 @@ value_pair (struct parser *p, ib_instr_t *in, const char *rawkey, const char *ra
 static int
 parse_arg (struct parser *p, ib_instr_t *in)
 {
-  cleanup_strv char **w = split_raw_words (in->text, p->esc);
+  cleanup_free size_t *offs = NULL;
+  cleanup_strv char **w = split_raw_words_at (in->text, p->esc, &offs);
 
   if (w[0] == NULL)
     return perr (p, in->line, "expected 'ARG NAME[=DEFAULT]', got 'ARG'");
@@ -1045,9 +1138,10 @@ parse_arg (struct parser *p, ib_instr_t *in)
       if (w[i][0] == '\0')
         {
           cleanup_free char *ex = excerpt (eq ? eq + 1 : "");
-          return perr (p, in->line, "expected 'ARG NAME[=DEFAULT]', got '=%s'", ex);
+          return perr_at (p, p->text_off + offs[i], "expected 'ARG NAME[=DEFAULT]', got '=%s'", ex);
         }
-      if (value_pair (p, in, w[i], eq ? eq + 1 : NULL) < 0)
+      if (value_pair (p, in, w[i], offs[i], eq ? eq + 1 : NULL,
+                      eq ? offs[i] + (size_t) (eq - w[i]) + 1 : 0) < 0)
         return -1;
     }
   return 0;
@@ -1056,7 +1150,8 @@ parse_arg (struct parser *p, ib_instr_t *in)
 static int
 parse_keyval (struct parser *p, ib_instr_t *in)
 {
-  cleanup_strv char **w = split_raw_words (in->text, p->esc);
+  cleanup_free size_t *offs = NULL;
+  cleanup_strv char **w = split_raw_words_at (in->text, p->esc, &offs);
 
   if (w[0] == NULL)
     return perr (p, in->line, "expected '%s NAME=VALUE ...', got '%s'", in->keyword,
@@ -1079,7 +1174,7 @@ parse_keyval (struct parser *p, ib_instr_t *in)
           return perr (p, in->line, "expected '%s NAME VALUE' or '%s NAME=VALUE ...', got '%s %s'",
                        in->keyword, in->keyword, in->keyword, ex);
         }
-      return value_pair (p, in, key, v);
+      return value_pair (p, in, key, 0, v, (size_t) (v - t));
     }
 
   for (size_t i = 0; w[i]; i++)
@@ -1088,10 +1183,10 @@ parse_keyval (struct parser *p, ib_instr_t *in)
       if (eq == NULL)
         {
           cleanup_free char *ex = excerpt (w[i]);
-          return perr (p, in->line, "expected NAME=VALUE, got '%s'", ex);
+          return perr_at (p, p->text_off + offs[i], "expected NAME=VALUE, got '%s'", ex);
         }
       *eq = '\0';
-      if (value_pair (p, in, w[i], eq + 1) < 0)
+      if (value_pair (p, in, w[i], offs[i], eq + 1, offs[i] + (size_t) (eq - w[i]) + 1) < 0)
         return -1;
     }
   return 0;
@@ -1140,6 +1235,7 @@ parse_healthcheck (struct parser *p, ib_instr_t *in)
   while (*cmd && is_space (*cmd))
     cmd++;
   char *rest = xstrdup (cmd);
+  p->text_off = text_off (p, in, cmd);
   free (in->text);
   in->text = rest;
   if (in->text[0] == '\0')
@@ -1256,14 +1352,15 @@ parse_output (struct parser *p, ib_instr_t *in)
       if (quoted)
         {
           ib_buf_free (&f);
-          return perr (p, in->line, "expected a closing double quote in OUTPUT, got '%s'",
-                       rawfield);
+          return perr_at (p, text_off (p, in, s + start),
+                          "expected a closing double quote in OUTPUT, got '%s'", rawfield);
         }
       char *eq = strchr (f.data, '=');
       if (eq == NULL || eq == f.data)
         {
           ib_buf_free (&f);
-          return perr (p, in->line, "expected OUTPUT option key=value, got '%s'", rawfield);
+          return perr_at (p, text_off (p, in, s + start), "expected OUTPUT option key=value, got '%s'",
+                          rawfield);
         }
       char *key = xstrndup (f.data, (size_t) (eq - f.data));
       for (char *c = key; *c; c++)
@@ -1272,7 +1369,8 @@ parse_output (struct parser *p, ib_instr_t *in)
         {
           ib_buf_free (&f);
           free (key);
-          return perr (p, in->line, "expected each OUTPUT option once, got '%s' again", rawfield);
+          return perr_at (p, text_off (p, in, s + start),
+                          "expected each OUTPUT option once, got '%s' again", rawfield);
         }
       instr_add_kv (in, key, xstrdup (eq + 1), xstrdup (eq + 1));
       ib_buf_free (&f);
@@ -1433,6 +1531,21 @@ trim_continuation (const char *s, size_t *len, char esc)
   return false;
 }
 
+/* Append a piece of physical line `line` (starting at 1-based column `col`)
+ * to the logical line in `b`, remembering where it came from. */
+static void
+add_piece (struct parser *p, ib_buf_t *b, const char *s, size_t len, int line, int col)
+{
+  if (len == 0)
+    return;
+  p->segs = xrealloc (p->segs, (p->n_segs + 1) * sizeof *p->segs);
+  p->segs[p->n_segs].off = b->len;
+  p->segs[p->n_segs].line = line;
+  p->segs[p->n_segs].col = col;
+  p->n_segs++;
+  ib_buf_append (b, s, len);
+}
+
 /* ------------------------------------------------------------------ */
 /* recipe                                                             */
 /* ------------------------------------------------------------------ */
@@ -1456,17 +1569,20 @@ parse_instruction (struct parser *p, const char *line, int lineno)
   cleanup_free char *stage_name = NULL;
   int ret;
 
+  cleanup_free size_t *flag_offs = NULL;
+  size_t kw_off = (size_t) (line - p->lbase);
+
   while (line[k] && !is_space (line[k]))
     k++;
   cleanup_free char *word = xstrndup (line, k);
   cleanup_free char *exw = excerpt (word);
   const struct keyword *kw = find_keyword (word);
   if (kw == NULL)
-    return perr (p, lineno, "unknown instruction '%s'", exw);
+    return perr_at (p, kw_off, "unknown instruction '%s'", exw);
   if (kw->pk == PK_UNSUPPORTED)
     return perr (p, lineno, "%s is not supported yet", kw->name);
   if (r->n_stages == 0 && kw->kind != IB_I_FROM && kw->kind != IB_I_ARG)
-    return perr (p, lineno, "expected FROM, got '%s'", exw);
+    return perr_at (p, kw_off, "expected FROM, got '%s'", exw);
 
   const char *rest = line + k;
   while (*rest && is_space (*rest))
@@ -1477,10 +1593,11 @@ parse_instruction (struct parser *p, const char *line, int lineno)
   in.line = lineno;
   in.flags = strv_new ();
   if (kw->flags)
-    rest = extract_flag_words (rest, &flag_words);
+    rest = extract_flag_words (rest, p->lbase, &flag_words, &flag_offs);
   in.text = trim_dup (rest, strlen (rest));
+  p->text_off = (size_t) (rest - p->lbase);
 
-  ret = parse_flags (p, &in, kw->flags, flag_words);
+  ret = parse_flags (p, &in, kw->flags, flag_words, flag_offs);
   if (ret == 0)
     switch (kw->pk)
       {
@@ -1574,7 +1691,8 @@ parse_all (struct parser *p, const char *text)
       size_t st = skip_ws (&lines[i], 0);
       size_t len = lines[i].len - st;
       bool cont = trim_continuation (lines[i].s + st, &len, p->esc);
-      ib_buf_append (&b, lines[i].s + st, len);
+      ib_buf_append (&b, "", 0);
+      add_piece (p, &b, lines[i].s + st, len, lineno, (int) st + 1);
       while (cont && i + 1 < n)
         {
           i++;
@@ -1582,13 +1700,23 @@ parse_all (struct parser *p, const char *text)
             continue;
           len = lines[i].len;
           cont = trim_continuation (lines[i].s, &len, p->esc);
-          ib_buf_append (&b, lines[i].s, len);
+          add_piece (p, &b, lines[i].s, len, (int) i + 1, 1);
         }
-      cleanup_free char *logical = trim_dup (b.data, b.len);
+      /* Trim in place: offsets into b.data stay those of the pieces. */
+      size_t lead = 0, end = b.len;
+      while (lead < end && is_space (b.data[lead]))
+        lead++;
+      while (end > lead && is_space (b.data[end - 1]))
+        end--;
+      b.data[end] = '\0';
+      p->lbase = b.data;
+      if (lead < end)
+        ret = parse_instruction (p, b.data + lead, lineno);
+      p->lbase = NULL;
+      free (p->segs);
+      p->segs = NULL;
+      p->n_segs = 0;
       ib_buf_free (&b);
-      if (logical[0] == '\0')
-        continue;
-      ret = parse_instruction (p, logical, lineno);
       if (ret < 0)
         goto out;
     }

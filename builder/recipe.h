@@ -90,9 +90,14 @@ typedef struct ib_recipe
 } ib_recipe_t;
 
 /* Parse recipe text (NUL-terminated).  `path` is used in messages: errors
- * (status EINVAL) read "PATH:LINE: <what was expected>, got '<text>'", one
- * line; unknown keywords read "PATH:LINE: unknown instruction 'FOO'",
- * ONBUILD "PATH:LINE: ONBUILD is not supported yet", heredocs
+ * (status EINVAL) are one line, "PATH:LINE: <what was expected>, got '<text>'"
+ * with LINE the line of the instruction's keyword, or, where the parser knows
+ * which piece of text is at fault, "PATH:LINE:COL: ..." with LINE and COL
+ * (1-based, in bytes, a tab counting 1, after a BOM) where that text starts,
+ * which may be a continuation line: unknown keywords ("PATH:LINE:COL: unknown
+ * instruction 'FOO'"), "expected FROM", flags, JSON arrays holding
+ * non-strings, ENV/LABEL/ARG words, stage names, OUTPUT fields.  ONBUILD
+ * reads "PATH:LINE: ONBUILD is not supported yet", heredocs
  * "PATH:LINE: heredocs are not supported yet, got '<<EOF'".  On success *out
  * is set and owned by the caller (ib_recipe_free); on failure *out is NULL. */
 int ib_recipe_parse (const char *path, const char *text, ib_recipe_t **out, ib_error_t *err);

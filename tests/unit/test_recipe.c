@@ -446,8 +446,8 @@ test_json_and_shell_forms (void **state)
 
   /* A valid JSON array of non-strings is an error, as in BuildKit. */
   assert_err_is ("FROM x\nCMD [\"a\", 1]\n",
-                 "test.recipe:2: expected a JSON array of strings, got '[\"a\", 1]'");
-  assert_err_contains ("FROM x\nCOPY [1, 2]\n", "test.recipe:2: expected a JSON array of strings");
+                 "test.recipe:2:5: expected a JSON array of strings, got '[\"a\", 1]'");
+  assert_err_contains ("FROM x\nCOPY [1, 2]\n", "test.recipe:2:6: expected a JSON array of strings");
   assert_err_contains ("FROM x\nSHELL /bin/bash -c\n", "test.recipe:2: SHELL needs the JSON form");
   assert_err_contains ("FROM x\nSHELL []\n", "test.recipe:2: SHELL needs at least");
   assert_err_is ("FROM x\nRUN\n", "test.recipe:2: RUN needs a command, got 'RUN'");
@@ -511,9 +511,9 @@ test_env (void **state)
 
   assert_err_contains ("FROM x\nENV\n", "test.recipe:2: expected 'ENV NAME=VALUE ...'");
   assert_err_contains ("FROM x\nENV ONLYKEY\n", "test.recipe:2: expected 'ENV NAME VALUE'");
-  assert_err_is ("FROM x\nENV A=1 B\n", "test.recipe:2: expected NAME=VALUE, got 'B'");
-  assert_err_contains ("FROM x\nENV A=\"open\n", "test.recipe:2: expected a closing quote");
-  assert_err_contains ("FROM x\nENV =v\n", "test.recipe:2: ENV needs a non-empty name");
+  assert_err_is ("FROM x\nENV A=1 B\n", "test.recipe:2:9: expected NAME=VALUE, got 'B'");
+  assert_err_contains ("FROM x\nENV A=\"open\n", "test.recipe:2:7: expected a closing quote");
+  assert_err_contains ("FROM x\nENV =v\n", "test.recipe:2:5: ENV needs a non-empty name");
 }
 
 static void
@@ -547,7 +547,7 @@ test_label_and_arg (void **state)
   ib_recipe_free (r);
 
   assert_err_is ("FROM x\nARG\n", "test.recipe:2: expected 'ARG NAME[=DEFAULT]', got 'ARG'");
-  assert_err_contains ("FROM x\nARG =1\n", "test.recipe:2: expected 'ARG NAME[=DEFAULT]'");
+  assert_err_contains ("FROM x\nARG =1\n", "test.recipe:2:5: expected 'ARG NAME[=DEFAULT]'");
   assert_err_contains ("FROM x\nLABEL\n", "test.recipe:2:");
 }
 
@@ -613,7 +613,7 @@ test_copy_and_flags (void **state)
   assert_err_contains ("FROM x\nADD\n", "test.recipe:2: ADD needs at least one source");
   assert_err_contains ("FROM x\nCOPY [\"a\"]\n", "COPY needs at least one source");
   assert_err_is ("FROM x\nCOPY --frm=a b c\n",
-                 "test.recipe:2: COPY accepts --from, --chown, --chmod, --link, --parents, "
+                 "test.recipe:2:6: COPY accepts --from, --chown, --chmod, --link, --parents, "
                  "--exclude, got '--frm=a'");
   assert_err_contains ("FROM x\nADD --from=a b c\n", "ADD accepts");
   assert_err_contains ("FROM x\nCOPY --link=maybe a b\n", "--link takes true or false");
@@ -621,7 +621,7 @@ test_copy_and_flags (void **state)
   assert_err_contains ("FROM x\nCOPY --from= a b\n", "--from needs a value");
   assert_err_contains ("FROM x\nCOPY --from=a --from=b c d\n", "--from may be given once");
   assert_err_contains ("FROM x\nRUN --privileged true\n", "RUN accepts --mount");
-  assert_err_contains ("FROM --foo=1 x\n", "test.recipe:1: FROM accepts --platform");
+  assert_err_contains ("FROM --foo=1 x\n", "test.recipe:1:6: FROM accepts --platform");
 }
 
 static void
@@ -693,7 +693,7 @@ test_output (void **state)
   assert_err_contains ("FROM x\nOUTPUT dest=a\n", "test.recipe:2: expected 'OUTPUT type=");
   assert_err_contains ("FROM x\nOUTPUT\n", "test.recipe:2: expected 'OUTPUT type=");
   assert_err_is ("FROM x\nOUTPUT type=local,dist\n",
-                 "test.recipe:2: expected OUTPUT option key=value, got 'dist'");
+                 "test.recipe:2:19: expected OUTPUT option key=value, got 'dist'");
   assert_err_contains ("FROM x\nOUTPUT type=local\n", "OUTPUT type=local needs dest=");
   assert_err_contains ("FROM x\nOUTPUT type=image,dest=x\n", "OUTPUT type=image needs name=");
   assert_err_contains ("FROM x\nOUTPUT type=local,dest=a,dest=b\n", "got 'dest=b' again");
@@ -734,12 +734,12 @@ static void
 test_errors (void **state)
 {
   (void) state;
-  assert_err_is ("FROM x\n\nFOO bar\n", "test.recipe:3: unknown instruction 'FOO'");
+  assert_err_is ("FROM x\n\nFOO bar\n", "test.recipe:3:1: unknown instruction 'FOO'");
   assert_err_is ("FROM x\nRUN a \\\n b\nfrobnicate\n",
-                 "test.recipe:4: unknown instruction 'frobnicate'");
-  assert_err_is ("RUN echo\n", "test.recipe:1: expected FROM, got 'RUN'");
-  assert_err_is ("# c\nARG A\nENV B=1\nFROM x\n", "test.recipe:3: expected FROM, got 'ENV'");
-  assert_err_is ("ARG A\nOUTPUT type=local,dest=x\n", "test.recipe:2: expected FROM, got 'OUTPUT'");
+                 "test.recipe:4:1: unknown instruction 'frobnicate'");
+  assert_err_is ("RUN echo\n", "test.recipe:1:1: expected FROM, got 'RUN'");
+  assert_err_is ("# c\nARG A\nENV B=1\nFROM x\n", "test.recipe:3:1: expected FROM, got 'ENV'");
+  assert_err_is ("ARG A\nOUTPUT type=local,dest=x\n", "test.recipe:2:1: expected FROM, got 'OUTPUT'");
   assert_err_is ("", "test.recipe:1: expected FROM, got end of file");
   assert_err_is ("# only a comment\n\nARG X\n", "test.recipe:3: expected FROM, got end of file");
   assert_err_is ("FROM x\nHEALTHCHECK true\n",
@@ -761,7 +761,24 @@ test_errors (void **state)
   assert_err_contains ("FROM a AS 1st\n", "a stage name starts with a letter");
   assert_err_contains ("FROM a AS b/c\n", "got 'b/c'");
   assert_err_is ("FROM a AS b\nFROM c AS B\n",
-                 "test.recipe:2: a stage name must be unique, got 'B' twice");
+                 "test.recipe:2:11: a stage name must be unique, got 'B' twice");
+
+  /* Columns: the physical line and 1-based byte column of the offending text,
+   * also on continuation lines, after a BOM, with CRLF and indentation. */
+  assert_err_is ("FROM x\nRUN --network=none \\\n  --bad=1 true\n",
+                 "test.recipe:3:3: RUN accepts --mount, --network, --device, --security, got "
+                 "'--bad=1'");
+  assert_err_is ("\xef\xbb\xbf" "FROM x\r\n\t  BOGUS x\r\n",
+                 "test.recipe:2:4: unknown instruction 'BOGUS'");
+  assert_err_is ("FROM x\nHEALTHCHECK --retries=3 CMD [\"a\", 2]\n",
+                 "test.recipe:2:29: expected a JSON array of strings, got '[\"a\", 2]'");
+  assert_err_is ("FROM x\nENV A=1 \\\n# comment\n\n    B=\"x\n",
+                 "test.recipe:5:7: expected a closing quote in ENV value, got '\"x'");
+  assert_err_is ("FROM a AS b\nFROM c \\\n  AS 9x\n",
+                 "test.recipe:3:6: a stage name starts with a letter and holds only letters, "
+                 "digits, '-', '_' and '.', got '9x'");
+  assert_err_is ("FROM x\nCOPY --chmod=644 \\\n--chmod=600 a b\n",
+                 "test.recipe:3:1: --chmod may be given once, got '--chmod=600' again");
 
   /* Not heredocs. */
   ib_recipe_t *r = parse_ok ("FROM x\n"
