@@ -114,6 +114,12 @@ instr_clear (ib_instr_t *in)
   for (i = 0; i < in->n_kvs; i++)
     kv_clear (&in->kvs[i]);
   free (in->kvs);
+  for (i = 0; i < in->n_heredocs; i++)
+    {
+      free (in->heredocs[i].name);
+      free (in->heredocs[i].content);
+    }
+  free (in->heredocs);
   memset (in, 0, sizeof *in);
 }
 
@@ -657,6 +663,13 @@ split_raw_words (const char *s, char esc)
 /* parser state and errors                                            */
 /* ------------------------------------------------------------------ */
 
+struct phys_line
+{
+  const char *s;
+  size_t len;     /* without "\n" and one trailing "\r" */
+  size_t raw_len; /* with them (heredoc bodies keep their line endings) */
+};
+
 /* Where a piece of the logical line came from: the byte at logical offset
  * `off` is at (line, col) in the file, and so are the following bytes of the
  * same physical line. */
@@ -678,6 +691,13 @@ struct parser
   struct seg *segs;
   size_t n_segs;
   size_t text_off; /* offset in lbase of the current instruction's text */
+  /* physical lines; `next` is the first one after the current logical line
+   * (heredoc bodies are read from there) */
+  const struct phys_line *lines;
+  size_t n_lines, next;
+  /* "\n" BODY NAME for each heredoc read for the current instruction, bodies
+   * as written: what BuildKit appends to a RUN (or ONBUILD) command line */
+  ib_buf_t tail;
 };
 
 static int
@@ -1008,40 +1028,167 @@ find_keyword (const char *word)
   return NULL;
 }
 
-/* "<<EOF", "<<-EOF", "<<'EOF'", "2<<EOF" ... as one unquoted word. */
-static bool
-is_heredoc_word (const char *w)
+/* ------------------------------------------------------------------ */
+/* heredocs                                                           */
+/* ------------------------------------------------------------------ */
+
+static size_t
+count_quotes (const char *s)
 {
-  while (is_digit (*w))
-    w++;
-  if (w[0] != '<' || w[1] != '<')
-    return false;
-  w += 2;
-  if (*w == '-')
-    w++;
-  char q = 0;
-  if (*w == '\'' || *w == '"')
-    q = *w++;
-  if (!is_name_start (*w))
-    return false;
-  while (is_name_char (*w))
-    w++;
-  if (q && *w == q)
-    w++;
-  return *w == '\0';
+  size_t n = 0;
+  for (; *s; s++)
+    n += *s == '\'' || *s == '"';
+  return n;
 }
 
+/* Is raw word `w` (at logical offset `off`) a heredoc word?  BuildKit's rule:
+ * the whole word matches [0-9]*<<-?REST with REST non-empty and free of '<';
+ * the name is REST with quotes removed and backslash escapes processed (no
+ * expansion).  Returns 1 and fills h->name/chomp/expand, 0 if not, -1 on
+ * error (an unterminated quote, an empty name). */
 static int
-check_heredoc (struct parser *p, ib_instr_t *in)
+heredoc_word (struct parser *p, const char *w, size_t off, ib_heredoc_t *h)
 {
-  cleanup_strv char **words = split_raw_words (in->text, p->esc);
+  const char *s = w;
 
+  while (is_digit (*s))
+    s++;
+  if (s[0] != '<' || s[1] != '<')
+    return 0;
+  s += 2;
+  bool chomp = *s == '-';
+  if (chomp)
+    s++;
+  if (*s == '\0' || strchr (s, '<'))
+    return 0;
+
+  char *name = NULL;
+  ib_error_t e = NULL;
+  cleanup_free char *ex = excerpt (w);
+  if (unquote (s, '\\', &name, &e) < 0)
+    {
+      ib_error_free (&e);
+      return perr_at (p, off, "expected a closing quote in the heredoc delimiter, got '%s'", ex);
+    }
+  if (name[0] == '\0')
+    {
+      free (name);
+      return perr_at (p, off, "expected a heredoc delimiter after '<<', got '%s'", ex);
+    }
+  memset (h, 0, sizeof *h);
+  h->name = name;
+  h->chomp = chomp;
+  h->expand = count_quotes (s) == count_quotes (name);
+  h->arg = -1;
+  return 1;
+}
+
+/* Read the body of heredoc `h` (its word `w` at logical offset `off`) from
+ * p->next on, up to its terminator line; append "\n" BODY NAME to p->tail. */
+static int
+heredoc_body (struct parser *p, ib_heredoc_t *h, const char *w, size_t off)
+{
+  ib_buf_t raw = { 0 };
+  size_t nlen = strlen (h->name);
+
+  ib_buf_append (&raw, "", 0);
+  h->line = (int) p->next + 1;
+  for (;;)
+    {
+      if (p->next >= p->n_lines)
+        {
+          cleanup_free char *ex = excerpt (w);
+          cleanup_free char *exn = excerpt (h->name);
+          ib_buf_free (&raw);
+          return perr_at (p, off, "unterminated heredoc '%s': expected a line '%s', got end of file",
+                          ex, exn);
+        }
+      const struct phys_line *l = &p->lines[p->next++];
+      const char *c = l->s;
+      size_t len = l->raw_len;
+      while (len > 0 && (c[len - 1] == '\n' || c[len - 1] == '\r'))
+        len--;
+      if (h->chomp)
+        while (len > 0 && *c == '\t')
+          c++, len--;
+      if (len == nlen && memcmp (c, h->name, nlen) == 0)
+        break;
+      ib_buf_append (&raw, l->s, l->raw_len);
+    }
+
+  if (h->chomp)
+    {
+      ib_buf_t b = { 0 };
+      ib_buf_append (&b, "", 0);
+      for (size_t i = 0; i < raw.len;)
+        {
+          while (i < raw.len && raw.data[i] == '\t')
+            i++;
+          const char *nl = memchr (raw.data + i, '\n', raw.len - i);
+          size_t end = nl ? (size_t) (nl - raw.data) + 1 : raw.len;
+          ib_buf_append (&b, raw.data + i, end - i);
+          i = end;
+        }
+      h->content = ib_buf_steal (&b);
+    }
+  else
+    h->content = xstrdup (raw.data);
+  ib_buf_puts (&p->tail, "\n");
+  ib_buf_append (&p->tail, raw.data, raw.len);
+  ib_buf_puts (&p->tail, h->name);
+  ib_buf_free (&raw);
+  return 0;
+}
+
+/* Find the heredoc words among `words` (offsets in in->text: `offs`), read
+ * their bodies, record them in `in` (arg: the word's index when `is_args`). */
+static int
+read_heredocs (struct parser *p, ib_instr_t *in, char **words, const size_t *offs, bool is_args)
+{
   for (size_t i = 0; words[i]; i++)
-    if (is_heredoc_word (words[i]))
-      {
-        cleanup_free char *ex = excerpt (words[i]);
-        return perr (p, in->line, "heredocs are not supported yet, got '%s'", ex);
-      }
+    {
+      ib_heredoc_t h = { 0 };
+      size_t off = p->text_off + offs[i];
+      int r = heredoc_word (p, words[i], off, &h);
+      if (r < 0)
+        return -1;
+      if (r == 0)
+        continue;
+      if (heredoc_body (p, &h, words[i], off) < 0)
+        {
+          free (h.name);
+          return -1;
+        }
+      h.arg = is_args ? (int) i : -1;
+      in->heredocs = xrealloc (in->heredocs, (in->n_heredocs + 1) * sizeof *in->heredocs);
+      in->heredocs[in->n_heredocs++] = h;
+    }
+  return 0;
+}
+
+/* RUN (shell form): heredoc bodies, and the script the shell gets. */
+static int
+run_heredocs (struct parser *p, ib_instr_t *in)
+{
+  /* Words as BuildKit finds heredocs: backslash escapes, whatever the
+   * escape directive. */
+  cleanup_free size_t *offs = NULL;
+  cleanup_strv char **words = split_raw_words_at (in->text, '\\', &offs);
+
+  if (read_heredocs (p, in, words, offs, false) < 0)
+    return -1;
+  if (in->n_heredocs == 0)
+    return 0;
+  char *text;
+  if (in->n_heredocs == 1 && words[1] == NULL)
+    {
+      in->heredoc_script = true;
+      text = xstrdup (in->heredocs[0].content);
+    }
+  else
+    text = xasprintf ("%s%s", in->text, p->tail.data);
+  free (in->text);
+  in->text = text;
   return 0;
 }
 
@@ -1210,7 +1357,7 @@ parse_command (struct parser *p, ib_instr_t *in)
         return perr (p, in->line, "SHELL needs at least the executable, got '%s'", ex);
     }
   if (in->kind == IB_I_RUN && !in->json_form)
-    return check_heredoc (p, in);
+    return run_heredocs (p, in);
   return 0;
 }
 
@@ -1252,17 +1399,25 @@ parse_copy (struct parser *p, ib_instr_t *in)
   if (parse_json_array (p, in, &in->args) < 0)
     return -1;
   in->json_form = in->args != NULL;
+  cleanup_free size_t *offs = NULL;
   if (!in->json_form)
     {
-      if (check_heredoc (p, in) < 0)
+      in->args = split_raw_words_at (in->text, p->esc, &offs);
+      if (read_heredocs (p, in, in->args, offs, true) < 0)
         return -1;
-      in->args = split_raw_words (in->text, p->esc);
     }
-  if (ib_strv_len (in->args) < 2)
+  size_t n = ib_strv_len (in->args);
+  if (n < 2)
     {
       cleanup_free char *ex = excerpt (in->text);
       return perr (p, in->line, "%s needs at least one source and a destination, got '%s%s%s'",
                    in->keyword, in->keyword, ex[0] ? " " : "", ex);
+    }
+  if (in->n_heredocs && in->heredocs[in->n_heredocs - 1].arg == (int) n - 1)
+    {
+      cleanup_free char *ex = excerpt (in->args[n - 1]);
+      return perr_at (p, p->text_off + offs[n - 1],
+                      "%s cannot accept a heredoc as a destination, got '%s'", in->keyword, ex);
     }
   return 0;
 }
@@ -1406,11 +1561,6 @@ parse_output (struct parser *p, ib_instr_t *in)
 /* logical lines                                                      */
 /* ------------------------------------------------------------------ */
 
-struct phys_line
-{
-  const char *s;
-  size_t len; /* without "\n" and one trailing "\r" */
-};
 
 static struct phys_line *
 split_lines (const char *text, size_t *n_out)
@@ -1430,6 +1580,7 @@ split_lines (const char *text, size_t *n_out)
       v = xrealloc (v, (n + 1) * sizeof *v);
       v[n].s = s;
       v[n].len = (len > 0 && s[len - 1] == '\r') ? len - 1 : len;
+      v[n].raw_len = len + (s[len] == '\n' ? 1 : 0);
       n++;
       s += len;
       if (*s == '\n')
@@ -1669,6 +1820,9 @@ parse_all (struct parser *p, const char *text)
   bool seen_escape = false, seen_syntax = false, seen_check = false;
   int ret = 0;
 
+  p->lines = lines;
+  p->n_lines = n;
+
   /* Parser directives: only at the very top. */
   for (; i < n; i++)
     {
@@ -1710,8 +1864,12 @@ parse_all (struct parser *p, const char *text)
         end--;
       b.data[end] = '\0';
       p->lbase = b.data;
+      p->next = i + 1;
+      ib_buf_free (&p->tail);
+      ib_buf_append (&p->tail, "", 0);
       if (lead < end)
         ret = parse_instruction (p, b.data + lead, lineno);
+      i = p->next - 1; /* past heredoc bodies */
       p->lbase = NULL;
       free (p->segs);
       p->segs = NULL;
@@ -1726,6 +1884,10 @@ parse_all (struct parser *p, const char *text)
 
 out:
   free (lines);
+  free (p->segs);
+  p->segs = NULL;
+  p->n_segs = 0;
+  ib_buf_free (&p->tail);
   return ret;
 }
 
@@ -1806,6 +1968,17 @@ flag_match (const char *flag, const char *name)
     return flag + 2 + n + 1;
   if (flag[2 + n] == '\0')
     return "true";
+  return NULL;
+}
+
+const ib_heredoc_t *
+ib_instr_heredoc (const ib_instr_t *in, size_t i)
+{
+  if (in == NULL)
+    return NULL;
+  for (size_t k = 0; k < in->n_heredocs; k++)
+    if (in->heredocs[k].arg >= 0 && (size_t) in->heredocs[k].arg == i)
+      return &in->heredocs[k];
   return NULL;
 }
 

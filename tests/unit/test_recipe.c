@@ -750,10 +750,6 @@ test_errors (void **state)
                  "test.recipe:2: HEALTHCHECK NONE takes no options, got '--interval=5s'");
   assert_err_contains ("FROM x\nHEALTHCHECK --every=5s CMD true\n", "--every");
   assert_err_is ("FROM x\nonbuild RUN true\n", "test.recipe:2: ONBUILD is not supported yet");
-  assert_err_is ("FROM x\nRUN <<EOF\necho hi\nEOF\n",
-                 "test.recipe:2: heredocs are not supported yet, got '<<EOF'");
-  assert_err_contains ("FROM x\nRUN cat <<-'END' > /f\n", "heredocs are not supported yet");
-  assert_err_contains ("FROM x\nCOPY <<EOF /dst\n", "test.recipe:2: heredocs are not supported");
   assert_err_is ("FROM a b\n",
                  "test.recipe:1: expected 'FROM [--platform=P] IMAGE [AS NAME]', got 'FROM a b'");
   assert_err_contains ("FROM a AS b c\n", "test.recipe:1: expected 'FROM");
@@ -811,6 +807,218 @@ test_errors (void **state)
   assert_int_equal (ib_recipe_parse ("p", "RUN x", &out, NULL), -1);
   assert_null (out);
   ib_recipe_free (NULL);
+}
+
+/* ------------------------------------------------------------------ */
+/* heredocs                                                           */
+/* ------------------------------------------------------------------ */
+
+static const ib_instr_t *
+instr_at (const ib_recipe_t *r, size_t stage, size_t i)
+{
+  assert_true (stage < r->n_stages);
+  assert_true (i < r->stages[stage].n_instrs);
+  return &r->stages[stage].instrs[i];
+}
+
+static void
+assert_heredoc (const ib_heredoc_t *h, const char *name, const char *content, bool chomp,
+                bool expand, int line, int arg)
+{
+  assert_string_equal (h->name, name);
+  assert_string_equal (h->content, content);
+  assert_int_equal (h->chomp, chomp);
+  assert_int_equal (h->expand, expand);
+  assert_int_equal (h->line, line);
+  assert_int_equal (h->arg, arg);
+}
+
+static void
+test_heredocs (void **state)
+{
+  (void) state;
+  ib_recipe_t *r;
+  const ib_instr_t *in;
+
+  /* RUN <<EOF alone: the body is the script. */
+  r = parse_ok ("FROM x\n"
+                "RUN <<EOF\n"
+                "apt-get update\n"
+                "# not a comment: part of the body\n"
+                "\n"
+                "RUN not an instruction\n"
+                "EOF\n"
+                "RUN after\n");
+  assert_int_equal (r->stages[0].n_instrs, 3);
+  in = instr_at (r, 0, 1);
+  assert_int_equal (in->kind, IB_I_RUN);
+  assert_int_equal (in->line, 2);
+  assert_true (in->heredoc_script);
+  assert_false (in->json_form);
+  assert_null (in->args);
+  assert_int_equal (in->n_heredocs, 1);
+  assert_heredoc (&in->heredocs[0], "EOF",
+                  "apt-get update\n# not a comment: part of the body\n\nRUN not an instruction\n",
+                  false, true, 3, -1);
+  assert_string_equal (in->text, in->heredocs[0].content);
+  in = instr_at (r, 0, 2);
+  assert_int_equal (in->line, 8);
+  assert_string_equal (in->text, "after");
+  assert_int_equal (in->n_heredocs, 0);
+  assert_null (in->heredocs);
+  assert_false (in->heredoc_script);
+  ib_recipe_free (r);
+
+  /* A command with heredocs: the shell gets command line + bodies + names. */
+  r = parse_ok ("FROM x\n"
+                "RUN --network=none <<EOT bash\n"
+                "  set -e\n"
+                "  echo \"$HOME\"\n"
+                "EOT\n"
+                "RUN python3 <<'PY'\n"
+                "print('hi')\n"
+                "PY\n"
+                "RUN <<A cat /dev/stdin <<\"B\" > /out\n"
+                "first\n"
+                "A\n"
+                "second\n"
+                "B\n");
+  in = instr_at (r, 0, 1);
+  assert_false (in->heredoc_script);
+  assert_string_equal (in->text, "<<EOT bash\n  set -e\n  echo \"$HOME\"\nEOT");
+  assert_strv (in->flags, "--network=none", NULL);
+  assert_heredoc (&in->heredocs[0], "EOT", "  set -e\n  echo \"$HOME\"\n", false, true, 3, -1);
+  in = instr_at (r, 0, 2);
+  assert_int_equal (in->line, 6);
+  assert_string_equal (in->text, "python3 <<'PY'\nprint('hi')\nPY");
+  assert_heredoc (&in->heredocs[0], "PY", "print('hi')\n", false, false, 7, -1);
+  in = instr_at (r, 0, 3);
+  assert_int_equal (in->line, 9);
+  assert_int_equal (in->n_heredocs, 2);
+  assert_heredoc (&in->heredocs[0], "A", "first\n", false, true, 10, -1);
+  assert_heredoc (&in->heredocs[1], "B", "second\n", false, false, 12, -1);
+  assert_string_equal (in->text, "<<A cat /dev/stdin <<\"B\" > /out\nfirst\nA\nsecond\nB");
+  ib_recipe_free (r);
+
+  /* <<-: tabs (only tabs) removed from the body and before the terminator;
+   * the RUN text keeps them (the shell removes them itself). */
+  r = parse_ok ("FROM x\n"
+                "RUN <<-EOF\n"
+                "\techo a\n"
+                "\t\t  echo b\n"
+                "  \techo c\n"
+                "\t\tEOF\n"
+                "RUN cat <<-'X' >/f\n"
+                "\tkeep\n"
+                "\tX\n"
+                "RUN cat <<EOF\n"
+                "\tEOF\n"
+                "EOF\n");
+  in = instr_at (r, 0, 1);
+  assert_true (in->heredoc_script);
+  assert_heredoc (&in->heredocs[0], "EOF", "echo a\n  echo b\n  \techo c\n", true, true, 3, -1);
+  assert_string_equal (in->text, "echo a\n  echo b\n  \techo c\n");
+  in = instr_at (r, 0, 2);
+  assert_int_equal (in->line, 7);
+  assert_heredoc (&in->heredocs[0], "X", "keep\n", true, false, 8, -1);
+  assert_string_equal (in->text, "cat <<-'X' >/f\n\tkeep\nX");
+  in = instr_at (r, 0, 3);
+  assert_int_equal (in->line, 10);
+  assert_heredoc (&in->heredocs[0], "EOF", "\tEOF\n", false, true, 11, -1);
+  ib_recipe_free (r);
+
+  /* COPY/ADD: heredoc sources keep their word in args; dest is a path. */
+  r = parse_ok ("FROM x\n"
+                "COPY <<EOF /etc/motd\n"
+                "Hello $USER\n"
+                "EOF\n"
+                "COPY --chmod=755 <<a.sh <<\"b.sh\" ./plain /dest/\n"
+                "echo a\n"
+                "a.sh\n"
+                "echo b\n"
+                "b.sh\n"
+                "ADD <<-'conf' /etc/app.conf\n"
+                "\tkey=1\n"
+                "\tconf\n"
+                "COPY a b\n");
+  in = instr_at (r, 0, 1);
+  assert_int_equal (in->kind, IB_I_COPY);
+  assert_strv (in->args, "<<EOF", "/etc/motd", NULL);
+  assert_heredoc (&in->heredocs[0], "EOF", "Hello $USER\n", false, true, 3, 0);
+  assert_string_equal (in->text, "<<EOF /etc/motd");
+  assert_ptr_equal (ib_instr_heredoc (in, 0), &in->heredocs[0]);
+  assert_null (ib_instr_heredoc (in, 1));
+  in = instr_at (r, 0, 2);
+  assert_int_equal (in->line, 5);
+  assert_strv (in->args, "<<a.sh", "<<\"b.sh\"", "./plain", "/dest/", NULL);
+  assert_heredoc (&in->heredocs[0], "a.sh", "echo a\n", false, true, 6, 0);
+  assert_heredoc (&in->heredocs[1], "b.sh", "echo b\n", false, false, 8, 1);
+  assert_ptr_equal (ib_instr_heredoc (in, 1), &in->heredocs[1]);
+  assert_null (ib_instr_heredoc (in, 2));
+  in = instr_at (r, 0, 3);
+  assert_int_equal (in->kind, IB_I_ADD);
+  assert_int_equal (in->line, 10);
+  assert_heredoc (&in->heredocs[0], "conf", "key=1\n", true, false, 11, 0);
+  in = instr_at (r, 0, 4);
+  assert_int_equal (in->line, 13);
+  assert_null (ib_instr_heredoc (in, 0));
+  ib_recipe_free (r);
+
+  /* Continuation lines before the body; empty body; CRLF keeps "\r\n" in the
+   * body; a terminator with trailing text is not one. */
+  r = parse_ok ("FROM x\r\n"
+                "RUN cat <<EOF \\\r\n"
+                "  > /f\r\n"
+                "a\r\n"
+                "EOF \r\n"
+                "EOF\r\n"
+                "RUN cat <<EOF\r\n"
+                "EOF\r\n"
+                "USER u\r\n");
+  in = instr_at (r, 0, 1);
+  assert_string_equal (in->text, "cat <<EOF   > /f\na\r\nEOF \r\nEOF");
+  assert_heredoc (&in->heredocs[0], "EOF", "a\r\nEOF \r\n", false, true, 4, -1);
+  in = instr_at (r, 0, 2);
+  assert_int_equal (in->line, 7);
+  assert_heredoc (&in->heredocs[0], "EOF", "", false, true, 8, -1);
+  assert_string_equal (in->text, "cat <<EOF\nEOF");
+  assert_int_equal (instr_at (r, 0, 3)->line, 9);
+  ib_recipe_free (r);
+
+  /* Not heredocs: exec form, other instructions, quoted or glued words. */
+  r = parse_ok ("FROM x\n"
+                "RUN [\"cat\", \"<<EOF\"]\n"
+                "CMD cat <<EOF\n"
+                "RUN echo '<<EOF' \"<<X\" a<<B $((1<<2)) << C\n");
+  assert_int_equal (instr_at (r, 0, 1)->n_heredocs, 0);
+  assert_int_equal (instr_at (r, 0, 2)->n_heredocs, 0);
+  assert_int_equal (instr_at (r, 0, 3)->n_heredocs, 0);
+  assert_string_equal (instr_at (r, 0, 3)->text, "echo '<<EOF' \"<<X\" a<<B $((1<<2)) << C");
+  ib_recipe_free (r);
+
+  /* Errors. */
+  assert_err_is ("FROM x\nRUN cat <<EOF\nhello\n",
+                 "test.recipe:2:9: unterminated heredoc '<<EOF': expected a line 'EOF', got end "
+                 "of file");
+  assert_err_is ("FROM x\nCOPY <<A <<B /d\nA\nA\n",
+                 "test.recipe:2:10: unterminated heredoc '<<B': expected a line 'B', got end of "
+                 "file");
+  assert_err_is ("FROM x\nRUN cat \\\n  <<-EOF\n  EOF\n",
+                 "test.recipe:3:3: unterminated heredoc '<<-EOF': expected a line 'EOF', got end "
+                 "of file");
+  assert_err_is ("FROM x\nCOPY a <<EOF\nx\nEOF\n",
+                 "test.recipe:2:8: COPY cannot accept a heredoc as a destination, got '<<EOF'");
+  assert_err_is ("FROM x\nRUN cat <<\"EOF\n",
+                 "test.recipe:2:9: expected a closing quote in the heredoc delimiter, got "
+                 "'<<\"EOF'");
+  assert_err_is ("FROM x\nRUN cat <<''\n\n",
+                 "test.recipe:2:9: expected a heredoc delimiter after '<<', got '<<'''");
+  /* The lines of a heredoc on CMD are instructions. */
+  assert_err_is ("FROM x\nCMD cat <<EOF\nhello\nEOF\n",
+                 "test.recipe:3:1: unknown instruction 'hello'");
+  /* Line numbers after bodies stay right. */
+  assert_err_is ("FROM x\nRUN <<EOF\na\nb\nEOF\n\nBAD\n",
+                 "test.recipe:7:1: unknown instruction 'BAD'");
 }
 
 /* ------------------------------------------------------------------ */
@@ -1222,6 +1430,7 @@ main (void)
     cmocka_unit_test (test_output),
     cmocka_unit_test (test_healthcheck),
     cmocka_unit_test (test_errors),
+    cmocka_unit_test (test_heredocs),
     cmocka_unit_test (test_expand),
     cmocka_unit_test (test_expand_word),
     cmocka_unit_test (test_split_words),
