@@ -120,6 +120,11 @@ instr_clear (ib_instr_t *in)
       free (in->heredocs[i].content);
     }
   free (in->heredocs);
+  if (in->trigger)
+    {
+      instr_clear (in->trigger);
+      free (in->trigger);
+    }
   memset (in, 0, sizeof *in);
 }
 
@@ -985,8 +990,8 @@ enum parse_kind
   PK_STRING,  /* WORKDIR, USER, STOPSIGNAL, MAINTAINER */
   PK_WORDS,   /* EXPOSE, VOLUME */
   PK_OUTPUT,
-  PK_UNSUPPORTED,
   PK_HEALTHCHECK,
+  PK_ONBUILD,
 };
 
 struct keyword
@@ -1016,7 +1021,7 @@ static const struct keyword keywords[] = {
   { "MAINTAINER", IB_I_MAINTAINER, PK_STRING, NULL },
   { "OUTPUT", IB_I_OUTPUT, PK_OUTPUT, NULL },
   { "HEALTHCHECK", IB_I_HEALTHCHECK, PK_HEALTHCHECK, healthcheck_flags },
-  { "ONBUILD", 0, PK_UNSUPPORTED, NULL },
+  { "ONBUILD", IB_I_ONBUILD, PK_ONBUILD, NULL },
 };
 
 static const struct keyword *
@@ -1709,17 +1714,58 @@ push_instr (ib_instr_t **v, size_t *n)
   return &(*v)[(*n)++];
 }
 
-/* One logical line: keyword, flags, then the instruction's own grammar. */
+static int parse_one (struct parser *p, const char *line, int lineno, bool is_trigger,
+                      ib_instr_t *in, char **stage_name);
+
+/* ONBUILD INSTRUCTION: the trigger is parsed as an instruction of its own. */
 static int
-parse_instruction (struct parser *p, const char *line, int lineno)
+parse_onbuild (struct parser *p, ib_instr_t *in)
+{
+  const char *t = p->lbase + p->text_off; /* the trigger, in the logical line */
+  size_t k = 0;
+
+  if (in->text[0] == '\0')
+    return perr (p, in->line, "ONBUILD needs an instruction, got 'ONBUILD'");
+  while (t[k] && !is_space (t[k]))
+    k++;
+  cleanup_free char *word = xstrndup (t, k);
+  for (char *c = word; *c; c++)
+    *c = (char) toupper ((unsigned char) *c);
+  if (strcmp (word, "ONBUILD") == 0)
+    return perr_at (p, p->text_off, "Chaining ONBUILD via `ONBUILD ONBUILD` isn't allowed");
+  if (strcmp (word, "FROM") == 0 || strcmp (word, "MAINTAINER") == 0)
+    return perr_at (p, p->text_off, "%s isn't allowed as an ONBUILD trigger", word);
+
+  size_t saved = p->text_off;
+  ib_instr_t trig = { 0 };
+  char *stage_name = NULL;
+  if (parse_one (p, t, in->line, true, &trig, &stage_name) < 0)
+    {
+      instr_clear (&trig);
+      free (stage_name);
+      return -1;
+    }
+  p->text_off = saved;
+  in->trigger = xmalloc (sizeof *in->trigger);
+  *in->trigger = trig;
+  if (p->tail.len > 0)
+    {
+      char *text = xasprintf ("%s%s", in->text, p->tail.data);
+      free (in->text);
+      in->text = text;
+    }
+  return 0;
+}
+
+/* One logical line (or an ONBUILD trigger, `is_trigger`) into *in: keyword,
+ * flags, then the instruction's own grammar.  `line` points into p->lbase. */
+static int
+parse_one (struct parser *p, const char *line, int lineno, bool is_trigger, ib_instr_t *in,
+           char **stage_name)
 {
   ib_recipe_t *r = p->r;
   size_t k = 0;
-  ib_instr_t in = { 0 };
   cleanup_strv char **flag_words = NULL;
-  cleanup_free char *stage_name = NULL;
-  int ret;
-
   cleanup_free size_t *flag_offs = NULL;
   size_t kw_off = (size_t) (line - p->lbase);
 
@@ -1730,68 +1776,67 @@ parse_instruction (struct parser *p, const char *line, int lineno)
   const struct keyword *kw = find_keyword (word);
   if (kw == NULL)
     return perr_at (p, kw_off, "unknown instruction '%s'", exw);
-  if (kw->pk == PK_UNSUPPORTED)
-    return perr (p, lineno, "%s is not supported yet", kw->name);
-  if (r->n_stages == 0 && kw->kind != IB_I_FROM && kw->kind != IB_I_ARG)
+  if (!is_trigger && r->n_stages == 0 && kw->kind != IB_I_FROM && kw->kind != IB_I_ARG)
     return perr_at (p, kw_off, "expected FROM, got '%s'", exw);
 
   const char *rest = line + k;
   while (*rest && is_space (*rest))
     rest++;
 
-  in.kind = kw->kind;
-  in.keyword = kw->name;
-  in.line = lineno;
-  in.flags = strv_new ();
+  in->kind = kw->kind;
+  in->keyword = kw->name;
+  in->line = lineno;
+  in->flags = strv_new ();
   if (kw->flags)
     rest = extract_flag_words (rest, p->lbase, &flag_words, &flag_offs);
-  in.text = trim_dup (rest, strlen (rest));
+  in->text = trim_dup (rest, strlen (rest));
   p->text_off = (size_t) (rest - p->lbase);
 
-  ret = parse_flags (p, &in, kw->flags, flag_words, flag_offs);
-  if (ret == 0)
-    switch (kw->pk)
-      {
-      case PK_FROM:
-        ret = parse_from (p, &in, &stage_name);
-        break;
-      case PK_ARG:
-        ret = parse_arg (p, &in);
-        break;
-      case PK_KEYVAL:
-        ret = parse_keyval (p, &in);
-        break;
-      case PK_COMMAND:
-        ret = parse_command (p, &in);
-        break;
-      case PK_COPY:
-        ret = parse_copy (p, &in);
-        break;
-      case PK_STRING:
-        ret = parse_string (p, &in);
-        break;
-      case PK_WORDS:
-        ret = parse_words (p, &in);
-        break;
-      case PK_OUTPUT:
-        ret = parse_output (p, &in);
-        break;
-      case PK_HEALTHCHECK:
-        ret = parse_healthcheck (p, &in);
-        break;
-      case PK_UNSUPPORTED:
-      default:
-        ret = -1;
-        break;
-      }
-  if (ret < 0)
+  if (parse_flags (p, in, kw->flags, flag_words, flag_offs) < 0)
+    return -1;
+  switch (kw->pk)
+    {
+    case PK_FROM:
+      return parse_from (p, in, stage_name);
+    case PK_ARG:
+      return parse_arg (p, in);
+    case PK_KEYVAL:
+      return parse_keyval (p, in);
+    case PK_COMMAND:
+      return parse_command (p, in);
+    case PK_COPY:
+      return parse_copy (p, in);
+    case PK_STRING:
+      return parse_string (p, in);
+    case PK_WORDS:
+      return parse_words (p, in);
+    case PK_OUTPUT:
+      return parse_output (p, in);
+    case PK_HEALTHCHECK:
+      return parse_healthcheck (p, in);
+    case PK_ONBUILD:
+      return parse_onbuild (p, in);
+    default:
+      abort ();
+    }
+}
+
+/* One logical line: parse it and add it to the recipe. */
+static int
+parse_instruction (struct parser *p, const char *line, int lineno)
+{
+  ib_recipe_t *r = p->r;
+  ib_instr_t in = { 0 };
+  cleanup_free char *stage_name = NULL;
+
+  if (parse_one (p, line, lineno, false, &in, &stage_name) < 0)
     {
       instr_clear (&in);
       return -1;
     }
 
   ib_instr_t *slot;
-  if (kw->kind == IB_I_FROM)
+  if (in.kind == IB_I_FROM)
     {
       r->stages = xrealloc (r->stages, (r->n_stages + 1) * sizeof *r->stages);
       ib_stage_t *st = &r->stages[r->n_stages];

@@ -34,7 +34,7 @@ typedef enum
 {
   IB_I_FROM, IB_I_ARG, IB_I_ENV, IB_I_RUN, IB_I_COPY, IB_I_ADD, IB_I_WORKDIR, IB_I_LABEL,
   IB_I_USER, IB_I_ENTRYPOINT, IB_I_CMD, IB_I_EXPOSE, IB_I_VOLUME, IB_I_STOPSIGNAL,
-  IB_I_SHELL, IB_I_MAINTAINER, IB_I_OUTPUT, IB_I_HEALTHCHECK,
+  IB_I_SHELL, IB_I_MAINTAINER, IB_I_OUTPUT, IB_I_HEALTHCHECK, IB_I_ONBUILD,
 } ib_instr_kind_t;
 
 typedef struct ib_kv
@@ -115,6 +115,15 @@ typedef struct ib_instr
                            starting with "#!" is written to a file (mode 0755) that
                            is executed; any other body is run as `text` with the shell
                            (SHELL / sh -c), like a shell-form RUN. */
+  struct ib_instr *trigger; /* ONBUILD: the trigger instruction, parsed and validated
+                           as if it stood alone (line: the ONBUILD's line), owned;
+                           NULL for other kinds.  The ONBUILD's own `text` is the
+                           trigger as written (keyword case kept, continuations
+                           joined, trimmed), followed for each heredoc of the trigger
+                           by "\n", its body as written and its NAME: BuildKit's
+                           expression, the string for the image config's OnBuild
+                           list (it parses again as an instruction with its bodies).
+                           The ONBUILD itself has no flags, args, kvs or heredocs. */
 } ib_instr_t;
 
 typedef struct ib_stage
@@ -144,9 +153,9 @@ typedef struct ib_recipe
  * instruction 'FOO'"), "expected FROM", flags, JSON arrays holding
  * non-strings, ENV/LABEL/ARG words, stage names, OUTPUT fields, heredoc words
  * ("PATH:LINE:COL: unterminated heredoc '<<EOF': expected a line 'EOF', got
- * end of file").  ONBUILD reads "PATH:LINE: ONBUILD is not supported yet".
- * On success *out is set and owned by the caller (ib_recipe_free); on failure
- * *out is NULL. */
+ * end of file"), ONBUILD triggers ("PATH:LINE:COL: FROM isn't allowed as an
+ * ONBUILD trigger", Docker's words).  On success *out is set and owned by the
+ * caller (ib_recipe_free); on failure *out is NULL. */
 int ib_recipe_parse (const char *path, const char *text, ib_recipe_t **out, ib_error_t *err);
 /* Free a recipe and everything it owns; NULL is fine. */
 void ib_recipe_free (ib_recipe_t *r);

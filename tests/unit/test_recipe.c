@@ -749,7 +749,6 @@ test_errors (void **state)
   assert_err_is ("FROM x\nHEALTHCHECK --interval=5s NONE\n",
                  "test.recipe:2: HEALTHCHECK NONE takes no options, got '--interval=5s'");
   assert_err_contains ("FROM x\nHEALTHCHECK --every=5s CMD true\n", "--every");
-  assert_err_is ("FROM x\nonbuild RUN true\n", "test.recipe:2: ONBUILD is not supported yet");
   assert_err_is ("FROM a b\n",
                  "test.recipe:1: expected 'FROM [--platform=P] IMAGE [AS NAME]', got 'FROM a b'");
   assert_err_contains ("FROM a AS b c\n", "test.recipe:1: expected 'FROM");
@@ -1019,6 +1018,96 @@ test_heredocs (void **state)
   /* Line numbers after bodies stay right. */
   assert_err_is ("FROM x\nRUN <<EOF\na\nb\nEOF\n\nBAD\n",
                  "test.recipe:7:1: unknown instruction 'BAD'");
+}
+
+static void
+test_onbuild (void **state)
+{
+  (void) state;
+  ib_recipe_t *r;
+  const ib_instr_t *in;
+
+  r = parse_ok ("FROM x\n"
+                "ONBUILD ADD . /app/src\n"
+                "onbuild   run --mount=type=cache,target=/c \\\n"
+                "    make  \n"
+                "ONBUILD COPY <<EOF /etc/motd\n"
+                "hi $USER\n"
+                "EOF\n"
+                "ONBUILD RUN <<-EOF\n"
+                "\techo a\n"
+                "\tEOF\n"
+                "ONBUILD ENV A=1 B=\"two words\"\n"
+                "ONBUILD HEALTHCHECK --interval=5s CMD [\"true\"]\n"
+                "USER after\n");
+  assert_int_equal (r->stages[0].n_instrs, 8);
+
+  in = instr_at (r, 0, 1);
+  assert_int_equal (in->kind, IB_I_ONBUILD);
+  assert_string_equal (in->keyword, "ONBUILD");
+  assert_int_equal (in->line, 2);
+  assert_string_equal (in->text, "ADD . /app/src");
+  assert_strv (in->flags, NULL);
+  assert_null (in->args);
+  assert_int_equal (in->n_kvs, 0);
+  assert_int_equal (in->n_heredocs, 0);
+  assert_non_null (in->trigger);
+  assert_int_equal (in->trigger->kind, IB_I_ADD);
+  assert_int_equal (in->trigger->line, 2);
+  assert_strv (in->trigger->args, ".", "/app/src", NULL);
+  assert_null (in->trigger->trigger);
+
+  in = instr_at (r, 0, 2);
+  assert_int_equal (in->line, 3);
+  assert_string_equal (in->text, "run --mount=type=cache,target=/c     make");
+  assert_int_equal (in->trigger->kind, IB_I_RUN);
+  assert_strv (in->trigger->flags, "--mount=type=cache,target=/c", NULL);
+  assert_string_equal (in->trigger->text, "make");
+
+  /* Heredocs of the trigger: bodies appended to the text as BuildKit does. */
+  in = instr_at (r, 0, 3);
+  assert_int_equal (in->line, 5);
+  assert_string_equal (in->text, "COPY <<EOF /etc/motd\nhi $USER\nEOF");
+  assert_int_equal (in->n_heredocs, 0);
+  assert_int_equal (in->trigger->n_heredocs, 1);
+  assert_heredoc (&in->trigger->heredocs[0], "EOF", "hi $USER\n", false, true, 6, 0);
+  in = instr_at (r, 0, 4);
+  assert_int_equal (in->line, 8);
+  assert_string_equal (in->text, "RUN <<-EOF\n\techo a\nEOF");
+  assert_true (in->trigger->heredoc_script);
+  assert_string_equal (in->trigger->text, "echo a\n");
+
+  in = instr_at (r, 0, 5);
+  assert_int_equal (in->line, 11);
+  assert_int_equal (in->trigger->kind, IB_I_ENV);
+  assert_string_equal (kv (in->trigger, "B")->value, "two words");
+  in = instr_at (r, 0, 6);
+  assert_int_equal (in->trigger->kind, IB_I_HEALTHCHECK);
+  assert_true (in->trigger->json_form);
+  assert_string_equal (ib_instr_flag (in->trigger, "interval"), "5s");
+  in = instr_at (r, 0, 7);
+  assert_int_equal (in->kind, IB_I_USER);
+  assert_int_equal (in->line, 13);
+  assert_string_equal (in->text, "after");
+  ib_recipe_free (r);
+
+  /* Docker's messages for forbidden triggers; the trigger must parse. */
+  assert_err_is ("FROM x\nONBUILD ONBUILD RUN true\n",
+                 "test.recipe:2:9: Chaining ONBUILD via `ONBUILD ONBUILD` isn't allowed");
+  assert_err_is ("FROM x\nONBUILD from scratch\n",
+                 "test.recipe:2:9: FROM isn't allowed as an ONBUILD trigger");
+  assert_err_is ("FROM x\nONBUILD  MAINTAINER me\n",
+                 "test.recipe:2:10: MAINTAINER isn't allowed as an ONBUILD trigger");
+  assert_err_is ("FROM x\nONBUILD\n", "test.recipe:2: ONBUILD needs an instruction, got 'ONBUILD'");
+  assert_err_is ("FROM x\nONBUILD RUN\n", "test.recipe:2: RUN needs a command, got 'RUN'");
+  assert_err_is ("FROM x\nONBUILD FOO bar\n", "test.recipe:2:9: unknown instruction 'FOO'");
+  assert_err_is ("FROM x\nONBUILD COPY --form=a b c\n",
+                 "test.recipe:2:14: COPY accepts --from, --chown, --chmod, --link, --parents, "
+                 "--exclude, got '--form=a'");
+  assert_err_is ("FROM x\nONBUILD RUN cat <<EOF\n",
+                 "test.recipe:2:17: unterminated heredoc '<<EOF': expected a line 'EOF', got end "
+                 "of file");
+  assert_err_is ("ONBUILD RUN true\nFROM x\n", "test.recipe:1:1: expected FROM, got 'ONBUILD'");
 }
 
 /* ------------------------------------------------------------------ */
@@ -1431,6 +1520,7 @@ main (void)
     cmocka_unit_test (test_healthcheck),
     cmocka_unit_test (test_errors),
     cmocka_unit_test (test_heredocs),
+    cmocka_unit_test (test_onbuild),
     cmocka_unit_test (test_expand),
     cmocka_unit_test (test_expand_word),
     cmocka_unit_test (test_split_words),
