@@ -20,7 +20,9 @@
  * values are known, with ib_expand_word() (Docker's semantics: expansion,
  * quote removal and escapes in one pass) on the raw, unexpanded words the
  * parser keeps: ib_kv_t.raw, ib_instr_t.text of FROM/WORKDIR/USER/STOPSIGNAL,
- * each of ib_instr_t.args of COPY/ADD/EXPOSE/VOLUME (shell form), flag values.
+ * each of ib_instr_t.args of COPY/ADD/EXPOSE/VOLUME (shell form) except the
+ * COPY/ADD heredoc source words (ib_instr_heredoc() says which), flag values,
+ * and the content of COPY/ADD heredocs whose `expand` is set.
  * RUN/CMD/ENTRYPOINT are never expanded by the builder (the shell does it).
  */
 #ifndef IB_BUILDER_RECIPE_H

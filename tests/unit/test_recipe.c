@@ -1309,6 +1309,9 @@ static const char *const seeds[] = {
   "FROM --platform=linux/amd64 a AS b\nCOPY --chown=1:1 --link --exclude=x a b /c/\n"
   "ADD --chmod=755 f /g\nRUN --mount=type=cache,target=/c --network=none make\n",
   "FROM x\r\nARG A B=1\r\nENV K V\r\nOUTPUT type=oci,dest=o,\"name=a,b\"\r\n",
+  "FROM x\nRUN <<EOF\necho a\nEOF\nRUN <<-A cat <<'B' \\\n  > /o\n\ta\n\tA\nb\nB\n"
+  "COPY <<f1 <<\"f2\" /d/\n1\nf1\n2\nf2\nUSER u\n",
+  "FROM x\nONBUILD RUN <<EOF\necho\nEOF\nONBUILD COPY --from=a b c\nonbuild ENV A=1\n",
 };
 
 static const char special[] = "\\`\n\r\"'${}[]#=,- \t<AS:";
@@ -1425,6 +1428,30 @@ walk_instr (const ib_recipe_t *r, const ib_instr_t *in)
       assert_true ((in->kvs[i].value == NULL) == (in->kvs[i].raw == NULL));
       if (in->kvs[i].raw)
         exercise_expand (in->kvs[i].raw, r->escape);
+    }
+  for (size_t i = 0; i < in->n_heredocs; i++)
+    {
+      const ib_heredoc_t *h = &in->heredocs[i];
+      assert_non_null (h->name);
+      assert_true (h->name[0] != '\0');
+      assert_non_null (h->content);
+      assert_true (h->line > in->line);
+      if (h->arg >= 0)
+        {
+          assert_true ((size_t) h->arg < ib_strv_len (in->args));
+          assert_ptr_equal (ib_instr_heredoc (in, (size_t) h->arg), h);
+        }
+      else
+        assert_int_equal (in->kind, IB_I_RUN);
+    }
+  assert_true (!in->heredoc_script || in->n_heredocs == 1);
+  assert_true ((in->kind == IB_I_ONBUILD) == (in->trigger != NULL));
+  if (in->trigger)
+    {
+      assert_int_equal (in->trigger->line, in->line);
+      assert_true (in->trigger->kind != IB_I_ONBUILD && in->trigger->kind != IB_I_FROM
+                   && in->trigger->kind != IB_I_MAINTAINER);
+      walk_instr (r, in->trigger);
     }
   (void) ib_instr_flag (in, "from");
   char **m = ib_instr_flag_values (in, "mount");
