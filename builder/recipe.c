@@ -114,6 +114,17 @@ instr_clear (ib_instr_t *in)
   for (i = 0; i < in->n_kvs; i++)
     kv_clear (&in->kvs[i]);
   free (in->kvs);
+  for (i = 0; i < in->n_heredocs; i++)
+    {
+      free (in->heredocs[i].name);
+      free (in->heredocs[i].content);
+    }
+  free (in->heredocs);
+  if (in->trigger)
+    {
+      instr_clear (in->trigger);
+      free (in->trigger);
+    }
   memset (in, 0, sizeof *in);
 }
 
@@ -598,12 +609,16 @@ ib_split_words (const char *s)
 }
 
 /* Split on unquoted whitespace, keeping quotes and escapes as written
- * (Dockerfile's own word splitting for ENV/LABEL/ARG/COPY...). */
+ * (Dockerfile's own word splitting for ENV/LABEL/ARG/COPY...).  With `offs`,
+ * (*offs)[i] is the offset of word i in `s` (caller frees). */
 static char **
-split_raw_words (const char *s, char esc)
+split_raw_words_at (const char *s, char esc, size_t **offs)
 {
   char **words = strv_new ();
-  size_t i = 0, start;
+  size_t i = 0, start, n = 0;
+
+  if (offs)
+    *offs = xmalloc (sizeof (size_t));
 
   for (;;)
     {
@@ -633,13 +648,42 @@ split_raw_words (const char *s, char esc)
         }
       cleanup_free char *w = xstrndup (s + start, i - start);
       ib_strv_push (&words, w);
+      if (offs)
+        {
+          *offs = xrealloc (*offs, (n + 2) * sizeof (size_t));
+          (*offs)[n] = start;
+        }
+      n++;
     }
   return words;
+}
+
+static char **
+split_raw_words (const char *s, char esc)
+{
+  return split_raw_words_at (s, esc, NULL);
 }
 
 /* ------------------------------------------------------------------ */
 /* parser state and errors                                            */
 /* ------------------------------------------------------------------ */
+
+struct phys_line
+{
+  const char *s;
+  size_t len;     /* without "\n" and one trailing "\r" */
+  size_t raw_len; /* with them (heredoc bodies keep their line endings) */
+};
+
+/* Where a piece of the logical line came from: the byte at logical offset
+ * `off` is at (line, col) in the file, and so are the following bytes of the
+ * same physical line. */
+struct seg
+{
+  size_t off;
+  int line;
+  int col; /* 1-based byte column */
+};
 
 struct parser
 {
@@ -647,6 +691,18 @@ struct parser
   char esc;
   ib_recipe_t *r;
   ib_error_t *err;
+  /* the logical line being parsed and where its pieces came from */
+  const char *lbase;
+  struct seg *segs;
+  size_t n_segs;
+  size_t text_off; /* offset in lbase of the current instruction's text */
+  /* physical lines; `next` is the first one after the current logical line
+   * (heredoc bodies are read from there) */
+  const struct phys_line *lines;
+  size_t n_lines, next;
+  /* "\n" BODY NAME for each heredoc read for the current instruction, bodies
+   * as written: what BuildKit appends to a RUN (or ONBUILD) command line */
+  ib_buf_t tail;
 };
 
 static int
@@ -664,6 +720,52 @@ perr (struct parser *p, int line, const char *fmt, ...)
   va_end (ap);
   mask_controls (msg);
   return ib_error_set (p->err, EINVAL, "%s:%d: %s", p->path, line, msg);
+}
+
+/* File position of logical offset `off`. */
+static void
+pos_of (const struct parser *p, size_t off, int *line, int *col)
+{
+  const struct seg *best = NULL;
+
+  for (size_t i = 0; i < p->n_segs; i++)
+    if (p->segs[i].off <= off)
+      best = &p->segs[i];
+  if (best == NULL)
+    {
+      *line = 1;
+      *col = 1;
+      return;
+    }
+  *line = best->line;
+  *col = best->col + (int) (off - best->off);
+}
+
+/* An error about the text at logical offset `off`: "PATH:LINE:COL: msg". */
+static int
+perr_at (struct parser *p, size_t off, const char *fmt, ...) __attribute__ ((format (printf, 3, 4)));
+
+static int
+perr_at (struct parser *p, size_t off, const char *fmt, ...)
+{
+  cleanup_free char *msg = NULL;
+  va_list ap;
+  int line, col;
+
+  va_start (ap, fmt);
+  if (vasprintf (&msg, fmt, ap) < 0)
+    abort ();
+  va_end (ap);
+  mask_controls (msg);
+  pos_of (p, off, &line, &col);
+  return ib_error_set (p->err, EINVAL, "%s:%d:%d: %s", p->path, line, col, msg);
+}
+
+/* Logical offset of `at`, a pointer into in->text. */
+static size_t
+text_off (const struct parser *p, const ib_instr_t *in, const char *at)
+{
+  return p->text_off + (size_t) (at - in->text);
 }
 
 /* ------------------------------------------------------------------ */
@@ -726,12 +828,14 @@ static const struct flag_spec add_flags[] = {
 };
 
 /* Read the words that start with "--" at the head of `rest` into *words
- * (quotes removed, backslash escapes processed, as BuildKit does for flags);
- * a bare "--" ends them.  Returns a pointer to what follows. */
+ * (quotes removed, backslash escapes processed, as BuildKit does for flags),
+ * and the offset of each from `base` into *offs; a bare "--" ends them.
+ * Returns a pointer to what follows. */
 static const char *
-extract_flag_words (const char *rest, char ***words)
+extract_flag_words (const char *rest, const char *base, char ***words, size_t **offs)
 {
   const char *s = rest;
+  size_t n = 0;
 
   for (;;)
     {
@@ -742,6 +846,7 @@ extract_flag_words (const char *rest, char ***words)
 
       ib_buf_t w = { 0 };
       char quote = 0;
+      size_t start = (size_t) (s - base);
       ib_buf_append (&w, "", 0);
       while (*s && (quote || !is_space (*s)))
         {
@@ -767,6 +872,8 @@ extract_flag_words (const char *rest, char ***words)
         }
       ib_strv_push (words, w.data);
       ib_buf_free (&w);
+      *offs = xrealloc (*offs, (n + 1) * sizeof (size_t));
+      (*offs)[n++] = start;
     }
 }
 
@@ -780,9 +887,11 @@ flag_names (const struct flag_spec *spec)
   return ib_buf_steal (&b);
 }
 
-/* Validate and normalize the flag words of one instruction into in->flags. */
+/* Validate and normalize the flag words of one instruction into in->flags;
+ * offs[i] is the logical offset of words[i], for messages. */
 static int
-parse_flags (struct parser *p, ib_instr_t *in, const struct flag_spec *spec, char **words)
+parse_flags (struct parser *p, ib_instr_t *in, const struct flag_spec *spec, char **words,
+             const size_t *offs)
 {
   for (size_t i = 0; words && words[i]; i++)
     {
@@ -798,9 +907,9 @@ parse_flags (struct parser *p, ib_instr_t *in, const struct flag_spec *spec, cha
       if (f == NULL)
         {
           if (spec == NULL)
-            return perr (p, in->line, "%s takes no flags, got '%s'", in->keyword, ex);
+            return perr_at (p, offs[i], "%s takes no flags, got '%s'", in->keyword, ex);
           cleanup_free char *names = flag_names (spec);
-          return perr (p, in->line, "%s accepts %s, got '%s'", in->keyword, names, ex);
+          return perr_at (p, offs[i], "%s accepts %s, got '%s'", in->keyword, names, ex);
         }
 
       cleanup_free char *norm = NULL;
@@ -808,19 +917,19 @@ parse_flags (struct parser *p, ib_instr_t *in, const struct flag_spec *spec, cha
         {
           const char *v = eq ? eq + 1 : "true";
           if (strcasecmp (v, "true") != 0 && strcasecmp (v, "false") != 0)
-            return perr (p, in->line, "--%s takes true or false, got '%s'", f->name, ex);
+            return perr_at (p, offs[i], "--%s takes true or false, got '%s'", f->name, ex);
           norm = xasprintf ("--%s=%s", f->name, strcasecmp (v, "true") == 0 ? "true" : "false");
         }
       else
         {
           if (eq == NULL || eq[1] == '\0')
-            return perr (p, in->line, "--%s needs a value (--%s=VALUE), got '%s'", f->name,
-                         f->name, ex);
+            return perr_at (p, offs[i], "--%s needs a value (--%s=VALUE), got '%s'", f->name,
+                            f->name, ex);
           norm = xasprintf ("--%s=%s", f->name, eq + 1);
         }
 
       if (f->type != FLAG_LIST && ib_instr_flag (in, f->name) != NULL)
-        return perr (p, in->line, "--%s may be given once, got '%s' again", f->name, ex);
+        return perr_at (p, offs[i], "--%s may be given once, got '%s' again", f->name, ex);
       ib_strv_push (&in->flags, norm);
     }
   return 0;
@@ -857,7 +966,8 @@ parse_json_array (struct parser *p, ib_instr_t *in, char ***out)
       {
         cleanup_free char *ex = excerpt (in->text);
         json_decref (j);
-        return perr (p, in->line, "expected a JSON array of strings, got '%s'", ex);
+        return perr_at (p, text_off (p, in, in->text), "expected a JSON array of strings, got '%s'",
+                        ex);
       }
   *out = strv_new ();
   for (i = 0; i < json_array_size (j); i++)
@@ -880,8 +990,8 @@ enum parse_kind
   PK_STRING,  /* WORKDIR, USER, STOPSIGNAL, MAINTAINER */
   PK_WORDS,   /* EXPOSE, VOLUME */
   PK_OUTPUT,
-  PK_UNSUPPORTED,
   PK_HEALTHCHECK,
+  PK_ONBUILD,
 };
 
 struct keyword
@@ -911,7 +1021,7 @@ static const struct keyword keywords[] = {
   { "MAINTAINER", IB_I_MAINTAINER, PK_STRING, NULL },
   { "OUTPUT", IB_I_OUTPUT, PK_OUTPUT, NULL },
   { "HEALTHCHECK", IB_I_HEALTHCHECK, PK_HEALTHCHECK, healthcheck_flags },
-  { "ONBUILD", 0, PK_UNSUPPORTED, NULL },
+  { "ONBUILD", IB_I_ONBUILD, PK_ONBUILD, NULL },
 };
 
 static const struct keyword *
@@ -923,47 +1033,175 @@ find_keyword (const char *word)
   return NULL;
 }
 
-/* "<<EOF", "<<-EOF", "<<'EOF'", "2<<EOF" ... as one unquoted word. */
-static bool
-is_heredoc_word (const char *w)
+/* ------------------------------------------------------------------ */
+/* heredocs                                                           */
+/* ------------------------------------------------------------------ */
+
+static size_t
+count_quotes (const char *s)
 {
-  while (is_digit (*w))
-    w++;
-  if (w[0] != '<' || w[1] != '<')
-    return false;
-  w += 2;
-  if (*w == '-')
-    w++;
-  char q = 0;
-  if (*w == '\'' || *w == '"')
-    q = *w++;
-  if (!is_name_start (*w))
-    return false;
-  while (is_name_char (*w))
-    w++;
-  if (q && *w == q)
-    w++;
-  return *w == '\0';
+  size_t n = 0;
+  for (; *s; s++)
+    n += *s == '\'' || *s == '"';
+  return n;
 }
 
+/* Is raw word `w` (at logical offset `off`) a heredoc word?  BuildKit's rule:
+ * the whole word matches [0-9]*<<-?REST with REST non-empty and free of '<';
+ * the name is REST with quotes removed and backslash escapes processed (no
+ * expansion).  Returns 1 and fills h->name/chomp/expand, 0 if not, -1 on
+ * error (an unterminated quote, an empty name). */
 static int
-check_heredoc (struct parser *p, ib_instr_t *in)
+heredoc_word (struct parser *p, const char *w, size_t off, ib_heredoc_t *h)
 {
-  cleanup_strv char **words = split_raw_words (in->text, p->esc);
+  const char *s = w;
 
+  while (is_digit (*s))
+    s++;
+  if (s[0] != '<' || s[1] != '<')
+    return 0;
+  s += 2;
+  bool chomp = *s == '-';
+  if (chomp)
+    s++;
+  if (*s == '\0' || strchr (s, '<'))
+    return 0;
+
+  char *name = NULL;
+  ib_error_t e = NULL;
+  cleanup_free char *ex = excerpt (w);
+  if (unquote (s, '\\', &name, &e) < 0)
+    {
+      ib_error_free (&e);
+      return perr_at (p, off, "expected a closing quote in the heredoc delimiter, got '%s'", ex);
+    }
+  if (name[0] == '\0')
+    {
+      free (name);
+      return perr_at (p, off, "expected a heredoc delimiter after '<<', got '%s'", ex);
+    }
+  memset (h, 0, sizeof *h);
+  h->name = name;
+  h->chomp = chomp;
+  h->expand = count_quotes (s) == count_quotes (name);
+  h->arg = -1;
+  return 1;
+}
+
+/* Read the body of heredoc `h` (its word `w` at logical offset `off`) from
+ * p->next on, up to its terminator line; append "\n" BODY NAME to p->tail. */
+static int
+heredoc_body (struct parser *p, ib_heredoc_t *h, const char *w, size_t off)
+{
+  ib_buf_t raw = { 0 };
+  size_t nlen = strlen (h->name);
+
+  ib_buf_append (&raw, "", 0);
+  h->line = (int) p->next + 1;
+  for (;;)
+    {
+      if (p->next >= p->n_lines)
+        {
+          cleanup_free char *ex = excerpt (w);
+          cleanup_free char *exn = excerpt (h->name);
+          ib_buf_free (&raw);
+          return perr_at (p, off, "unterminated heredoc '%s': expected a line '%s', got end of file",
+                          ex, exn);
+        }
+      const struct phys_line *l = &p->lines[p->next++];
+      const char *c = l->s;
+      size_t len = l->raw_len;
+      while (len > 0 && (c[len - 1] == '\n' || c[len - 1] == '\r'))
+        len--;
+      if (h->chomp)
+        while (len > 0 && *c == '\t')
+          c++, len--;
+      if (len == nlen && memcmp (c, h->name, nlen) == 0)
+        break;
+      ib_buf_append (&raw, l->s, l->raw_len);
+    }
+
+  if (h->chomp)
+    {
+      ib_buf_t b = { 0 };
+      ib_buf_append (&b, "", 0);
+      for (size_t i = 0; i < raw.len;)
+        {
+          while (i < raw.len && raw.data[i] == '\t')
+            i++;
+          const char *nl = memchr (raw.data + i, '\n', raw.len - i);
+          size_t end = nl ? (size_t) (nl - raw.data) + 1 : raw.len;
+          ib_buf_append (&b, raw.data + i, end - i);
+          i = end;
+        }
+      h->content = ib_buf_steal (&b);
+    }
+  else
+    h->content = xstrdup (raw.data);
+  ib_buf_puts (&p->tail, "\n");
+  ib_buf_append (&p->tail, raw.data, raw.len);
+  ib_buf_puts (&p->tail, h->name);
+  ib_buf_free (&raw);
+  return 0;
+}
+
+/* Find the heredoc words among `words` (offsets in in->text: `offs`), read
+ * their bodies, record them in `in` (arg: the word's index when `is_args`). */
+static int
+read_heredocs (struct parser *p, ib_instr_t *in, char **words, const size_t *offs, bool is_args)
+{
   for (size_t i = 0; words[i]; i++)
-    if (is_heredoc_word (words[i]))
-      {
-        cleanup_free char *ex = excerpt (words[i]);
-        return perr (p, in->line, "heredocs are not supported yet, got '%s'", ex);
-      }
+    {
+      ib_heredoc_t h = { 0 };
+      size_t off = p->text_off + offs[i];
+      int r = heredoc_word (p, words[i], off, &h);
+      if (r < 0)
+        return -1;
+      if (r == 0)
+        continue;
+      if (heredoc_body (p, &h, words[i], off) < 0)
+        {
+          free (h.name);
+          return -1;
+        }
+      h.arg = is_args ? (int) i : -1;
+      in->heredocs = xrealloc (in->heredocs, (in->n_heredocs + 1) * sizeof *in->heredocs);
+      in->heredocs[in->n_heredocs++] = h;
+    }
+  return 0;
+}
+
+/* RUN (shell form): heredoc bodies, and the script the shell gets. */
+static int
+run_heredocs (struct parser *p, ib_instr_t *in)
+{
+  /* Words as BuildKit finds heredocs: backslash escapes, whatever the
+   * escape directive. */
+  cleanup_free size_t *offs = NULL;
+  cleanup_strv char **words = split_raw_words_at (in->text, '\\', &offs);
+
+  if (read_heredocs (p, in, words, offs, false) < 0)
+    return -1;
+  if (in->n_heredocs == 0)
+    return 0;
+  char *text;
+  if (in->n_heredocs == 1 && words[1] == NULL)
+    {
+      in->heredoc_script = true;
+      text = xstrdup (in->heredocs[0].content);
+    }
+  else
+    text = xasprintf ("%s%s", in->text, p->tail.data);
+  free (in->text);
+  in->text = text;
   return 0;
 }
 
 static int
 parse_from (struct parser *p, ib_instr_t *in, char **stage_name)
 {
-  cleanup_strv char **w = split_raw_words (in->text, p->esc);
+  cleanup_free size_t *offs = NULL;
+  cleanup_strv char **w = split_raw_words_at (in->text, p->esc, &offs);
   size_t n = ib_strv_len (w);
   cleanup_free char *ex = excerpt (in->text);
 
@@ -983,17 +1221,18 @@ parse_from (struct parser *p, ib_instr_t *in, char **stage_name)
         {
           cleanup_free char *exn = excerpt (w[2]);
           free (name);
-          return perr (p, in->line,
-                       "a stage name starts with a letter and holds only letters, digits, "
-                       "'-', '_' and '.', got '%s'",
-                       exn);
+          return perr_at (p, p->text_off + offs[2],
+                          "a stage name starts with a letter and holds only letters, digits, "
+                          "'-', '_' and '.', got '%s'",
+                          exn);
         }
       for (size_t i = 0; i < p->r->n_stages; i++)
         if (p->r->stages[i].name && strcmp (p->r->stages[i].name, name) == 0)
           {
             cleanup_free char *exn = excerpt (w[2]);
             free (name);
-            return perr (p, in->line, "a stage name must be unique, got '%s' twice", exn);
+            return perr_at (p, p->text_off + offs[2], "a stage name must be unique, got '%s' twice",
+                            exn);
           }
       *stage_name = name;
     }
@@ -1002,8 +1241,11 @@ parse_from (struct parser *p, ib_instr_t *in, char **stage_name)
   return 0;
 }
 
+/* One NAME[=VALUE] of ENV/LABEL/ARG; koff and voff are the text offsets of
+ * the raw key and value, for messages. */
 static int
-value_pair (struct parser *p, ib_instr_t *in, const char *rawkey, const char *rawval)
+value_pair (struct parser *p, ib_instr_t *in, const char *rawkey, size_t koff,
+            const char *rawval, size_t voff)
 {
   char *key = NULL, *value = NULL;
   ib_error_t e = NULL;
@@ -1016,15 +1258,17 @@ value_pair (struct parser *p, ib_instr_t *in, const char *rawkey, const char *ra
       cleanup_free char *ex = excerpt (in_value ? rawval : rawkey);
       ib_error_free (&e);
       free (key);
-      return perr (p, in->line, "expected a closing quote in %s %s, got '%s'", in->keyword,
-                   in_value ? "value" : "name", ex);
+      return perr_at (p, p->text_off + (in_value ? voff : koff),
+                      "expected a closing quote in %s %s, got '%s'", in->keyword,
+                      in_value ? "value" : "name", ex);
     }
   if (key[0] == '\0')
     {
       cleanup_free char *ex = excerpt (rawkey);
       free (key);
       free (value);
-      return perr (p, in->line, "%s needs a non-empty name, got '%s'", in->keyword, ex);
+      return perr_at (p, p->text_off + koff, "%s needs a non-empty name, got '%s'", in->keyword,
+                      ex);
     }
   instr_add_kv (in, key, value, xstrdup (rawval));
   return 0;
@@ -1033,7 +1277,8 @@ value_pair (struct parser *p, ib_instr_t *in, const char *rawkey, const char *ra
 static int
 parse_arg (struct parser *p, ib_instr_t *in)
 {
-  cleanup_strv char **w = split_raw_words (in->text, p->esc);
+  cleanup_free size_t *offs = NULL;
+  cleanup_strv char **w = split_raw_words_at (in->text, p->esc, &offs);
 
   if (w[0] == NULL)
     return perr (p, in->line, "expected 'ARG NAME[=DEFAULT]', got 'ARG'");
@@ -1045,9 +1290,10 @@ parse_arg (struct parser *p, ib_instr_t *in)
       if (w[i][0] == '\0')
         {
           cleanup_free char *ex = excerpt (eq ? eq + 1 : "");
-          return perr (p, in->line, "expected 'ARG NAME[=DEFAULT]', got '=%s'", ex);
+          return perr_at (p, p->text_off + offs[i], "expected 'ARG NAME[=DEFAULT]', got '=%s'", ex);
         }
-      if (value_pair (p, in, w[i], eq ? eq + 1 : NULL) < 0)
+      if (value_pair (p, in, w[i], offs[i], eq ? eq + 1 : NULL,
+                      eq ? offs[i] + (size_t) (eq - w[i]) + 1 : 0) < 0)
         return -1;
     }
   return 0;
@@ -1056,7 +1302,8 @@ parse_arg (struct parser *p, ib_instr_t *in)
 static int
 parse_keyval (struct parser *p, ib_instr_t *in)
 {
-  cleanup_strv char **w = split_raw_words (in->text, p->esc);
+  cleanup_free size_t *offs = NULL;
+  cleanup_strv char **w = split_raw_words_at (in->text, p->esc, &offs);
 
   if (w[0] == NULL)
     return perr (p, in->line, "expected '%s NAME=VALUE ...', got '%s'", in->keyword,
@@ -1079,7 +1326,7 @@ parse_keyval (struct parser *p, ib_instr_t *in)
           return perr (p, in->line, "expected '%s NAME VALUE' or '%s NAME=VALUE ...', got '%s %s'",
                        in->keyword, in->keyword, in->keyword, ex);
         }
-      return value_pair (p, in, key, v);
+      return value_pair (p, in, key, 0, v, (size_t) (v - t));
     }
 
   for (size_t i = 0; w[i]; i++)
@@ -1088,10 +1335,10 @@ parse_keyval (struct parser *p, ib_instr_t *in)
       if (eq == NULL)
         {
           cleanup_free char *ex = excerpt (w[i]);
-          return perr (p, in->line, "expected NAME=VALUE, got '%s'", ex);
+          return perr_at (p, p->text_off + offs[i], "expected NAME=VALUE, got '%s'", ex);
         }
       *eq = '\0';
-      if (value_pair (p, in, w[i], eq + 1) < 0)
+      if (value_pair (p, in, w[i], offs[i], eq + 1, offs[i] + (size_t) (eq - w[i]) + 1) < 0)
         return -1;
     }
   return 0;
@@ -1115,7 +1362,7 @@ parse_command (struct parser *p, ib_instr_t *in)
         return perr (p, in->line, "SHELL needs at least the executable, got '%s'", ex);
     }
   if (in->kind == IB_I_RUN && !in->json_form)
-    return check_heredoc (p, in);
+    return run_heredocs (p, in);
   return 0;
 }
 
@@ -1140,6 +1387,7 @@ parse_healthcheck (struct parser *p, ib_instr_t *in)
   while (*cmd && is_space (*cmd))
     cmd++;
   char *rest = xstrdup (cmd);
+  p->text_off = text_off (p, in, cmd);
   free (in->text);
   in->text = rest;
   if (in->text[0] == '\0')
@@ -1156,17 +1404,25 @@ parse_copy (struct parser *p, ib_instr_t *in)
   if (parse_json_array (p, in, &in->args) < 0)
     return -1;
   in->json_form = in->args != NULL;
+  cleanup_free size_t *offs = NULL;
   if (!in->json_form)
     {
-      if (check_heredoc (p, in) < 0)
+      in->args = split_raw_words_at (in->text, p->esc, &offs);
+      if (read_heredocs (p, in, in->args, offs, true) < 0)
         return -1;
-      in->args = split_raw_words (in->text, p->esc);
     }
-  if (ib_strv_len (in->args) < 2)
+  size_t n = ib_strv_len (in->args);
+  if (n < 2)
     {
       cleanup_free char *ex = excerpt (in->text);
       return perr (p, in->line, "%s needs at least one source and a destination, got '%s%s%s'",
                    in->keyword, in->keyword, ex[0] ? " " : "", ex);
+    }
+  if (in->n_heredocs && in->heredocs[in->n_heredocs - 1].arg == (int) n - 1)
+    {
+      cleanup_free char *ex = excerpt (in->args[n - 1]);
+      return perr_at (p, p->text_off + offs[n - 1],
+                      "%s cannot accept a heredoc as a destination, got '%s'", in->keyword, ex);
     }
   return 0;
 }
@@ -1256,14 +1512,15 @@ parse_output (struct parser *p, ib_instr_t *in)
       if (quoted)
         {
           ib_buf_free (&f);
-          return perr (p, in->line, "expected a closing double quote in OUTPUT, got '%s'",
-                       rawfield);
+          return perr_at (p, text_off (p, in, s + start),
+                          "expected a closing double quote in OUTPUT, got '%s'", rawfield);
         }
       char *eq = strchr (f.data, '=');
       if (eq == NULL || eq == f.data)
         {
           ib_buf_free (&f);
-          return perr (p, in->line, "expected OUTPUT option key=value, got '%s'", rawfield);
+          return perr_at (p, text_off (p, in, s + start), "expected OUTPUT option key=value, got '%s'",
+                          rawfield);
         }
       char *key = xstrndup (f.data, (size_t) (eq - f.data));
       for (char *c = key; *c; c++)
@@ -1272,7 +1529,8 @@ parse_output (struct parser *p, ib_instr_t *in)
         {
           ib_buf_free (&f);
           free (key);
-          return perr (p, in->line, "expected each OUTPUT option once, got '%s' again", rawfield);
+          return perr_at (p, text_off (p, in, s + start),
+                          "expected each OUTPUT option once, got '%s' again", rawfield);
         }
       instr_add_kv (in, key, xstrdup (eq + 1), xstrdup (eq + 1));
       ib_buf_free (&f);
@@ -1308,11 +1566,6 @@ parse_output (struct parser *p, ib_instr_t *in)
 /* logical lines                                                      */
 /* ------------------------------------------------------------------ */
 
-struct phys_line
-{
-  const char *s;
-  size_t len; /* without "\n" and one trailing "\r" */
-};
 
 static struct phys_line *
 split_lines (const char *text, size_t *n_out)
@@ -1332,6 +1585,7 @@ split_lines (const char *text, size_t *n_out)
       v = xrealloc (v, (n + 1) * sizeof *v);
       v[n].s = s;
       v[n].len = (len > 0 && s[len - 1] == '\r') ? len - 1 : len;
+      v[n].raw_len = len + (s[len] == '\n' ? 1 : 0);
       n++;
       s += len;
       if (*s == '\n')
@@ -1433,6 +1687,21 @@ trim_continuation (const char *s, size_t *len, char esc)
   return false;
 }
 
+/* Append a piece of physical line `line` (starting at 1-based column `col`)
+ * to the logical line in `b`, remembering where it came from. */
+static void
+add_piece (struct parser *p, ib_buf_t *b, const char *s, size_t len, int line, int col)
+{
+  if (len == 0)
+    return;
+  p->segs = xrealloc (p->segs, (p->n_segs + 1) * sizeof *p->segs);
+  p->segs[p->n_segs].off = b->len;
+  p->segs[p->n_segs].line = line;
+  p->segs[p->n_segs].col = col;
+  p->n_segs++;
+  ib_buf_append (b, s, len);
+}
+
 /* ------------------------------------------------------------------ */
 /* recipe                                                             */
 /* ------------------------------------------------------------------ */
@@ -1445,16 +1714,60 @@ push_instr (ib_instr_t **v, size_t *n)
   return &(*v)[(*n)++];
 }
 
-/* One logical line: keyword, flags, then the instruction's own grammar. */
+static int parse_one (struct parser *p, const char *line, int lineno, bool is_trigger,
+                      ib_instr_t *in, char **stage_name);
+
+/* ONBUILD INSTRUCTION: the trigger is parsed as an instruction of its own. */
 static int
-parse_instruction (struct parser *p, const char *line, int lineno)
+parse_onbuild (struct parser *p, ib_instr_t *in)
+{
+  const char *t = p->lbase + p->text_off; /* the trigger, in the logical line */
+  size_t k = 0;
+
+  if (in->text[0] == '\0')
+    return perr (p, in->line, "ONBUILD needs an instruction, got 'ONBUILD'");
+  while (t[k] && !is_space (t[k]))
+    k++;
+  cleanup_free char *word = xstrndup (t, k);
+  for (char *c = word; *c; c++)
+    *c = (char) toupper ((unsigned char) *c);
+  if (strcmp (word, "ONBUILD") == 0)
+    return perr_at (p, p->text_off, "Chaining ONBUILD via `ONBUILD ONBUILD` isn't allowed");
+  if (strcmp (word, "FROM") == 0 || strcmp (word, "MAINTAINER") == 0)
+    return perr_at (p, p->text_off, "%s isn't allowed as an ONBUILD trigger", word);
+
+  size_t saved = p->text_off;
+  ib_instr_t trig = { 0 };
+  char *stage_name = NULL;
+  if (parse_one (p, t, in->line, true, &trig, &stage_name) < 0)
+    {
+      instr_clear (&trig);
+      free (stage_name);
+      return -1;
+    }
+  p->text_off = saved;
+  in->trigger = xmalloc (sizeof *in->trigger);
+  *in->trigger = trig;
+  if (p->tail.len > 0)
+    {
+      char *text = xasprintf ("%s%s", in->text, p->tail.data);
+      free (in->text);
+      in->text = text;
+    }
+  return 0;
+}
+
+/* One logical line (or an ONBUILD trigger, `is_trigger`) into *in: keyword,
+ * flags, then the instruction's own grammar.  `line` points into p->lbase. */
+static int
+parse_one (struct parser *p, const char *line, int lineno, bool is_trigger, ib_instr_t *in,
+           char **stage_name)
 {
   ib_recipe_t *r = p->r;
   size_t k = 0;
-  ib_instr_t in = { 0 };
   cleanup_strv char **flag_words = NULL;
-  cleanup_free char *stage_name = NULL;
-  int ret;
+  cleanup_free size_t *flag_offs = NULL;
+  size_t kw_off = (size_t) (line - p->lbase);
 
   while (line[k] && !is_space (line[k]))
     k++;
@@ -1462,68 +1775,68 @@ parse_instruction (struct parser *p, const char *line, int lineno)
   cleanup_free char *exw = excerpt (word);
   const struct keyword *kw = find_keyword (word);
   if (kw == NULL)
-    return perr (p, lineno, "unknown instruction '%s'", exw);
-  if (kw->pk == PK_UNSUPPORTED)
-    return perr (p, lineno, "%s is not supported yet", kw->name);
-  if (r->n_stages == 0 && kw->kind != IB_I_FROM && kw->kind != IB_I_ARG)
-    return perr (p, lineno, "expected FROM, got '%s'", exw);
+    return perr_at (p, kw_off, "unknown instruction '%s'", exw);
+  if (!is_trigger && r->n_stages == 0 && kw->kind != IB_I_FROM && kw->kind != IB_I_ARG)
+    return perr_at (p, kw_off, "expected FROM, got '%s'", exw);
 
   const char *rest = line + k;
   while (*rest && is_space (*rest))
     rest++;
 
-  in.kind = kw->kind;
-  in.keyword = kw->name;
-  in.line = lineno;
-  in.flags = strv_new ();
+  in->kind = kw->kind;
+  in->keyword = kw->name;
+  in->line = lineno;
+  in->flags = strv_new ();
   if (kw->flags)
-    rest = extract_flag_words (rest, &flag_words);
-  in.text = trim_dup (rest, strlen (rest));
+    rest = extract_flag_words (rest, p->lbase, &flag_words, &flag_offs);
+  in->text = trim_dup (rest, strlen (rest));
+  p->text_off = (size_t) (rest - p->lbase);
 
-  ret = parse_flags (p, &in, kw->flags, flag_words);
-  if (ret == 0)
-    switch (kw->pk)
-      {
-      case PK_FROM:
-        ret = parse_from (p, &in, &stage_name);
-        break;
-      case PK_ARG:
-        ret = parse_arg (p, &in);
-        break;
-      case PK_KEYVAL:
-        ret = parse_keyval (p, &in);
-        break;
-      case PK_COMMAND:
-        ret = parse_command (p, &in);
-        break;
-      case PK_COPY:
-        ret = parse_copy (p, &in);
-        break;
-      case PK_STRING:
-        ret = parse_string (p, &in);
-        break;
-      case PK_WORDS:
-        ret = parse_words (p, &in);
-        break;
-      case PK_OUTPUT:
-        ret = parse_output (p, &in);
-        break;
-      case PK_HEALTHCHECK:
-        ret = parse_healthcheck (p, &in);
-        break;
-      case PK_UNSUPPORTED:
-      default:
-        ret = -1;
-        break;
-      }
-  if (ret < 0)
+  if (parse_flags (p, in, kw->flags, flag_words, flag_offs) < 0)
+    return -1;
+  switch (kw->pk)
+    {
+    case PK_FROM:
+      return parse_from (p, in, stage_name);
+    case PK_ARG:
+      return parse_arg (p, in);
+    case PK_KEYVAL:
+      return parse_keyval (p, in);
+    case PK_COMMAND:
+      return parse_command (p, in);
+    case PK_COPY:
+      return parse_copy (p, in);
+    case PK_STRING:
+      return parse_string (p, in);
+    case PK_WORDS:
+      return parse_words (p, in);
+    case PK_OUTPUT:
+      return parse_output (p, in);
+    case PK_HEALTHCHECK:
+      return parse_healthcheck (p, in);
+    case PK_ONBUILD:
+      return parse_onbuild (p, in);
+    default:
+      abort ();
+    }
+}
+
+/* One logical line: parse it and add it to the recipe. */
+static int
+parse_instruction (struct parser *p, const char *line, int lineno)
+{
+  ib_recipe_t *r = p->r;
+  ib_instr_t in = { 0 };
+  cleanup_free char *stage_name = NULL;
+
+  if (parse_one (p, line, lineno, false, &in, &stage_name) < 0)
     {
       instr_clear (&in);
       return -1;
     }
 
   ib_instr_t *slot;
-  if (kw->kind == IB_I_FROM)
+  if (in.kind == IB_I_FROM)
     {
       r->stages = xrealloc (r->stages, (r->n_stages + 1) * sizeof *r->stages);
       ib_stage_t *st = &r->stages[r->n_stages];
@@ -1552,6 +1865,9 @@ parse_all (struct parser *p, const char *text)
   bool seen_escape = false, seen_syntax = false, seen_check = false;
   int ret = 0;
 
+  p->lines = lines;
+  p->n_lines = n;
+
   /* Parser directives: only at the very top. */
   for (; i < n; i++)
     {
@@ -1574,7 +1890,8 @@ parse_all (struct parser *p, const char *text)
       size_t st = skip_ws (&lines[i], 0);
       size_t len = lines[i].len - st;
       bool cont = trim_continuation (lines[i].s + st, &len, p->esc);
-      ib_buf_append (&b, lines[i].s + st, len);
+      ib_buf_append (&b, "", 0);
+      add_piece (p, &b, lines[i].s + st, len, lineno, (int) st + 1);
       while (cont && i + 1 < n)
         {
           i++;
@@ -1582,13 +1899,27 @@ parse_all (struct parser *p, const char *text)
             continue;
           len = lines[i].len;
           cont = trim_continuation (lines[i].s, &len, p->esc);
-          ib_buf_append (&b, lines[i].s, len);
+          add_piece (p, &b, lines[i].s, len, (int) i + 1, 1);
         }
-      cleanup_free char *logical = trim_dup (b.data, b.len);
+      /* Trim in place: offsets into b.data stay those of the pieces. */
+      size_t lead = 0, end = b.len;
+      while (lead < end && is_space (b.data[lead]))
+        lead++;
+      while (end > lead && is_space (b.data[end - 1]))
+        end--;
+      b.data[end] = '\0';
+      p->lbase = b.data;
+      p->next = i + 1;
+      ib_buf_free (&p->tail);
+      ib_buf_append (&p->tail, "", 0);
+      if (lead < end)
+        ret = parse_instruction (p, b.data + lead, lineno);
+      i = p->next - 1; /* past heredoc bodies */
+      p->lbase = NULL;
+      free (p->segs);
+      p->segs = NULL;
+      p->n_segs = 0;
       ib_buf_free (&b);
-      if (logical[0] == '\0')
-        continue;
-      ret = parse_instruction (p, logical, lineno);
       if (ret < 0)
         goto out;
     }
@@ -1598,6 +1929,10 @@ parse_all (struct parser *p, const char *text)
 
 out:
   free (lines);
+  free (p->segs);
+  p->segs = NULL;
+  p->n_segs = 0;
+  ib_buf_free (&p->tail);
   return ret;
 }
 
@@ -1678,6 +2013,17 @@ flag_match (const char *flag, const char *name)
     return flag + 2 + n + 1;
   if (flag[2 + n] == '\0')
     return "true";
+  return NULL;
+}
+
+const ib_heredoc_t *
+ib_instr_heredoc (const ib_instr_t *in, size_t i)
+{
+  if (in == NULL)
+    return NULL;
+  for (size_t k = 0; k < in->n_heredocs; k++)
+    if (in->heredocs[k].arg >= 0 && (size_t) in->heredocs[k].arg == i)
+      return &in->heredocs[k];
   return NULL;
 }
 

@@ -13,12 +13,16 @@
  * comment lines and blank lines inside continuations dropped, a trailing '\r'
  * (CRLF files) dropped, keywords case-insensitive.  Parser directives
  * (`# escape=`, `# syntax=`, `# check=`) are read only before any other line.
+ * The bodies of heredocs (RUN/COPY/ADD `<<EOF`, ib_heredoc_t) are the raw
+ * lines after their instruction, taken out of the logical-line reading.
  *
  * It does not expand variables: that happens at build time, once ARG/ENV
  * values are known, with ib_expand_word() (Docker's semantics: expansion,
  * quote removal and escapes in one pass) on the raw, unexpanded words the
  * parser keeps: ib_kv_t.raw, ib_instr_t.text of FROM/WORKDIR/USER/STOPSIGNAL,
- * each of ib_instr_t.args of COPY/ADD/EXPOSE/VOLUME (shell form), flag values.
+ * each of ib_instr_t.args of COPY/ADD/EXPOSE/VOLUME (shell form) except the
+ * COPY/ADD heredoc source words (ib_instr_heredoc() says which), flag values,
+ * and the content of COPY/ADD heredocs whose `expand` is set.
  * RUN/CMD/ENTRYPOINT are never expanded by the builder (the shell does it).
  */
 #ifndef IB_BUILDER_RECIPE_H
@@ -32,7 +36,7 @@ typedef enum
 {
   IB_I_FROM, IB_I_ARG, IB_I_ENV, IB_I_RUN, IB_I_COPY, IB_I_ADD, IB_I_WORKDIR, IB_I_LABEL,
   IB_I_USER, IB_I_ENTRYPOINT, IB_I_CMD, IB_I_EXPOSE, IB_I_VOLUME, IB_I_STOPSIGNAL,
-  IB_I_SHELL, IB_I_MAINTAINER, IB_I_OUTPUT, IB_I_HEALTHCHECK,
+  IB_I_SHELL, IB_I_MAINTAINER, IB_I_OUTPUT, IB_I_HEALTHCHECK, IB_I_ONBUILD,
 } ib_instr_kind_t;
 
 typedef struct ib_kv
@@ -44,6 +48,31 @@ typedef struct ib_kv
   char *raw;         /* the value exactly as written (quotes, escapes kept): what the
                         builder passes to ib_expand_word(); NULL when value is NULL */
 } ib_kv_t;
+
+/* One here-document of RUN, COPY or ADD (shell form), as BuildKit reads it:
+ * a word `<<NAME`, `<<-NAME`, `<<"NAME"`, `<<'NAME'` (optionally after a
+ * file descriptor number, `3<<NAME`) in the instruction, and the lines after
+ * the instruction up to a line that is exactly NAME (with `<<-`, after leading
+ * tabs).  Several heredocs on one instruction take their bodies in order. */
+typedef struct ib_heredoc
+{
+  char *name;      /* the delimiter word with quotes removed and escapes processed
+                      ("EOF" for <<'EOF'): for COPY/ADD the file name the source gets */
+  char *content;   /* the body: every line between the instruction and the
+                      terminator line, each with its line ending as in the file ("\n",
+                      or "\r\n" in a CRLF recipe), so "" or ending in a newline; with
+                      `chomp`, leading tabs of every line already removed.  What a
+                      COPY/ADD file holds (before expansion, see `expand`) and what a
+                      RUN heredoc script is. */
+  bool chomp;      /* written `<<-NAME` */
+  bool expand;     /* the delimiter has no quote characters (BuildKit's rule: `<<EOF`
+                      and `<<\EOF` expand, `<<"EOF"`, `<<'EOF'`, `<<E"O"F` do not).
+                      COPY/ADD: expand ARG/ENV variables in `content` (BuildKit does);
+                      RUN: informational, the shell sees the delimiter as written */
+  int line;        /* 1-based line of the first body line (of the terminator if empty) */
+  int arg;         /* COPY/ADD: index in ib_instr_t.args of the `<<NAME` source word
+                      this heredoc stands for; RUN: -1 */
+} ib_heredoc_t;
 
 typedef struct ib_instr
 {
@@ -69,6 +98,34 @@ typedef struct ib_instr
                            OUTPUT's key=value options (keys lower-cased, "type" always
                            present and valid) */
   size_t n_kvs;
+  ib_heredoc_t *heredocs; /* RUN/COPY/ADD (shell form) heredocs in the order of their
+                           words, NULL when none; owned by the instruction.
+                           RUN: `text` is the script the shell must run, as BuildKit
+                           builds it: the command line, then for each heredoc "\n",
+                           its body as written (tabs kept: the shell strips them for
+                           <<-) and NAME, e.g. "cat <<EOF >/f\nhello\nEOF" (no newline
+                           after the last NAME) -- except with `heredoc_script`.
+                           COPY/ADD: args keeps each heredoc source word as written
+                           ("<<EOF", "<<-'EOF'") where it stands; the heredoc whose
+                           `arg` is its index (ib_instr_heredoc()) says what file it
+                           is: name `name`, data `content`.  The destination is never
+                           a heredoc. */
+  size_t n_heredocs;
+  bool heredoc_script;  /* RUN whose command is one heredoc and nothing else
+                           (`RUN <<EOF`, `RUN <<-"EOF"`): `text` is heredocs[0].content
+                           (tabs removed for <<-), the script.  BuildKit: a body
+                           starting with "#!" is written to a file (mode 0755) that
+                           is executed; any other body is run as `text` with the shell
+                           (SHELL / sh -c), like a shell-form RUN. */
+  struct ib_instr *trigger; /* ONBUILD: the trigger instruction, parsed and validated
+                           as if it stood alone (line: the ONBUILD's line), owned;
+                           NULL for other kinds.  The ONBUILD's own `text` is the
+                           trigger as written (keyword case kept, continuations
+                           joined, trimmed), followed for each heredoc of the trigger
+                           by "\n", its body as written and its NAME: BuildKit's
+                           expression, the string for the image config's OnBuild
+                           list (it parses again as an instruction with its bodies).
+                           The ONBUILD itself has no flags, args, kvs or heredocs. */
 } ib_instr_t;
 
 typedef struct ib_stage
@@ -90,11 +147,17 @@ typedef struct ib_recipe
 } ib_recipe_t;
 
 /* Parse recipe text (NUL-terminated).  `path` is used in messages: errors
- * (status EINVAL) read "PATH:LINE: <what was expected>, got '<text>'", one
- * line; unknown keywords read "PATH:LINE: unknown instruction 'FOO'",
- * ONBUILD "PATH:LINE: ONBUILD is not supported yet", heredocs
- * "PATH:LINE: heredocs are not supported yet, got '<<EOF'".  On success *out
- * is set and owned by the caller (ib_recipe_free); on failure *out is NULL. */
+ * (status EINVAL) are one line, "PATH:LINE: <what was expected>, got '<text>'"
+ * with LINE the line of the instruction's keyword, or, where the parser knows
+ * which piece of text is at fault, "PATH:LINE:COL: ..." with LINE and COL
+ * (1-based, in bytes, a tab counting 1, after a BOM) where that text starts,
+ * which may be a continuation line: unknown keywords ("PATH:LINE:COL: unknown
+ * instruction 'FOO'"), "expected FROM", flags, JSON arrays holding
+ * non-strings, ENV/LABEL/ARG words, stage names, OUTPUT fields, heredoc words
+ * ("PATH:LINE:COL: unterminated heredoc '<<EOF': expected a line 'EOF', got
+ * end of file"), ONBUILD triggers ("PATH:LINE:COL: FROM isn't allowed as an
+ * ONBUILD trigger", Docker's words).  On success *out is set and owned by the
+ * caller (ib_recipe_free); on failure *out is NULL. */
 int ib_recipe_parse (const char *path, const char *text, ib_recipe_t **out, ib_error_t *err);
 /* Free a recipe and everything it owns; NULL is fine. */
 void ib_recipe_free (ib_recipe_t *r);
@@ -153,6 +216,11 @@ int ib_expand_word (const char *word, char escape, ib_lookup_fn lookup, void *ct
  * "" gives an empty word; an unterminated quote runs to the end of `s`.
  * No expansion.  Never returns NULL (s == NULL gives an empty vector). */
 char **ib_split_words (const char *s);
+
+/* The heredoc that COPY/ADD source in->args[i] stands for, or NULL when
+ * args[i] is an ordinary path (or `in` has no heredocs).  The pointer is into
+ * in->heredocs. */
+const ib_heredoc_t *ib_instr_heredoc (const ib_instr_t *in, size_t i);
 
 /* Value of flag "--name=VALUE" in a flags vector, or NULL.  `name` may be
  * given with or without the leading "--" ("from" or "--from").  The first

@@ -446,8 +446,8 @@ test_json_and_shell_forms (void **state)
 
   /* A valid JSON array of non-strings is an error, as in BuildKit. */
   assert_err_is ("FROM x\nCMD [\"a\", 1]\n",
-                 "test.recipe:2: expected a JSON array of strings, got '[\"a\", 1]'");
-  assert_err_contains ("FROM x\nCOPY [1, 2]\n", "test.recipe:2: expected a JSON array of strings");
+                 "test.recipe:2:5: expected a JSON array of strings, got '[\"a\", 1]'");
+  assert_err_contains ("FROM x\nCOPY [1, 2]\n", "test.recipe:2:6: expected a JSON array of strings");
   assert_err_contains ("FROM x\nSHELL /bin/bash -c\n", "test.recipe:2: SHELL needs the JSON form");
   assert_err_contains ("FROM x\nSHELL []\n", "test.recipe:2: SHELL needs at least");
   assert_err_is ("FROM x\nRUN\n", "test.recipe:2: RUN needs a command, got 'RUN'");
@@ -511,9 +511,9 @@ test_env (void **state)
 
   assert_err_contains ("FROM x\nENV\n", "test.recipe:2: expected 'ENV NAME=VALUE ...'");
   assert_err_contains ("FROM x\nENV ONLYKEY\n", "test.recipe:2: expected 'ENV NAME VALUE'");
-  assert_err_is ("FROM x\nENV A=1 B\n", "test.recipe:2: expected NAME=VALUE, got 'B'");
-  assert_err_contains ("FROM x\nENV A=\"open\n", "test.recipe:2: expected a closing quote");
-  assert_err_contains ("FROM x\nENV =v\n", "test.recipe:2: ENV needs a non-empty name");
+  assert_err_is ("FROM x\nENV A=1 B\n", "test.recipe:2:9: expected NAME=VALUE, got 'B'");
+  assert_err_contains ("FROM x\nENV A=\"open\n", "test.recipe:2:7: expected a closing quote");
+  assert_err_contains ("FROM x\nENV =v\n", "test.recipe:2:5: ENV needs a non-empty name");
 }
 
 static void
@@ -547,7 +547,7 @@ test_label_and_arg (void **state)
   ib_recipe_free (r);
 
   assert_err_is ("FROM x\nARG\n", "test.recipe:2: expected 'ARG NAME[=DEFAULT]', got 'ARG'");
-  assert_err_contains ("FROM x\nARG =1\n", "test.recipe:2: expected 'ARG NAME[=DEFAULT]'");
+  assert_err_contains ("FROM x\nARG =1\n", "test.recipe:2:5: expected 'ARG NAME[=DEFAULT]'");
   assert_err_contains ("FROM x\nLABEL\n", "test.recipe:2:");
 }
 
@@ -613,7 +613,7 @@ test_copy_and_flags (void **state)
   assert_err_contains ("FROM x\nADD\n", "test.recipe:2: ADD needs at least one source");
   assert_err_contains ("FROM x\nCOPY [\"a\"]\n", "COPY needs at least one source");
   assert_err_is ("FROM x\nCOPY --frm=a b c\n",
-                 "test.recipe:2: COPY accepts --from, --chown, --chmod, --link, --parents, "
+                 "test.recipe:2:6: COPY accepts --from, --chown, --chmod, --link, --parents, "
                  "--exclude, got '--frm=a'");
   assert_err_contains ("FROM x\nADD --from=a b c\n", "ADD accepts");
   assert_err_contains ("FROM x\nCOPY --link=maybe a b\n", "--link takes true or false");
@@ -621,7 +621,7 @@ test_copy_and_flags (void **state)
   assert_err_contains ("FROM x\nCOPY --from= a b\n", "--from needs a value");
   assert_err_contains ("FROM x\nCOPY --from=a --from=b c d\n", "--from may be given once");
   assert_err_contains ("FROM x\nRUN --privileged true\n", "RUN accepts --mount");
-  assert_err_contains ("FROM --foo=1 x\n", "test.recipe:1: FROM accepts --platform");
+  assert_err_contains ("FROM --foo=1 x\n", "test.recipe:1:6: FROM accepts --platform");
 }
 
 static void
@@ -693,7 +693,7 @@ test_output (void **state)
   assert_err_contains ("FROM x\nOUTPUT dest=a\n", "test.recipe:2: expected 'OUTPUT type=");
   assert_err_contains ("FROM x\nOUTPUT\n", "test.recipe:2: expected 'OUTPUT type=");
   assert_err_is ("FROM x\nOUTPUT type=local,dist\n",
-                 "test.recipe:2: expected OUTPUT option key=value, got 'dist'");
+                 "test.recipe:2:19: expected OUTPUT option key=value, got 'dist'");
   assert_err_contains ("FROM x\nOUTPUT type=local\n", "OUTPUT type=local needs dest=");
   assert_err_contains ("FROM x\nOUTPUT type=image,dest=x\n", "OUTPUT type=image needs name=");
   assert_err_contains ("FROM x\nOUTPUT type=local,dest=a,dest=b\n", "got 'dest=b' again");
@@ -734,12 +734,12 @@ static void
 test_errors (void **state)
 {
   (void) state;
-  assert_err_is ("FROM x\n\nFOO bar\n", "test.recipe:3: unknown instruction 'FOO'");
+  assert_err_is ("FROM x\n\nFOO bar\n", "test.recipe:3:1: unknown instruction 'FOO'");
   assert_err_is ("FROM x\nRUN a \\\n b\nfrobnicate\n",
-                 "test.recipe:4: unknown instruction 'frobnicate'");
-  assert_err_is ("RUN echo\n", "test.recipe:1: expected FROM, got 'RUN'");
-  assert_err_is ("# c\nARG A\nENV B=1\nFROM x\n", "test.recipe:3: expected FROM, got 'ENV'");
-  assert_err_is ("ARG A\nOUTPUT type=local,dest=x\n", "test.recipe:2: expected FROM, got 'OUTPUT'");
+                 "test.recipe:4:1: unknown instruction 'frobnicate'");
+  assert_err_is ("RUN echo\n", "test.recipe:1:1: expected FROM, got 'RUN'");
+  assert_err_is ("# c\nARG A\nENV B=1\nFROM x\n", "test.recipe:3:1: expected FROM, got 'ENV'");
+  assert_err_is ("ARG A\nOUTPUT type=local,dest=x\n", "test.recipe:2:1: expected FROM, got 'OUTPUT'");
   assert_err_is ("", "test.recipe:1: expected FROM, got end of file");
   assert_err_is ("# only a comment\n\nARG X\n", "test.recipe:3: expected FROM, got end of file");
   assert_err_is ("FROM x\nHEALTHCHECK true\n",
@@ -749,11 +749,6 @@ test_errors (void **state)
   assert_err_is ("FROM x\nHEALTHCHECK --interval=5s NONE\n",
                  "test.recipe:2: HEALTHCHECK NONE takes no options, got '--interval=5s'");
   assert_err_contains ("FROM x\nHEALTHCHECK --every=5s CMD true\n", "--every");
-  assert_err_is ("FROM x\nonbuild RUN true\n", "test.recipe:2: ONBUILD is not supported yet");
-  assert_err_is ("FROM x\nRUN <<EOF\necho hi\nEOF\n",
-                 "test.recipe:2: heredocs are not supported yet, got '<<EOF'");
-  assert_err_contains ("FROM x\nRUN cat <<-'END' > /f\n", "heredocs are not supported yet");
-  assert_err_contains ("FROM x\nCOPY <<EOF /dst\n", "test.recipe:2: heredocs are not supported");
   assert_err_is ("FROM a b\n",
                  "test.recipe:1: expected 'FROM [--platform=P] IMAGE [AS NAME]', got 'FROM a b'");
   assert_err_contains ("FROM a AS b c\n", "test.recipe:1: expected 'FROM");
@@ -761,7 +756,24 @@ test_errors (void **state)
   assert_err_contains ("FROM a AS 1st\n", "a stage name starts with a letter");
   assert_err_contains ("FROM a AS b/c\n", "got 'b/c'");
   assert_err_is ("FROM a AS b\nFROM c AS B\n",
-                 "test.recipe:2: a stage name must be unique, got 'B' twice");
+                 "test.recipe:2:11: a stage name must be unique, got 'B' twice");
+
+  /* Columns: the physical line and 1-based byte column of the offending text,
+   * also on continuation lines, after a BOM, with CRLF and indentation. */
+  assert_err_is ("FROM x\nRUN --network=none \\\n  --bad=1 true\n",
+                 "test.recipe:3:3: RUN accepts --mount, --network, --device, --security, got "
+                 "'--bad=1'");
+  assert_err_is ("\xef\xbb\xbf" "FROM x\r\n\t  BOGUS x\r\n",
+                 "test.recipe:2:4: unknown instruction 'BOGUS'");
+  assert_err_is ("FROM x\nHEALTHCHECK --retries=3 CMD [\"a\", 2]\n",
+                 "test.recipe:2:29: expected a JSON array of strings, got '[\"a\", 2]'");
+  assert_err_is ("FROM x\nENV A=1 \\\n# comment\n\n    B=\"x\n",
+                 "test.recipe:5:7: expected a closing quote in ENV value, got '\"x'");
+  assert_err_is ("FROM a AS b\nFROM c \\\n  AS 9x\n",
+                 "test.recipe:3:6: a stage name starts with a letter and holds only letters, "
+                 "digits, '-', '_' and '.', got '9x'");
+  assert_err_is ("FROM x\nCOPY --chmod=644 \\\n--chmod=600 a b\n",
+                 "test.recipe:3:1: --chmod may be given once, got '--chmod=600' again");
 
   /* Not heredocs. */
   ib_recipe_t *r = parse_ok ("FROM x\n"
@@ -794,6 +806,308 @@ test_errors (void **state)
   assert_int_equal (ib_recipe_parse ("p", "RUN x", &out, NULL), -1);
   assert_null (out);
   ib_recipe_free (NULL);
+}
+
+/* ------------------------------------------------------------------ */
+/* heredocs                                                           */
+/* ------------------------------------------------------------------ */
+
+static const ib_instr_t *
+instr_at (const ib_recipe_t *r, size_t stage, size_t i)
+{
+  assert_true (stage < r->n_stages);
+  assert_true (i < r->stages[stage].n_instrs);
+  return &r->stages[stage].instrs[i];
+}
+
+static void
+assert_heredoc (const ib_heredoc_t *h, const char *name, const char *content, bool chomp,
+                bool expand, int line, int arg)
+{
+  assert_string_equal (h->name, name);
+  assert_string_equal (h->content, content);
+  assert_int_equal (h->chomp, chomp);
+  assert_int_equal (h->expand, expand);
+  assert_int_equal (h->line, line);
+  assert_int_equal (h->arg, arg);
+}
+
+static void
+test_heredocs (void **state)
+{
+  (void) state;
+  ib_recipe_t *r;
+  const ib_instr_t *in;
+
+  /* RUN <<EOF alone: the body is the script. */
+  r = parse_ok ("FROM x\n"
+                "RUN <<EOF\n"
+                "apt-get update\n"
+                "# not a comment: part of the body\n"
+                "\n"
+                "RUN not an instruction\n"
+                "EOF\n"
+                "RUN after\n");
+  assert_int_equal (r->stages[0].n_instrs, 3);
+  in = instr_at (r, 0, 1);
+  assert_int_equal (in->kind, IB_I_RUN);
+  assert_int_equal (in->line, 2);
+  assert_true (in->heredoc_script);
+  assert_false (in->json_form);
+  assert_null (in->args);
+  assert_int_equal (in->n_heredocs, 1);
+  assert_heredoc (&in->heredocs[0], "EOF",
+                  "apt-get update\n# not a comment: part of the body\n\nRUN not an instruction\n",
+                  false, true, 3, -1);
+  assert_string_equal (in->text, in->heredocs[0].content);
+  in = instr_at (r, 0, 2);
+  assert_int_equal (in->line, 8);
+  assert_string_equal (in->text, "after");
+  assert_int_equal (in->n_heredocs, 0);
+  assert_null (in->heredocs);
+  assert_false (in->heredoc_script);
+  ib_recipe_free (r);
+
+  /* A command with heredocs: the shell gets command line + bodies + names. */
+  r = parse_ok ("FROM x\n"
+                "RUN --network=none <<EOT bash\n"
+                "  set -e\n"
+                "  echo \"$HOME\"\n"
+                "EOT\n"
+                "RUN python3 <<'PY'\n"
+                "print('hi')\n"
+                "PY\n"
+                "RUN <<A cat /dev/stdin <<\"B\" > /out\n"
+                "first\n"
+                "A\n"
+                "second\n"
+                "B\n");
+  in = instr_at (r, 0, 1);
+  assert_false (in->heredoc_script);
+  assert_string_equal (in->text, "<<EOT bash\n  set -e\n  echo \"$HOME\"\nEOT");
+  assert_strv (in->flags, "--network=none", NULL);
+  assert_heredoc (&in->heredocs[0], "EOT", "  set -e\n  echo \"$HOME\"\n", false, true, 3, -1);
+  in = instr_at (r, 0, 2);
+  assert_int_equal (in->line, 6);
+  assert_string_equal (in->text, "python3 <<'PY'\nprint('hi')\nPY");
+  assert_heredoc (&in->heredocs[0], "PY", "print('hi')\n", false, false, 7, -1);
+  in = instr_at (r, 0, 3);
+  assert_int_equal (in->line, 9);
+  assert_int_equal (in->n_heredocs, 2);
+  assert_heredoc (&in->heredocs[0], "A", "first\n", false, true, 10, -1);
+  assert_heredoc (&in->heredocs[1], "B", "second\n", false, false, 12, -1);
+  assert_string_equal (in->text, "<<A cat /dev/stdin <<\"B\" > /out\nfirst\nA\nsecond\nB");
+  ib_recipe_free (r);
+
+  /* <<-: tabs (only tabs) removed from the body and before the terminator;
+   * the RUN text keeps them (the shell removes them itself). */
+  r = parse_ok ("FROM x\n"
+                "RUN <<-EOF\n"
+                "\techo a\n"
+                "\t\t  echo b\n"
+                "  \techo c\n"
+                "\t\tEOF\n"
+                "RUN cat <<-'X' >/f\n"
+                "\tkeep\n"
+                "\tX\n"
+                "RUN cat <<EOF\n"
+                "\tEOF\n"
+                "EOF\n");
+  in = instr_at (r, 0, 1);
+  assert_true (in->heredoc_script);
+  assert_heredoc (&in->heredocs[0], "EOF", "echo a\n  echo b\n  \techo c\n", true, true, 3, -1);
+  assert_string_equal (in->text, "echo a\n  echo b\n  \techo c\n");
+  in = instr_at (r, 0, 2);
+  assert_int_equal (in->line, 7);
+  assert_heredoc (&in->heredocs[0], "X", "keep\n", true, false, 8, -1);
+  assert_string_equal (in->text, "cat <<-'X' >/f\n\tkeep\nX");
+  in = instr_at (r, 0, 3);
+  assert_int_equal (in->line, 10);
+  assert_heredoc (&in->heredocs[0], "EOF", "\tEOF\n", false, true, 11, -1);
+  ib_recipe_free (r);
+
+  /* COPY/ADD: heredoc sources keep their word in args; dest is a path. */
+  r = parse_ok ("FROM x\n"
+                "COPY <<EOF /etc/motd\n"
+                "Hello $USER\n"
+                "EOF\n"
+                "COPY --chmod=755 <<a.sh <<\"b.sh\" ./plain /dest/\n"
+                "echo a\n"
+                "a.sh\n"
+                "echo b\n"
+                "b.sh\n"
+                "ADD <<-'conf' /etc/app.conf\n"
+                "\tkey=1\n"
+                "\tconf\n"
+                "COPY a b\n");
+  in = instr_at (r, 0, 1);
+  assert_int_equal (in->kind, IB_I_COPY);
+  assert_strv (in->args, "<<EOF", "/etc/motd", NULL);
+  assert_heredoc (&in->heredocs[0], "EOF", "Hello $USER\n", false, true, 3, 0);
+  assert_string_equal (in->text, "<<EOF /etc/motd");
+  assert_ptr_equal (ib_instr_heredoc (in, 0), &in->heredocs[0]);
+  assert_null (ib_instr_heredoc (in, 1));
+  in = instr_at (r, 0, 2);
+  assert_int_equal (in->line, 5);
+  assert_strv (in->args, "<<a.sh", "<<\"b.sh\"", "./plain", "/dest/", NULL);
+  assert_heredoc (&in->heredocs[0], "a.sh", "echo a\n", false, true, 6, 0);
+  assert_heredoc (&in->heredocs[1], "b.sh", "echo b\n", false, false, 8, 1);
+  assert_ptr_equal (ib_instr_heredoc (in, 1), &in->heredocs[1]);
+  assert_null (ib_instr_heredoc (in, 2));
+  in = instr_at (r, 0, 3);
+  assert_int_equal (in->kind, IB_I_ADD);
+  assert_int_equal (in->line, 10);
+  assert_heredoc (&in->heredocs[0], "conf", "key=1\n", true, false, 11, 0);
+  in = instr_at (r, 0, 4);
+  assert_int_equal (in->line, 13);
+  assert_null (ib_instr_heredoc (in, 0));
+  ib_recipe_free (r);
+
+  /* Continuation lines before the body; empty body; CRLF keeps "\r\n" in the
+   * body; a terminator with trailing text is not one. */
+  r = parse_ok ("FROM x\r\n"
+                "RUN cat <<EOF \\\r\n"
+                "  > /f\r\n"
+                "a\r\n"
+                "EOF \r\n"
+                "EOF\r\n"
+                "RUN cat <<EOF\r\n"
+                "EOF\r\n"
+                "USER u\r\n");
+  in = instr_at (r, 0, 1);
+  assert_string_equal (in->text, "cat <<EOF   > /f\na\r\nEOF \r\nEOF");
+  assert_heredoc (&in->heredocs[0], "EOF", "a\r\nEOF \r\n", false, true, 4, -1);
+  in = instr_at (r, 0, 2);
+  assert_int_equal (in->line, 7);
+  assert_heredoc (&in->heredocs[0], "EOF", "", false, true, 8, -1);
+  assert_string_equal (in->text, "cat <<EOF\nEOF");
+  assert_int_equal (instr_at (r, 0, 3)->line, 9);
+  ib_recipe_free (r);
+
+  /* Not heredocs: exec form, other instructions, quoted or glued words. */
+  r = parse_ok ("FROM x\n"
+                "RUN [\"cat\", \"<<EOF\"]\n"
+                "CMD cat <<EOF\n"
+                "RUN echo '<<EOF' \"<<X\" a<<B $((1<<2)) << C\n");
+  assert_int_equal (instr_at (r, 0, 1)->n_heredocs, 0);
+  assert_int_equal (instr_at (r, 0, 2)->n_heredocs, 0);
+  assert_int_equal (instr_at (r, 0, 3)->n_heredocs, 0);
+  assert_string_equal (instr_at (r, 0, 3)->text, "echo '<<EOF' \"<<X\" a<<B $((1<<2)) << C");
+  ib_recipe_free (r);
+
+  /* Errors. */
+  assert_err_is ("FROM x\nRUN cat <<EOF\nhello\n",
+                 "test.recipe:2:9: unterminated heredoc '<<EOF': expected a line 'EOF', got end "
+                 "of file");
+  assert_err_is ("FROM x\nCOPY <<A <<B /d\nA\nA\n",
+                 "test.recipe:2:10: unterminated heredoc '<<B': expected a line 'B', got end of "
+                 "file");
+  assert_err_is ("FROM x\nRUN cat \\\n  <<-EOF\n  EOF\n",
+                 "test.recipe:3:3: unterminated heredoc '<<-EOF': expected a line 'EOF', got end "
+                 "of file");
+  assert_err_is ("FROM x\nCOPY a <<EOF\nx\nEOF\n",
+                 "test.recipe:2:8: COPY cannot accept a heredoc as a destination, got '<<EOF'");
+  assert_err_is ("FROM x\nRUN cat <<\"EOF\n",
+                 "test.recipe:2:9: expected a closing quote in the heredoc delimiter, got "
+                 "'<<\"EOF'");
+  assert_err_is ("FROM x\nRUN cat <<''\n\n",
+                 "test.recipe:2:9: expected a heredoc delimiter after '<<', got '<<'''");
+  /* The lines of a heredoc on CMD are instructions. */
+  assert_err_is ("FROM x\nCMD cat <<EOF\nhello\nEOF\n",
+                 "test.recipe:3:1: unknown instruction 'hello'");
+  /* Line numbers after bodies stay right. */
+  assert_err_is ("FROM x\nRUN <<EOF\na\nb\nEOF\n\nBAD\n",
+                 "test.recipe:7:1: unknown instruction 'BAD'");
+}
+
+static void
+test_onbuild (void **state)
+{
+  (void) state;
+  ib_recipe_t *r;
+  const ib_instr_t *in;
+
+  r = parse_ok ("FROM x\n"
+                "ONBUILD ADD . /app/src\n"
+                "onbuild   run --mount=type=cache,target=/c \\\n"
+                "    make  \n"
+                "ONBUILD COPY <<EOF /etc/motd\n"
+                "hi $USER\n"
+                "EOF\n"
+                "ONBUILD RUN <<-EOF\n"
+                "\techo a\n"
+                "\tEOF\n"
+                "ONBUILD ENV A=1 B=\"two words\"\n"
+                "ONBUILD HEALTHCHECK --interval=5s CMD [\"true\"]\n"
+                "USER after\n");
+  assert_int_equal (r->stages[0].n_instrs, 8);
+
+  in = instr_at (r, 0, 1);
+  assert_int_equal (in->kind, IB_I_ONBUILD);
+  assert_string_equal (in->keyword, "ONBUILD");
+  assert_int_equal (in->line, 2);
+  assert_string_equal (in->text, "ADD . /app/src");
+  assert_strv (in->flags, NULL);
+  assert_null (in->args);
+  assert_int_equal (in->n_kvs, 0);
+  assert_int_equal (in->n_heredocs, 0);
+  assert_non_null (in->trigger);
+  assert_int_equal (in->trigger->kind, IB_I_ADD);
+  assert_int_equal (in->trigger->line, 2);
+  assert_strv (in->trigger->args, ".", "/app/src", NULL);
+  assert_null (in->trigger->trigger);
+
+  in = instr_at (r, 0, 2);
+  assert_int_equal (in->line, 3);
+  assert_string_equal (in->text, "run --mount=type=cache,target=/c     make");
+  assert_int_equal (in->trigger->kind, IB_I_RUN);
+  assert_strv (in->trigger->flags, "--mount=type=cache,target=/c", NULL);
+  assert_string_equal (in->trigger->text, "make");
+
+  /* Heredocs of the trigger: bodies appended to the text as BuildKit does. */
+  in = instr_at (r, 0, 3);
+  assert_int_equal (in->line, 5);
+  assert_string_equal (in->text, "COPY <<EOF /etc/motd\nhi $USER\nEOF");
+  assert_int_equal (in->n_heredocs, 0);
+  assert_int_equal (in->trigger->n_heredocs, 1);
+  assert_heredoc (&in->trigger->heredocs[0], "EOF", "hi $USER\n", false, true, 6, 0);
+  in = instr_at (r, 0, 4);
+  assert_int_equal (in->line, 8);
+  assert_string_equal (in->text, "RUN <<-EOF\n\techo a\nEOF");
+  assert_true (in->trigger->heredoc_script);
+  assert_string_equal (in->trigger->text, "echo a\n");
+
+  in = instr_at (r, 0, 5);
+  assert_int_equal (in->line, 11);
+  assert_int_equal (in->trigger->kind, IB_I_ENV);
+  assert_string_equal (kv (in->trigger, "B")->value, "two words");
+  in = instr_at (r, 0, 6);
+  assert_int_equal (in->trigger->kind, IB_I_HEALTHCHECK);
+  assert_true (in->trigger->json_form);
+  assert_string_equal (ib_instr_flag (in->trigger, "interval"), "5s");
+  in = instr_at (r, 0, 7);
+  assert_int_equal (in->kind, IB_I_USER);
+  assert_int_equal (in->line, 13);
+  assert_string_equal (in->text, "after");
+  ib_recipe_free (r);
+
+  /* Docker's messages for forbidden triggers; the trigger must parse. */
+  assert_err_is ("FROM x\nONBUILD ONBUILD RUN true\n",
+                 "test.recipe:2:9: Chaining ONBUILD via `ONBUILD ONBUILD` isn't allowed");
+  assert_err_is ("FROM x\nONBUILD from scratch\n",
+                 "test.recipe:2:9: FROM isn't allowed as an ONBUILD trigger");
+  assert_err_is ("FROM x\nONBUILD  MAINTAINER me\n",
+                 "test.recipe:2:10: MAINTAINER isn't allowed as an ONBUILD trigger");
+  assert_err_is ("FROM x\nONBUILD\n", "test.recipe:2: ONBUILD needs an instruction, got 'ONBUILD'");
+  assert_err_is ("FROM x\nONBUILD RUN\n", "test.recipe:2: RUN needs a command, got 'RUN'");
+  assert_err_is ("FROM x\nONBUILD FOO bar\n", "test.recipe:2:9: unknown instruction 'FOO'");
+  assert_err_is ("FROM x\nONBUILD COPY --form=a b c\n",
+                 "test.recipe:2:14: COPY accepts --from, --chown, --chmod, --link, --parents, "
+                 "--exclude, got '--form=a'");
+  assert_err_is ("FROM x\nONBUILD RUN cat <<EOF\n",
+                 "test.recipe:2:17: unterminated heredoc '<<EOF': expected a line 'EOF', got end "
+                 "of file");
+  assert_err_is ("ONBUILD RUN true\nFROM x\n", "test.recipe:1:1: expected FROM, got 'ONBUILD'");
 }
 
 /* ------------------------------------------------------------------ */
@@ -995,6 +1309,9 @@ static const char *const seeds[] = {
   "FROM --platform=linux/amd64 a AS b\nCOPY --chown=1:1 --link --exclude=x a b /c/\n"
   "ADD --chmod=755 f /g\nRUN --mount=type=cache,target=/c --network=none make\n",
   "FROM x\r\nARG A B=1\r\nENV K V\r\nOUTPUT type=oci,dest=o,\"name=a,b\"\r\n",
+  "FROM x\nRUN <<EOF\necho a\nEOF\nRUN <<-A cat <<'B' \\\n  > /o\n\ta\n\tA\nb\nB\n"
+  "COPY <<f1 <<\"f2\" /d/\n1\nf1\n2\nf2\nUSER u\n",
+  "FROM x\nONBUILD RUN <<EOF\necho\nEOF\nONBUILD COPY --from=a b c\nonbuild ENV A=1\n",
 };
 
 static const char special[] = "\\`\n\r\"'${}[]#=,- \t<AS:";
@@ -1112,6 +1429,30 @@ walk_instr (const ib_recipe_t *r, const ib_instr_t *in)
       if (in->kvs[i].raw)
         exercise_expand (in->kvs[i].raw, r->escape);
     }
+  for (size_t i = 0; i < in->n_heredocs; i++)
+    {
+      const ib_heredoc_t *h = &in->heredocs[i];
+      assert_non_null (h->name);
+      assert_true (h->name[0] != '\0');
+      assert_non_null (h->content);
+      assert_true (h->line > in->line);
+      if (h->arg >= 0)
+        {
+          assert_true ((size_t) h->arg < ib_strv_len (in->args));
+          assert_ptr_equal (ib_instr_heredoc (in, (size_t) h->arg), h);
+        }
+      else
+        assert_int_equal (in->kind, IB_I_RUN);
+    }
+  assert_true (!in->heredoc_script || in->n_heredocs == 1);
+  assert_true ((in->kind == IB_I_ONBUILD) == (in->trigger != NULL));
+  if (in->trigger)
+    {
+      assert_int_equal (in->trigger->line, in->line);
+      assert_true (in->trigger->kind != IB_I_ONBUILD && in->trigger->kind != IB_I_FROM
+                   && in->trigger->kind != IB_I_MAINTAINER);
+      walk_instr (r, in->trigger);
+    }
   (void) ib_instr_flag (in, "from");
   char **m = ib_instr_flag_values (in, "mount");
   ib_strv_free (m);
@@ -1205,6 +1546,8 @@ main (void)
     cmocka_unit_test (test_output),
     cmocka_unit_test (test_healthcheck),
     cmocka_unit_test (test_errors),
+    cmocka_unit_test (test_heredocs),
+    cmocka_unit_test (test_onbuild),
     cmocka_unit_test (test_expand),
     cmocka_unit_test (test_expand_word),
     cmocka_unit_test (test_split_words),

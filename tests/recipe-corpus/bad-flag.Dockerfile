@@ -1,0 +1,3 @@
+FROM x
+RUN --mount=type=cache,target=/c \
+    --netwrk=none true

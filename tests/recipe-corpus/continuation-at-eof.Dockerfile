@@ -1,0 +1,2 @@
+FROM x
+RUN echo a \

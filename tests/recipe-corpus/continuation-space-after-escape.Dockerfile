@@ -1,0 +1,4 @@
+FROM x
+RUN a \   
+ b \	
+c

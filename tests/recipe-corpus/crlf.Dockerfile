@@ -1,0 +1,5 @@
+FROM x
+RUN a \
+  b
+
+ENV A=1

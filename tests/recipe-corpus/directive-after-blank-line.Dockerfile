@@ -1,0 +1,4 @@
+
+# escape=`
+FROM x
+COPY a`b c

@@ -1,0 +1,5 @@
+# About my dockerfile
+# escape=`
+FROM x
+RUN a \
+b

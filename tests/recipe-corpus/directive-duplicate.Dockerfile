@@ -1,0 +1,3 @@
+# escape=\
+# escape=`
+FROM x

@@ -1,0 +1,4 @@
+#  ESCAPE = `
+FROM x
+RUN a `
+b

@@ -1,0 +1,5 @@
+# unknowndirective=value
+# escape=`
+FROM x
+RUN a \
+b

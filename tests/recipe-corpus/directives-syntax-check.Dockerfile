@@ -1,0 +1,4 @@
+# syntax=docker/dockerfile:1
+# check=skip=JSONArgsRecommended
+FROM alpine:3.19
+RUN echo ok

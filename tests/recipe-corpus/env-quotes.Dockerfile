@@ -1,0 +1,2 @@
+FROM x
+ENV A='single $x' B="dq \"in\" \$y" C=a\$b

@@ -1,0 +1,6 @@
+# escape=`
+FROM x
+RUN echo a `
+    b `
+  c
+ENV P=C:\dir\sub Q=a`"b

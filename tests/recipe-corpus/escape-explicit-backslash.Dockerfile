@@ -1,0 +1,4 @@
+# escape=\
+FROM x
+RUN a \
+  b

@@ -1,0 +1,3 @@
+FROM x
+WORKDIR --weird
+CMD --help

@@ -1,0 +1,1 @@
+FROM alpine AS 1st

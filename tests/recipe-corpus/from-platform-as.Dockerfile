@@ -1,0 +1,3 @@
+FROM --platform=$BUILDPLATFORM golang:1.22 AS Build
+FROM --platform=linux/arm64 alpine as runtime
+FROM scratch

@@ -1,0 +1,4 @@
+FROM alpine
+ADD <<EOF /etc/motd
+welcome
+EOF

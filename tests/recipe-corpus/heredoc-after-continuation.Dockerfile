@@ -1,0 +1,5 @@
+FROM x
+RUN cat <<EOF \
+  | tr a-z A-Z
+hello
+EOF

@@ -1,0 +1,4 @@
+FROM x
+COPY <<\EOF /f
+$A
+EOF

@@ -1,0 +1,5 @@
+FROM x
+COPY <<EOF /f
+line
+EOF
+USER u

@@ -1,0 +1,4 @@
+FROM x
+COPY a <<EOF
+x
+EOF

@@ -1,0 +1,4 @@
+FROM x
+RUN 3<<EOF cat /dev/fd/3
+x
+EOF

@@ -1,0 +1,6 @@
+FROM alpine
+RUN <<A cat /dev/stdin <<B
+first
+A
+second
+B

@@ -1,0 +1,3 @@
+FROM x
+CMD cat <<EOF
+EOF

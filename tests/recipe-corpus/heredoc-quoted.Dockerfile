@@ -1,0 +1,10 @@
+FROM x
+COPY <<"EOF" /a
+$HOME
+EOF
+COPY <<'EOF' /b
+$HOME
+EOF
+RUN cat <<E"O"F
+$HOME
+EOF

@@ -1,0 +1,2 @@
+FROM x
+CMD ["echo", "\"quoted\"", "back\\slash", "tab\t", "\u00e9"]

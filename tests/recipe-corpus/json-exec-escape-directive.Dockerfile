@@ -1,0 +1,3 @@
+# escape=`
+FROM mcr.microsoft.com/windows/servercore
+RUN ["c:\\windows\\system32\\tasklist.exe"]

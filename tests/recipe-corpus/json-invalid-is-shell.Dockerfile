@@ -1,0 +1,4 @@
+FROM x
+RUN [ "broken
+CMD ['single', 'quotes']
+ENTRYPOINT [ "-f" ] && true

@@ -1,0 +1,4 @@
+FROM x
+RUN\
+ echo hi
+ENV A=b=c

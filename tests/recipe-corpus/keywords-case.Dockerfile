@@ -1,0 +1,4 @@
+from alpine As base
+Run echo hi
+copy a b
+eNv A=1

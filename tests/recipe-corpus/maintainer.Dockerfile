@@ -1,0 +1,3 @@
+FROM x
+MAINTAINER SvenDowideit@home.org.au
+MAINTAINER John Doe <jd@example.com>

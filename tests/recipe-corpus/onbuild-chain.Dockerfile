@@ -1,0 +1,2 @@
+FROM x
+ONBUILD ONBUILD RUN true

@@ -1,0 +1,8 @@
+FROM x
+ONBUILD RUN <<EOF
+echo hi
+EOF
+ONBUILD COPY <<-EOF /f
+	tabbed
+	EOF
+USER u

@@ -1,0 +1,2 @@
+FROM x
+ONBUILD maintainer me

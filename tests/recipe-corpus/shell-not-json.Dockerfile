@@ -1,0 +1,2 @@
+FROM x
+SHELL /bin/bash -c
