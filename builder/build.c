@@ -422,8 +422,12 @@ stage_label (stage_state_t *st)
 
 /* The progress line of a step: "[build 2/5] RUN make", " CACHED" on a hit. */
 static void
-step_line (stage_state_t *st, const char *keyword, const char *what, bool cached)
+step_line (stage_state_t *st, const char *keyword, const char *what_full, bool cached)
 {
+  /* a heredoc script shows as its first line */
+  const char *nl = strchr (what_full, '\n');
+  cleanup_free char *what = nl ? xasprintf ("%.*s ...", (int) (nl - what_full), what_full)
+                               : xstrdup (what_full);
   if (st->def->name)
     ib_info ("[%s %zu/%zu] %s %s%s", st->def->name, st->step, st->n_steps, keyword, what,
              cached ? " CACHED" : "");
@@ -921,6 +925,7 @@ run_key_text (build_t *b, stage_state_t *st, const ib_instr_t *in, char **argv, 
   ib_buf_printf (&t, "RUN %s\n", in->json_form ? "exec" : "shell");
   for (char **a = argv; *a; a++)
     key_str (&t, "argv", *a);
+  key_str (&t, "text", in->text ? in->text : "");
   for (char **f = in->flags; f && *f; f++)
     {
       cleanup_free char *x = NULL;
@@ -1029,6 +1034,22 @@ do_run (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err)
       ib_strv_push (&argv, in->text);
       shown = xstrdup (in->text);
     }
+  /* RUN <<EOF whose body starts with "#!": BuildKit runs the body as a
+   * file (at /dev/pipes/NAME), so its interpreter line counts. */
+  const ib_heredoc_t *script = in->heredoc_script && in->n_heredocs
+                                       && ib_str_has_prefix (in->heredocs[0].content, "#!")
+                                   ? &in->heredocs[0]
+                                   : NULL;
+  cleanup_free char *script_path = NULL;
+  if (script)
+    {
+      if (strchr (script->name, '/') || !*script->name)
+        return ib_error_set (err, EINVAL, "heredoc name '%s' is not a file name", script->name);
+      script_path = xasprintf ("/dev/pipes/%s", script->name);
+      ib_strv_free (argv);
+      argv = NULL;
+      ib_strv_push (&argv, script_path);
+    }
   char key[IB_DIGEST_LEN];
   {
     cleanup_free char *text = NULL;
@@ -1058,6 +1079,28 @@ do_run (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err)
         run_mounts_free (&mounts);
         return -1;
       }
+  if (script)
+    {
+      char *dir = NULL;
+      if (ib_store_tmp_dir (b->store, "heredoc", &dir, err) < 0)
+        {
+          run_mounts_free (&mounts);
+          return -1;
+        }
+      ib_strv_push (&mounts.copies, dir); /* removed with the mounts */
+      char *file = ib_path_join (dir, "script");
+      free (dir);
+      rm_keep (&mounts, file);
+      if (ib_write_file_atomic (file, script->content, strlen (script->content), 0755, err) < 0)
+        {
+          run_mounts_free (&mounts);
+          return -1;
+        }
+      ib_mount_t m = { .type = IB_MOUNT_BIND, .source = file,
+                       .target = rm_keep (&mounts, xstrdup (script_path)), .readonly = true };
+      mounts.v = xrealloc (mounts.v, sizeof *mounts.v * (mounts.n + 1));
+      mounts.v[mounts.n++] = m;
+    }
   /* Devices (CDI, NVIDIA discovery): the build's --device, then the
    * step's; their mounts follow the step's own. */
   ib_gpu_edits_t gpu = { 0 };
@@ -1206,13 +1249,27 @@ do_copy (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err)
 
   size_t n = ib_strv_len (in->args);
   cleanup_strv char **words = NULL;
+  /* heredoc sources (COPY <<EOF /dest): their content, expanded as
+   * BuildKit does unless the delimiter was quoted; "" for other words */
+  cleanup_strv char **hdoc = NULL;
   for (size_t i = 0; i < n; i++)
     {
       char *w = NULL;
-      if (expand (b, st, in->args[i], &w, err) < 0)
+      const ib_heredoc_t *h = i + 1 < n ? ib_instr_heredoc (in, i) : NULL;
+      char *content = NULL;
+      if (h)
+        {
+          lookup_ctx_t lc = { st, &st->args };
+          if (h->expand && ib_expand (h->content, escape_char (b), lookup, &lc, &content, err) < 0)
+            return -1;
+          w = xstrdup (in->args[i]);
+        }
+      else if (expand (b, st, in->args[i], &w, err) < 0)
         return -1;
       ib_strv_push (&words, w);
+      ib_strv_push (&hdoc, h ? (content ? content : h->content) : "");
       free (w);
+      free (content);
     }
   const char *dest = words[n - 1];
   cleanup_free char *dest_abs = NULL;
@@ -1243,8 +1300,14 @@ do_copy (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err)
     for (size_t i = 0; i < n; i++)
       key_str (&t, "word", words[i]);
     key_str (&t, "dest", dest_abs);
-    for (size_t i = 0; !src_stage && i + 1 < n; i++)
-      key_context_path (b, &t, words[i]);
+    for (size_t i = 0; i + 1 < n; i++)
+      if (ib_instr_heredoc (in, i))
+        {
+          key_str (&t, "heredoc", ib_instr_heredoc (in, i)->name);
+          key_str (&t, "content", hdoc[i]);
+        }
+      else if (!src_stage)
+        key_context_path (b, &t, words[i]);
     key_layer_format (b, &t);
     cleanup_free char *text = ib_buf_steal (&t);
     ib_cache_key (st->key, text, key);
@@ -1267,11 +1330,30 @@ do_copy (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err)
     return -1;
   int ret = -1;
   cleanup_free char *dst_host = NULL;
+  cleanup_free char *hdoc_dir = NULL;
   if (ib_root_resolve (st->rootfs, dest_abs, true, &dst_host, err) < 0)
     goto out;
   for (size_t i = 0; i + 1 < n; i++)
     {
       cleanup_free char *src_host = NULL;
+      const ib_heredoc_t *h = ib_instr_heredoc (in, i);
+      if (h)
+        {
+          /* the heredoc as a file named by its delimiter, mode 0644 */
+          if (hdoc_dir == NULL && ib_store_tmp_dir (b->store, "heredoc", &hdoc_dir, err) < 0)
+            goto out;
+          src_host = ib_path_join (hdoc_dir, h->name);
+          if (strchr (h->name, '/') || ib_write_file_atomic (src_host, hdoc[i], strlen (hdoc[i]),
+                                                             0644, err) < 0)
+            {
+              if (strchr (h->name, '/'))
+                ib_error_set (err, EINVAL, "heredoc name '%s' holds a '/'", h->name);
+              goto out;
+            }
+          if (ib_copy_into (src_host, dst_host, dst_is_dir, &co, err) < 0)
+            goto out;
+          continue;
+        }
       int r = src_root ? ib_root_resolve (src_root, words[i], true, &src_host, err)
                        : context_path (b, words[i], &src_host, err);
       if (r < 0)
@@ -1306,6 +1388,12 @@ do_copy (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err)
       cache_record (b, st, key);
   }
 out:
+  if (hdoc_dir)
+    {
+      ib_error_t e2 = NULL;
+      if (ib_rm_rf (hdoc_dir, &e2) < 0)
+        ib_error_free (&e2);
+    }
   ib_fs_scan_free (before);
   return ret;
 }
@@ -1577,6 +1665,17 @@ do_config (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err)
                        ? xasprintf ("HEALTHCHECK CMD %s", in->text)
                        : xstrdup ("HEALTHCHECK NONE");
       break;
+    case IB_I_ONBUILD:
+      {
+        json_t *o = json_object_get (c, "OnBuild");
+        if (!json_is_array (o))
+          {
+            o = json_array ();
+            json_object_set_new (c, "OnBuild", o);
+          }
+        json_array_append_new (o, json_string (in->text));
+        break;
+      }
     case IB_I_SHELL:
       if (!in->json_form || ib_strv_len (in->args) == 0)
         return ib_error_set (err, EINVAL, "SHELL needs the JSON form, e.g. [\"/bin/bash\", \"-c\"]");
@@ -1849,6 +1948,89 @@ config_step_cache (build_t *b, stage_state_t *st, const ib_instr_t *in)
 }
 
 static int
+run_instr (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err)
+{
+  int r = 0;
+  switch (in->kind)
+    {
+    case IB_I_FROM:
+      r = do_from (b, st, in, err);
+      break;
+    case IB_I_ARG:
+      r = do_arg (b, st, in, err);
+      break;
+    case IB_I_RUN:
+      r = do_run (b, st, in, err);
+      break;
+    case IB_I_COPY:
+    case IB_I_ADD:
+      r = do_copy (b, st, in, err);
+      break;
+    case IB_I_WORKDIR:
+      r = do_workdir (b, st, in, err);
+      break;
+    case IB_I_OUTPUT:
+      break; /* after the stage */
+    default:
+      r = do_config (b, st, in, err);
+      if (r == 0)
+        config_step_cache (b, st, in);
+      break;
+    }
+  return r;
+}
+
+/* ONBUILD triggers of the base (an image, or an earlier stage): run right
+ * after FROM, in order, as Docker does; the new image does not inherit
+ * them.  Errors name the FROM line and the trigger. */
+static int
+run_onbuild_triggers (build_t *b, stage_state_t *st, const ib_instr_t *from, ib_error_t *err)
+{
+  json_t *c = json_object_get (st->config, "config");
+  json_t *triggers = json_object_get (c, "OnBuild");
+  if (!json_is_array (triggers) || json_array_size (triggers) == 0)
+    {
+      json_object_del (c, "OnBuild");
+      return 0;
+    }
+  json_incref (triggers);
+  json_object_del (c, "OnBuild");
+  int ret = 0;
+  size_t i;
+  json_t *t;
+  json_array_foreach (triggers, i, t)
+  {
+    const char *text = json_string_value (t);
+    if (text == NULL)
+      continue;
+    cleanup_free char *doc = xasprintf ("FROM scratch\n%s\n", text);
+    ib_recipe_t *r = NULL;
+    if (ib_recipe_parse ("ONBUILD trigger", doc, &r, err) < 0)
+      ret = -1;
+    for (size_t k = 1; ret == 0 && r && k < r->stages[0].n_instrs; k++)
+      {
+        const ib_instr_t *in = &r->stages[0].instrs[k];
+        ib_info ("[%s] ONBUILD %s", stage_label (st), text);
+        if (in->kind == IB_I_OUTPUT || run_instr (b, st, in, err) < 0)
+          {
+            if (in->kind == IB_I_OUTPUT)
+              ib_error_set (err, EINVAL, "OUTPUT is not allowed as an ONBUILD trigger");
+            ret = -1;
+          }
+      }
+    ib_recipe_free (r);
+    if (ret < 0)
+      {
+        ib_error_prefix (err, "%s:%d: ONBUILD trigger '%s' of the base image", b->recipe->path,
+                         from->line, text);
+        break;
+      }
+  }
+  json_decref (triggers);
+  return ret;
+}
+
+static int
 run_stage (build_t *b, stage_state_t *st, ib_error_t *err)
 {
   const ib_stage_t *def = st->def;
@@ -1870,34 +2052,11 @@ run_stage (build_t *b, stage_state_t *st, ib_error_t *err)
       int r = 0;
       if (in->kind != IB_I_OUTPUT && in->kind != IB_I_ARG)
         st->step++;
-      switch (in->kind)
-        {
-        case IB_I_FROM:
-          r = do_from (b, st, in, err);
-          break;
-        case IB_I_ARG:
-          r = do_arg (b, st, in, err);
-          break;
-        case IB_I_RUN:
-          r = do_run (b, st, in, err);
-          break;
-        case IB_I_COPY:
-        case IB_I_ADD:
-          r = do_copy (b, st, in, err);
-          break;
-        case IB_I_WORKDIR:
-          r = do_workdir (b, st, in, err);
-          break;
-        case IB_I_OUTPUT:
-          break; /* after the stage */
-        default:
-          r = do_config (b, st, in, err);
-          if (r == 0)
-            config_step_cache (b, st, in);
-          break;
-        }
+      r = run_instr (b, st, in, err);
       if (r < 0)
         return instr_error (b, in, err);
+      if (in->kind == IB_I_FROM && run_onbuild_triggers (b, st, in, err) < 0)
+        return -1;
     }
   if (store_stage_image (b, st, err) < 0)
     return -1;
