@@ -119,7 +119,24 @@ typedef struct build
   size_t n_stages;
   int64_t sde;
   size_t hits, misses;
+  ib_userns_mode_t userns;   /* the mode the build runs in (planned, or in force) */
+  ib_cache_memo_t *memo;     /* content digests of context files (opened when first needed) */
 } build_t;
+
+/* Enter the user namespace if not done yet: before anything that makes or
+ * reads a rootfs, and before network transfers (whose threads would make
+ * a later unshare(CLONE_NEWUSER) impossible). */
+static int
+need_userns (build_t *b, ib_error_t *err)
+{
+  if (ib_userns_mode () != IB_USERNS_AUTO)
+    return 0;
+  ib_userns_mode_t got;
+  if (ib_userns_enter (b->opts->userns, &got, err) < 0)
+    return -1;
+  ib_debug ("user namespace mode: %s", ib_userns_mode_name (got));
+  return 0;
+}
 
 /* Variable lookup inside a stage: ENV of the image first (Dockerfile: ENV
  * overrides ARG), then the stage's ARGs. */
@@ -286,6 +303,8 @@ from_image (build_t *b, stage_state_t *st, const char *image, const char *os, co
       && !config_serves (config, os, arch, variant))
     {
       cleanup_free char *want = ib_platform_string (os, arch, variant);
+      if (need_userns (b, err) < 0)
+        return -1;
       ib_info ("[%s] FROM %s: the stored image is for another platform; pulling %s",
                st->def->name ? st->def->name : "stage", image, want);
       ib_descriptor_clear (&desc);
@@ -302,6 +321,8 @@ from_image (build_t *b, stage_state_t *st, const char *image, const char *os, co
     {
       /* not stored: pull it, unpacking each layer while it downloads */
       ib_error_free (err);
+      if (need_userns (b, err) < 0)
+        return -1;
       if (ib_rootfs_pull (b->store, image, explicit_platform ? os : NULL,
                           explicit_platform ? arch : NULL, explicit_platform ? variant : NULL,
                           st->rootfs, true, err)
@@ -381,6 +402,8 @@ from_stage (stage_state_t *st, stage_state_t *src, ib_error_t *err)
 static int
 ensure_rootfs (build_t *b, stage_state_t *st, ib_error_t *err)
 {
+  if (need_userns (b, err) < 0)
+    return -1;
   if (st->rootfs_ready)
     return 0;
   if (st->copy_src && st->copy_src->rootfs_ready && st->n_layers == st->copy_n_layers)
@@ -530,7 +553,7 @@ key_layer_format (build_t *b, ib_buf_t *t)
 {
   ib_buf_printf (t, "layer %s %d sde %lld userns %s\n",
                  ib_compression_media_type (b->opts->compression), b->opts->compression_level,
-                 (long long) b->sde, ib_userns_mode_name (ib_userns_mode ()));
+                 (long long) b->sde, ib_userns_mode_name (b->userns));
 }
 
 /* The content of a build context path, for a key: "context PATH sha256:..."
@@ -548,7 +571,9 @@ key_context_path (build_t *b, ib_buf_t *t, const char *path)
     }
   ib_sha256_t *h = ib_sha256_new ();
   char d[IB_DIGEST_LEN];
-  if (ib_cache_hash_path (host, h, NULL, &e) < 0)
+  if (b->memo == NULL)
+    b->memo = ib_cache_memo_open (b->store);
+  if (ib_cache_hash_path_memo (host, b->memo, h, NULL, &e) < 0)
     {
       /* unreadable: the step fails when it runs, so no record has this key */
       ib_buf_printf (t, "context %s unreadable\n", path);
@@ -1856,6 +1881,8 @@ run_output (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err
     return -1;
   if ((strcmp (type, "local") == 0 || strcmp (type, "tar") == 0) && ensure_rootfs (b, st, err) < 0)
     return -1;
+  if (strcmp (type, "registry") == 0 && need_userns (b, err) < 0)
+    return -1;
 
   if (strcmp (type, "local") == 0)
     {
@@ -2172,6 +2199,7 @@ build_free (build_t *b)
   vars_free (&b->global_args);
   free (b->build_arg_used);
   free (b->context);
+  ib_cache_memo_close (b->memo);
   ib_recipe_free (b->recipe);
 }
 
@@ -2209,6 +2237,8 @@ int
 ib_build (ib_store_t *store, const ib_build_opts_t *opts, ib_error_t *err)
 {
   build_t b = { .store = store, .opts = opts, .sde = ib_source_date_epoch () };
+  if (ib_userns_plan (opts->userns, &b.userns, err) < 0)
+    return -1;
   if (b.sde < 0 && opts->reproducible)
     b.sde = 0;
   int ret = -1;

@@ -15,6 +15,7 @@
 #include "common/error.h"
 #include "oci/store.h"
 #include "rootfs/layer.h"
+#include "rootfs/sandbox.h"
 
 typedef struct ib_build_opts
 {
@@ -31,6 +32,10 @@ typedef struct ib_build_opts
   char **devices;            /* --device NAME: CDI devices for every RUN (rootfs/gpu.h);
                               * RUN --device adds its own */
   char **cdi_spec_dirs;      /* --cdi-spec-dir: NULL = /etc/cdi, /var/run/cdi */
+  ib_userns_mode_t userns;   /* requested identity mode (--userns): the build enters the
+                              * user namespace (ib_userns_enter) when it first needs a
+                              * rootfs or the network, so a rebuild that only reads its
+                              * cache never pays for it */
   bool no_cache;             /* --no-cache: run every step (results are still recorded) */
   char **no_cache_filter;    /* --no-cache-filter STAGE: run every step of these stages */
 } ib_build_opts_t;

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 static int
@@ -22,9 +23,195 @@ hash_str (ib_sha256_t *h, const char *s)
   ib_sha256_update (h, s, strlen (s) + 1); /* with the NUL: no ambiguity */
 }
 
+/* ---- the file digest memo ---- */
+
+#define MEMO_REC 72 /* key 32 + digest 32 + check 8 */
+
+struct ib_cache_memo
+{
+  char *path;
+  unsigned char *slots; /* open addressing: n_slots * 64 bytes (key, digest); key 0 = empty */
+  size_t n_slots, n_used;
+  unsigned char *fresh; /* new records to append */
+  size_t n_fresh;
+};
+
+static void
+raw_sha256 (const void *a, size_t alen, const void *b, size_t blen, unsigned char out[32])
+{
+  ib_sha256_t *h = ib_sha256_new ();
+  char d[IB_DIGEST_LEN];
+  ib_sha256_update (h, a, alen);
+  if (blen)
+    ib_sha256_update (h, b, blen);
+  ib_sha256_final (h, d);
+  for (int i = 0; i < 32; i++)
+    sscanf (d + 7 + 2 * i, "%2hhx", &out[i]);
+}
+
+static bool
+m_slots_nonempty (ib_cache_memo_t *m)
+{
+  return m->n_slots != 0;
+}
+
+static unsigned char *
+memo_slot (ib_cache_memo_t *m, const unsigned char key[32])
+{
+  size_t i;
+  memcpy (&i, key, sizeof i);
+  for (i %= m->n_slots;; i = (i + 1) % m->n_slots)
+    {
+      unsigned char *s = m->slots + i * 64;
+      static const unsigned char zero[32];
+      if (memcmp (s, key, 32) == 0 || memcmp (s, zero, 32) == 0)
+        return s;
+    }
+}
+
+static void
+memo_put (ib_cache_memo_t *m, const unsigned char key[32], const unsigned char digest[32])
+{
+  if ((m->n_used + 1) * 2 > m->n_slots)
+    {
+      unsigned char *old = m->slots;
+      size_t old_n = m->n_slots;
+      m->n_slots = old_n ? old_n * 2 : 1024;
+      m->slots = xmalloc (m->n_slots * 64);
+      m->n_used = 0;
+      for (size_t i = 0; i < old_n; i++)
+        {
+          static const unsigned char zero[32];
+          if (memcmp (old + i * 64, zero, 32) != 0)
+            {
+              memcpy (memo_slot (m, old + i * 64), old + i * 64, 64);
+              m->n_used++;
+            }
+        }
+      free (old);
+    }
+  unsigned char *s = memo_slot (m, key);
+  if (s[0] == 0 && memcmp (s, s + 1, 31) == 0)
+    m->n_used++;
+  memcpy (s, key, 32);
+  memcpy (s + 32, digest, 32);
+}
+
+ib_cache_memo_t *
+ib_cache_memo_open (ib_store_t *store)
+{
+  ib_cache_memo_t *m = xmalloc (sizeof *m);
+  m->path = xasprintf ("%s/cache/filehash.bin", store->root);
+  cleanup_free char *data = NULL;
+  size_t len = 0;
+  ib_error_t e = NULL;
+  if (ib_read_file (m->path, &data, &len, &e) < 0)
+    {
+      ib_error_free (&e);
+      return m;
+    }
+  for (size_t off = 0; off + MEMO_REC <= len; off += MEMO_REC)
+    {
+      unsigned char check[32];
+      raw_sha256 (data + off, 64, NULL, 0, check);
+      if (memcmp (check, data + off + 64, 8) == 0)
+        memo_put (m, (unsigned char *) data + off, (unsigned char *) data + off + 32);
+    }
+  return m;
+}
+
+void
+ib_cache_memo_close (ib_cache_memo_t *m)
+{
+  if (m == NULL)
+    return;
+  if (m->n_fresh)
+    {
+      cleanup_free char *dir = xstrdup (m->path);
+      *strrchr (dir, '/') = '\0';
+      ib_error_t e = NULL;
+      int fd = ib_mkdir_p (dir, 0700, &e) == 0
+                   ? open (m->path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644)
+                   : -1;
+      ib_error_free (&e);
+      if (fd >= 0)
+        {
+          /* one write: whole records, appended atomically */
+          if (write (fd, m->fresh, m->n_fresh * MEMO_REC) < 0)
+            ib_debug ("file digest memo %s: %s", m->path, strerror (errno));
+          close (fd);
+        }
+    }
+  free (m->fresh);
+  free (m->slots);
+  free (m->path);
+  free (m);
+}
+
+/* The content digest of an open regular file, from the memo when its
+ * metadata key is known. */
+static int
+file_digest (int fd, const struct stat *sb, ib_cache_memo_t *memo, const char *shown,
+             unsigned char out[32], ib_error_t *err)
+{
+  unsigned char key[32];
+  if (memo)
+    {
+      long long meta[7] = { (long long) sb->st_dev, (long long) sb->st_ino, (long long) sb->st_size,
+                            (long long) sb->st_mtim.tv_sec, sb->st_mtim.tv_nsec,
+                            (long long) sb->st_ctim.tv_sec, sb->st_ctim.tv_nsec };
+      raw_sha256 ("imgbuild-filehash-1", 19, meta, sizeof meta, key);
+      if (m_slots_nonempty (memo))
+        {
+          unsigned char *s = memo_slot (memo, key);
+          if (memcmp (s, key, 32) == 0)
+            {
+              memcpy (out, s + 32, 32);
+              return 0;
+            }
+        }
+    }
+  ib_sha256_t *h = ib_sha256_new ();
+  char buf[65536];
+  for (;;)
+    {
+      ssize_t n = read (fd, buf, sizeof buf);
+      if (n < 0 && errno == EINTR)
+        continue;
+      if (n < 0)
+        {
+          int e = errno;
+          ib_sha256_free (h);
+          return ib_error_sys (err, e, "read %s", shown);
+        }
+      if (n == 0)
+        break;
+      ib_sha256_update (h, buf, (size_t) n);
+    }
+  char d[IB_DIGEST_LEN];
+  ib_sha256_final (h, d);
+  for (int i = 0; i < 32; i++)
+    sscanf (d + 7 + 2 * i, "%2hhx", &out[i]);
+  struct timespec now;
+  clock_gettime (CLOCK_REALTIME, &now);
+  if (memo && sb->st_ctim.tv_sec + 2 < now.tv_sec)
+    {
+      memo_put (memo, key, out);
+      memo->fresh = xrealloc (memo->fresh, (memo->n_fresh + 1) * MEMO_REC);
+      unsigned char *r = memo->fresh + memo->n_fresh * MEMO_REC;
+      memcpy (r, key, 32);
+      memcpy (r + 32, out, 32);
+      unsigned char check[32];
+      raw_sha256 (r, 64, NULL, 0, check);
+      memcpy (r + 64, check, 8);
+      memo->n_fresh++;
+    }
+  return 0;
+}
+
 static int
 hash_entry (int dirfd, const char *name, const char *shown, const char *rel, bool follow,
-            ib_sha256_t *h, size_t *entries, ib_error_t *err)
+            ib_cache_memo_t *memo, ib_sha256_t *h, size_t *entries, ib_error_t *err)
 {
   struct stat sb;
   if (fstatat (dirfd, name, &sb, follow ? 0 : AT_SYMLINK_NOFOLLOW) < 0)
@@ -54,18 +241,13 @@ hash_entry (int dirfd, const char *name, const char *shown, const char *rel, boo
       char sz[32];
       snprintf (sz, sizeof sz, "%lld", (long long) sb.st_size);
       hash_str (h, sz);
-      char buf[65536];
-      for (;;)
-        {
-          ssize_t n = read (fd, buf, sizeof buf);
-          if (n < 0 && errno == EINTR)
-            continue;
-          if (n < 0)
-            return ib_error_sys (err, errno, "read %s", shown);
-          if (n == 0)
-            break;
-          ib_sha256_update (h, buf, (size_t) n);
-        }
+      struct stat fsb;
+      if (fstat (fd, &fsb) < 0)
+        return ib_error_sys (err, errno, "%s", shown);
+      unsigned char d[32];
+      if (file_digest (fd, &fsb, memo, shown, d, err) < 0)
+        return -1;
+      ib_sha256_update (h, d, 32);
       return 0;
     }
   if (!S_ISDIR (sb.st_mode))
@@ -102,7 +284,7 @@ hash_entry (int dirfd, const char *name, const char *shown, const char *rel, boo
         {
           cleanup_free char *crel = *rel ? xasprintf ("%s/%s", rel, names[i]) : xstrdup (names[i]);
           cleanup_free char *cshown = xasprintf ("%s/%s", shown, names[i]);
-          ret = hash_entry (fd, names[i], cshown, crel, false, h, entries, err);
+          ret = hash_entry (fd, names[i], cshown, crel, false, memo, h, entries, err);
         }
       free (names[i]);
     }
@@ -113,7 +295,14 @@ hash_entry (int dirfd, const char *name, const char *shown, const char *rel, boo
 int
 ib_cache_hash_path (const char *path, ib_sha256_t *h, size_t *entries, ib_error_t *err)
 {
-  return hash_entry (AT_FDCWD, path, path, "", true, h, entries, err);
+  return hash_entry (AT_FDCWD, path, path, "", true, NULL, h, entries, err);
+}
+
+int
+ib_cache_hash_path_memo (const char *path, ib_cache_memo_t *memo, ib_sha256_t *h, size_t *entries,
+                         ib_error_t *err)
+{
+  return hash_entry (AT_FDCWD, path, path, "", true, memo, h, entries, err);
 }
 
 void

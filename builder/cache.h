@@ -43,6 +43,24 @@
  * incremented by the number of entries hashed. */
 int ib_cache_hash_path (const char *path, ib_sha256_t *h, size_t *entries, ib_error_t *err);
 
+/* A memo of regular files' content digests (as git's index): keyed by
+ * (device, inode, size, mtime, ctime, in ns) and kept in
+ * <store>/cache/filehash.bin, so that a rebuild does not read every byte
+ * of a large context again.  A file whose ctime is less than 2 s before
+ * the moment it is hashed is never memoized (a second change within the
+ * clock's granularity would keep both times).  Records are appended
+ * whole (O_APPEND, 72 bytes each with their own checksum): a torn or
+ * damaged record is ignored.  Never fails: an unreadable memo is empty,
+ * and a memo that cannot be written only costs the next build time. */
+typedef struct ib_cache_memo ib_cache_memo_t;
+ib_cache_memo_t *ib_cache_memo_open (ib_store_t *store);
+/* Append what was learnt, free.  NULL is fine. */
+void ib_cache_memo_close (ib_cache_memo_t *m);
+/* ib_cache_hash_path using (and filling) `memo` (may be NULL); the same
+ * result as without it. */
+int ib_cache_hash_path_memo (const char *path, ib_cache_memo_t *memo, ib_sha256_t *h,
+                             size_t *entries, ib_error_t *err);
+
 /* Key of a step: sha256 over IB_CACHE_VERSION, `parent` and `text`. */
 void ib_cache_key (const char *parent, const char *text, char out[IB_DIGEST_LEN]);
 

@@ -323,10 +323,12 @@ cmd_build (int argc, char **argv, ib_error_t *err)
                level, ranges[compression]);
       exit (2);
     }
+  /* The build enters the user namespace itself, when it first needs a
+   * rootfs or the network (build.h). */
   ib_store_t *store = NULL;
-  if (enter_userns (err) < 0 || open_store (&store, err) < 0)
+  if (open_store (&store, err) < 0)
     return -1;
-  ib_build_opts_t bo = { .recipe_path = recipe, .context_dir = context, .build_args = args,
+  ib_build_opts_t bo = { .userns = userns_mode, .recipe_path = recipe, .context_dir = context, .build_args = args,
                          .target = target, .tags = tags, .outputs = outputs,
                          .compression = compression, .compression_level = level,
                          .reproducible = reproducible, .devices = devices,

@@ -56,6 +56,12 @@ typedef enum
  * maps: report the error and exit. */
 int ib_userns_enter (ib_userns_mode_t requested, ib_userns_mode_t *mode_in_force,
                      ib_error_t *err);
+/* The mode ib_userns_enter (requested) would put the process in (the mode
+ * in force when already entered), without entering: the same checks and
+ * errors (MAP without ranges, ROOT without euid 0).  For a caller that
+ * enters late (a build that only reads its cache never enters) but must
+ * know the mode early. */
+int ib_userns_plan (ib_userns_mode_t requested, ib_userns_mode_t *mode, ib_error_t *err);
 /* Mode in force (AUTO when not entered yet). */
 ib_userns_mode_t ib_userns_mode (void);
 const char *ib_userns_mode_name (ib_userns_mode_t m);

@@ -349,6 +349,24 @@ plan_maps (ib_userns_mode_t requested, struct map_plan *plan, ib_error_t *err)
 }
 
 int
+ib_userns_plan (ib_userns_mode_t requested, ib_userns_mode_t *mode, ib_error_t *err)
+{
+  if (userns_mode != IB_USERNS_AUTO)
+    {
+      *mode = userns_mode;
+      return 0;
+    }
+  struct map_plan plan = { 0 };
+  int r = plan_maps (requested, &plan, err);
+  free (plan.root_uid_map);
+  free (plan.root_gid_map);
+  if (r < 0)
+    return ib_error_prefix (err, "enter user namespace");
+  *mode = plan.mode;
+  return 0;
+}
+
+int
 ib_userns_enter (ib_userns_mode_t requested, ib_userns_mode_t *mode_in_force, ib_error_t *err)
 {
   if (userns_mode != IB_USERNS_AUTO)
