@@ -99,7 +99,6 @@ typedef struct stage_state
    * or a stage reading this one) makes it from the layers (ensure_rootfs). */
   char key[IB_DIGEST_LEN];   /* cache key of the last step (the stage's identity) */
   bool rootfs_ready;         /* st->rootfs holds the tree of st->layers */
-  bool snapshot_ok;          /* the layers are exactly a stored image's: snapshot them */
   struct stage_state *copy_src; /* FROM <stage>: its tree may be copied ... */
   size_t copy_n_layers;         /* ... while the stage still has this many layers */
   bool no_cache;             /* --no-cache / --no-cache-filter: never look up */
@@ -344,7 +343,6 @@ from_image (build_t *b, stage_state_t *st, const char *image, const char *os, co
   /* Not pulled: the rootfs is made from the stored layers (snapshot) when
    * a step needs it (ensure_rootfs). */
   st->rootfs_ready = pulled;
-  st->snapshot_ok = true;
   {
     cleanup_free char *plat = ib_platform_string (os, arch, variant);
     cleanup_free char *text = xasprintf ("FROM image %s %s", desc.digest, plat);
@@ -431,7 +429,10 @@ ensure_rootfs (build_t *b, stage_state_t *st, ib_error_t *err)
     ib_strv_push (&digests, st->layers[i].digest);
   if (rmdir (st->rootfs) < 0 && errno != ENOENT)
     return ib_error_sys (err, errno, "prepare %s", st->rootfs);
-  if (ib_rootfs_prepare (b->store, digests, diff_ids, st->rootfs, st->snapshot_ok, err) < 0)
+  /* The new top is recorded as a snapshot: the next build that misses
+   * after the same cached steps (an edit-rebuild loop) copies it instead of
+   * unpacking the layers again. */
+  if (ib_rootfs_prepare (b->store, digests, diff_ids, st->rootfs, true, err) < 0)
     return -1;
   st->rootfs_ready = true;
   return 0;
@@ -502,7 +503,6 @@ cache_lookup (build_t *b, stage_state_t *st, const char *key)
     return 0;
   if (!same_layers (st->layers, st->n_layers, ls, n))
     {
-      st->snapshot_ok = false;
       if (st->rootfs_ready && n != 0)
         {
           ib_error_t e = NULL;

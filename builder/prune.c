@@ -230,6 +230,17 @@ ib_prune (ib_store_t *store, const ib_prune_opts_t *opts, ib_prune_result_t *res
       json_t *rec = json_loadb (data, len, 0, NULL);
       size_t i;
       json_t *l;
+      /* the snapshots a build made from cached steps stay with the cache */
+      cleanup_strv char **diff_ids = NULL;
+      ib_error_t e3 = NULL;
+      if (ib_config_diff_ids (json_object_get (rec, "config"), &diff_ids, &e3) == 0)
+        for (size_t k = 0; diff_ids && diff_ids[k]; k++)
+          {
+            char chain[IB_DIGEST_LEN];
+            ib_chain_id (diff_ids, k, chain);
+            set_add (&chains, ib_digest_hex (chain));
+          }
+      ib_error_free (&e3);
       json_array_foreach (json_object_get (rec, "layers"), i, l)
       {
         const char *d = json_string_value (json_object_get (l, "digest"));

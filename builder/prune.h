@@ -4,7 +4,8 @@
  *   default   temp files of builds and pulls that died (tmp/), blobs that
  *             neither a tag (manifest, config, layers, nested manifests of
  *             an index) nor a build cache record names, and snapshots
- *             (snapshots/<chain id>) that are no prefix of a tagged image;
+ *             (snapshots/<chain id>) that are no prefix of a tagged image's
+ *             or a cache record's layers;
  *   cache     also the build cache: step records (cache/steps/) and RUN
  *             --mount=type=cache directories (cache/mounts/), and so the
  *             blobs only they held (layers of intermediate steps);
