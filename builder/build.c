@@ -1,5 +1,6 @@
 #include "builder/build.h"
 #include "builder/cache.h"
+#include "builder/ignore.h"
 #include "builder/fsops.h"
 #include "builder/mountspec.h"
 #include "builder/recipe.h"
@@ -15,6 +16,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <glob.h>
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
@@ -120,6 +122,7 @@ typedef struct build
   size_t hits, misses;
   ib_userns_mode_t userns;   /* the mode the build runs in (planned, or in force) */
   ib_cache_memo_t *memo;     /* content digests of context files (opened when first needed) */
+  ib_ignore_t *ignore;       /* .dockerignore of the context (empty when none) */
 } build_t;
 
 /* Enter the user namespace if not done yet: before anything that makes or
@@ -559,7 +562,7 @@ key_layer_format (build_t *b, ib_buf_t *t)
 /* The content of a build context path, for a key: "context PATH sha256:..."
  * or "context PATH missing" (the step reports that when it runs). */
 static void
-key_context_path (build_t *b, ib_buf_t *t, const char *path)
+key_context_path (build_t *b, ib_buf_t *t, const char *path, const ib_ignore_t *excl)
 {
   cleanup_free char *host = NULL;
   ib_error_t e = NULL;
@@ -573,7 +576,11 @@ key_context_path (build_t *b, ib_buf_t *t, const char *path)
   char d[IB_DIGEST_LEN];
   if (b->memo == NULL)
     b->memo = ib_cache_memo_open (b->store);
-  if (ib_cache_hash_path_memo (host, b->memo, h, NULL, &e) < 0)
+  const char *rel = host + strlen (b->context);
+  while (*rel == '/')
+    rel++;
+  ib_path_filter_t filter = { .ignore = b->ignore, .ignore_base = rel, .exclude = excl };
+  if (ib_cache_hash_path_memo (host, b->memo, &filter, h, NULL, &e) < 0)
     {
       /* unreadable: the step fails when it runs, so no record has this key */
       ib_buf_printf (t, "context %s unreadable\n", path);
@@ -970,7 +977,7 @@ run_key_text (build_t *b, stage_state_t *st, const ib_instr_t *in, char **argv, 
           continue;
         }
       if (ms.type == IB_MSPEC_BIND && ms.from == NULL)
-        key_context_path (b, &t, ms.source ? ms.source : ".");
+        key_context_path (b, &t, ms.source ? ms.source : ".", NULL);
       else if (ms.type == IB_MSPEC_BIND)
         {
           stage_state_t *src = earlier_stage (b, st, ms.from);
@@ -1234,15 +1241,72 @@ is_archive_name (const char *name)
   return false;
 }
 
+/* A COPY/ADD source as a path relative to its root: "/" and "./" in front
+ * dropped, "" -> ".". */
+static char *
+source_rel (const char *word)
+{
+  while (*word == '/' || (word[0] == '.' && word[1] == '/'))
+    word += word[0] == '/' ? 1 : 2;
+  return xstrdup (*word ? word : ".");
+}
+
+/* The sources a COPY/ADD word names under `root`, relative to it: the word
+ * itself, or the sorted matches of a pattern (`*`, `?`, `[...]`: Go's
+ * filepath.Match, dotfiles included), leaving out what `ignore`
+ * (.dockerignore) excludes.  A pattern matching nothing is an error, as in
+ * Docker; a plain path is checked when it is copied. */
+static int
+source_matches (const char *root, const char *word, const ib_ignore_t *ignore, char ***out,
+                ib_error_t *err)
+{
+  cleanup_free char *rel = source_rel (word);
+  if (strpbrk (rel, "*?[") == NULL)
+    {
+      if (!ib_ignore_excluded (ignore, rel))
+        ib_strv_push (out, rel);
+      return 0;
+    }
+  cleanup_free char *pattern = xasprintf ("%s/%s", root, rel);
+  glob_t g;
+  int r = glob (pattern, GLOB_PERIOD, NULL, &g);
+  size_t found = 0;
+  if (r == 0)
+    for (size_t i = 0; i < g.gl_pathc; i++)
+      {
+        const char *m = g.gl_pathv[i] + strlen (root) + 1;
+        const char *base = strrchr (m, '/');
+        base = base ? base + 1 : m;
+        if (strcmp (base, ".") == 0 || strcmp (base, "..") == 0 || ib_ignore_excluded (ignore, m))
+          continue;
+        ib_strv_push (out, m);
+        found++;
+      }
+  if (r == 0)
+    globfree (&g);
+  if (found == 0)
+    return ib_error_set (err, ENOENT, "%s: no source files were specified (nothing matches)", word);
+  return 0;
+}
+
+static void
+ignore_freep (ib_ignore_t **p)
+{
+  ib_ignore_free (*p);
+}
+
 static int
 do_copy (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err)
 {
   const char *from = ib_instr_flag (in, "from");
   const char *chown_spec = ib_instr_flag (in, "chown");
   const char *chmod_spec = ib_instr_flag (in, "chmod");
+  const char *parents_flag = ib_instr_flag (in, "parents");
+  bool parents = parents_flag && strcmp (parents_flag, "true") == 0;
   for (char **f = in->flags; f && *f; f++)
     if (!ib_str_has_prefix (*f, "--from=") && !ib_str_has_prefix (*f, "--chown=")
-        && !ib_str_has_prefix (*f, "--chmod="))
+        && !ib_str_has_prefix (*f, "--chmod=") && !ib_str_has_prefix (*f, "--exclude=")
+        && !ib_str_has_prefix (*f, "--parents=") && !ib_str_has_prefix (*f, "--link="))
       return ib_error_set (err, ENOTSUP, "%s is not supported yet", *f);
 
   stage_state_t *src_stage = NULL;
@@ -1271,6 +1335,18 @@ do_copy (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err)
         return ib_error_set (err, EINVAL, "--chmod=%s: expected an octal mode", chmod_spec);
       co.chmod = (int) m;
     }
+  /* --exclude: patterns relative to each source, as .dockerignore's */
+  cleanup_strv char **ex_raw = ib_instr_flag_values (in, "exclude");
+  cleanup_strv char **ex_words = NULL;
+  for (char **e = ex_raw; *e; e++)
+    {
+      cleanup_free char *x = NULL;
+      if (expand (b, st, *e, &x, err) < 0)
+        return -1;
+      ib_strv_push (&ex_words, x);
+    }
+  __attribute__ ((cleanup (ignore_freep))) ib_ignore_t *excl
+      = ex_words ? ib_ignore_from_patterns (ex_words) : NULL;
 
   size_t n = ib_strv_len (in->args);
   cleanup_strv char **words = NULL;
@@ -1305,7 +1381,25 @@ do_copy (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err)
       const char *wd = config_string (st->config, "WorkingDir");
       dest_abs = ib_path_join (wd && *wd ? wd : "/", dest);
     }
-  bool dst_is_dir = ib_str_has_suffix (dest, "/") || n > 2;
+  /* Context sources, patterns expanded now (their content is part of the
+   * key); a stage's sources are expanded when the step runs. */
+  cleanup_strv char **ctx_srcs = NULL; /* per source word: "\1" separated matches */
+  size_t n_sources = 0;
+  for (size_t i = 0; i + 1 < n; i++)
+    {
+      cleanup_strv char **m = NULL;
+      if (!ib_instr_heredoc (in, i) && !src_stage
+          && source_matches (b->context, words[i], b->ignore, &m, err) < 0)
+        return -1;
+      ib_buf_t j = { 0 };
+      for (char **x = m; x && *x; x++)
+        ib_buf_printf (&j, "%s%s", x == m ? "" : "\1", *x);
+      char *joined = ib_buf_steal (&j);
+      ib_strv_push (&ctx_srcs, joined);
+      free (joined);
+      n_sources += m ? ib_strv_len (m) : 1;
+    }
+  bool dst_is_dir = ib_str_has_suffix (dest, "/") || n_sources > 1 || n > 2;
   cleanup_free char *shown = NULL;
   {
     ib_buf_t s = { 0 };
@@ -1321,7 +1415,9 @@ do_copy (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err)
       ib_buf_printf (&t, "from %s\n", src_stage->key);
     if (chown_x)
       key_str (&t, "chown", chown_x);
-    ib_buf_printf (&t, "chmod %d\n", co.chmod);
+    ib_buf_printf (&t, "chmod %d parents %d\n", co.chmod, parents);
+    for (char **e = ex_words; e && *e; e++)
+      key_str (&t, "exclude", *e);
     for (size_t i = 0; i < n; i++)
       key_str (&t, "word", words[i]);
     key_str (&t, "dest", dest_abs);
@@ -1332,7 +1428,14 @@ do_copy (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err)
           key_str (&t, "content", hdoc[i]);
         }
       else if (!src_stage)
-        key_context_path (b, &t, words[i]);
+        {
+          cleanup_free char *list = xstrdup (ctx_srcs[i]);
+          char *save = NULL;
+          for (char *m = strtok_r (list, "\1", &save); m; m = strtok_r (NULL, "\1", &save))
+            key_context_path (b, &t, m, excl);
+          if (!*ctx_srcs[i])
+            key_str (&t, "excluded", words[i]);
+        }
     key_layer_format (b, &t);
     cleanup_free char *text = ib_buf_steal (&t);
     ib_cache_key (st->key, text, key);
@@ -1360,14 +1463,13 @@ do_copy (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err)
     goto out;
   for (size_t i = 0; i + 1 < n; i++)
     {
-      cleanup_free char *src_host = NULL;
       const ib_heredoc_t *h = ib_instr_heredoc (in, i);
       if (h)
         {
           /* the heredoc as a file named by its delimiter, mode 0644 */
           if (hdoc_dir == NULL && ib_store_tmp_dir (b->store, "heredoc", &hdoc_dir, err) < 0)
             goto out;
-          src_host = ib_path_join (hdoc_dir, h->name);
+          cleanup_free char *src_host = ib_path_join (hdoc_dir, h->name);
           if (strchr (h->name, '/') || ib_write_file_atomic (src_host, hdoc[i], strlen (hdoc[i]),
                                                              0644, err) < 0)
             {
@@ -1379,10 +1481,6 @@ do_copy (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err)
             goto out;
           continue;
         }
-      int r = src_root ? ib_root_resolve (src_root, words[i], true, &src_host, err)
-                       : context_path (b, words[i], &src_host, err);
-      if (r < 0)
-        goto out;
       if (in->kind == IB_I_ADD && strstr (words[i], "://"))
         {
           ib_error_set (err, ENOTSUP, "%s: ADD of URLs is not supported yet", words[i]);
@@ -1397,14 +1495,71 @@ do_copy (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err)
                         words[i]);
           goto out;
         }
-      if (access (src_host, F_OK) < 0)
+      cleanup_strv char **srcs = NULL;
+      if (src_stage)
         {
-          ib_error_set (err, ENOENT, "%s: no such file or directory in %s", words[i],
-                        from ? "that stage" : "the build context");
-          goto out;
+          if (source_matches (src_root, words[i], NULL, &srcs, err) < 0)
+            goto out;
         }
-      if (ib_copy_into (src_host, dst_host, dst_is_dir, &co, err) < 0)
-        goto out;
+      else
+        {
+          cleanup_free char *list = xstrdup (ctx_srcs[i]);
+          char *save = NULL;
+          for (char *m = strtok_r (list, "\1", &save); m; m = strtok_r (NULL, "\1", &save))
+            ib_strv_push (&srcs, m);
+          if (srcs == NULL)
+            {
+              ib_error_set (err, ENOENT, "%s: no such file or directory in the build context "
+                            "(excluded by .dockerignore)", words[i]);
+              goto out;
+            }
+        }
+      if (ib_strv_len (srcs) > 1 || dst_is_dir)
+        dst_is_dir = true;
+      for (char **m = srcs; *m; m++)
+        {
+          cleanup_free char *src_host = NULL;
+          int r = src_root ? ib_root_resolve (src_root, *m, true, &src_host, err)
+                           : context_path (b, *m, &src_host, err);
+          if (r < 0)
+            goto out;
+          struct stat ssb;
+          if (stat (src_host, &ssb) < 0)
+            {
+              ib_error_set (err, ENOENT, "%s: no such file or directory in %s", *m,
+                            from ? "that stage" : "the build context");
+              goto out;
+            }
+          const char *base = src_root ? src_root : b->context;
+          const char *rel_in_root = src_host + strlen (base);
+          while (*rel_in_root == '/')
+            rel_in_root++;
+          ib_path_filter_t filter = { .ignore = src_root ? NULL : b->ignore,
+                                      .ignore_base = src_root ? NULL : rel_in_root,
+                                      .exclude = excl };
+          co.filter = &filter;
+          cleanup_free char *target = NULL;
+          bool into_dir = dst_is_dir;
+          if (parents && strcmp (*m, ".") != 0)
+            {
+              /* --parents: the source's path under its root is kept */
+              cleanup_free char *rel = source_rel (*m);
+              char *slash = strrchr (rel, '/');
+              if (S_ISDIR (ssb.st_mode))
+                target = ib_path_join (dst_host, rel);
+              else
+                {
+                  if (slash)
+                    *slash = '\0';
+                  target = slash ? ib_path_join (dst_host, rel) : xstrdup (dst_host);
+                }
+              into_dir = true;
+            }
+          r = ib_copy_into (src_host, target ? target : dst_host, into_dir, &co, err);
+          co.filter = NULL;
+          if (r < 0)
+            goto out;
+        }
     }
   {
     cleanup_free char *created_by = xasprintf ("%s %s", in->keyword, shown);
@@ -2200,6 +2355,7 @@ build_free (build_t *b)
   free (b->build_arg_used);
   free (b->context);
   ib_cache_memo_close (b->memo);
+  ib_ignore_free (b->ignore);
   ib_recipe_free (b->recipe);
 }
 
@@ -2262,6 +2418,28 @@ ib_build (ib_store_t *store, const ib_build_opts_t *opts, ib_error_t *err)
       ib_error_sys (err, errno, "build context %s", opts->context_dir ? opts->context_dir : ".");
       goto out;
     }
+  {
+    /* BuildKit: RECIPE.dockerignore beside the recipe wins over the
+     * context's .dockerignore */
+    cleanup_free char *own = xasprintf ("%s.dockerignore", opts->recipe_path);
+    cleanup_free char *ctx_ig = ib_path_join (b.context, ".dockerignore");
+    cleanup_free char *itext = NULL;
+    ib_error_t e2 = NULL;
+    if (ib_read_file (own, &itext, NULL, &e2) < 0)
+      {
+        ib_error_free (&e2);
+        if (ib_read_file (ctx_ig, &itext, NULL, &e2) < 0)
+          {
+            if (e2->status != ENOENT)
+              {
+                *err = e2;
+                goto out;
+              }
+            ib_error_free (&e2);
+          }
+      }
+    b.ignore = ib_ignore_parse (itext);
+  }
   for (char **a = opts->build_args; a && *a; a++)
     {
       const char *eq = strchr (*a, '=');

@@ -211,7 +211,8 @@ file_digest (int fd, const struct stat *sb, ib_cache_memo_t *memo, const char *s
 
 static int
 hash_entry (int dirfd, const char *name, const char *shown, const char *rel, bool follow,
-            ib_cache_memo_t *memo, ib_sha256_t *h, size_t *entries, ib_error_t *err)
+            ib_cache_memo_t *memo, const ib_path_filter_t *filter, ib_sha256_t *h,
+            size_t *entries, ib_error_t *err)
 {
   struct stat sb;
   if (fstatat (dirfd, name, &sb, follow ? 0 : AT_SYMLINK_NOFOLLOW) < 0)
@@ -284,7 +285,9 @@ hash_entry (int dirfd, const char *name, const char *shown, const char *rel, boo
         {
           cleanup_free char *crel = *rel ? xasprintf ("%s/%s", rel, names[i]) : xstrdup (names[i]);
           cleanup_free char *cshown = xasprintf ("%s/%s", shown, names[i]);
-          ret = hash_entry (fd, names[i], cshown, crel, false, memo, h, entries, err);
+          bool descend = false;
+          if (!filter || !ib_path_filter_skip (filter, crel, &descend) || descend)
+            ret = hash_entry (fd, names[i], cshown, crel, false, memo, filter, h, entries, err);
         }
       free (names[i]);
     }
@@ -295,14 +298,14 @@ hash_entry (int dirfd, const char *name, const char *shown, const char *rel, boo
 int
 ib_cache_hash_path (const char *path, ib_sha256_t *h, size_t *entries, ib_error_t *err)
 {
-  return hash_entry (AT_FDCWD, path, path, "", true, NULL, h, entries, err);
+  return hash_entry (AT_FDCWD, path, path, "", true, NULL, NULL, h, entries, err);
 }
 
 int
-ib_cache_hash_path_memo (const char *path, ib_cache_memo_t *memo, ib_sha256_t *h, size_t *entries,
-                         ib_error_t *err)
+ib_cache_hash_path_memo (const char *path, ib_cache_memo_t *memo, const ib_path_filter_t *filter,
+                         ib_sha256_t *h, size_t *entries, ib_error_t *err)
 {
-  return hash_entry (AT_FDCWD, path, path, "", true, memo, h, entries, err);
+  return hash_entry (AT_FDCWD, path, path, "", true, memo, filter, h, entries, err);
 }
 
 void

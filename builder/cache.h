@@ -21,6 +21,7 @@
 #ifndef IB_BUILDER_CACHE_H
 #define IB_BUILDER_CACHE_H
 
+#include "builder/ignore.h"
 #include "common/error.h"
 #include "oci/digest.h"
 #include "oci/manifest.h"
@@ -56,10 +57,12 @@ typedef struct ib_cache_memo ib_cache_memo_t;
 ib_cache_memo_t *ib_cache_memo_open (ib_store_t *store);
 /* Append what was learnt, free.  NULL is fine. */
 void ib_cache_memo_close (ib_cache_memo_t *m);
-/* ib_cache_hash_path using (and filling) `memo` (may be NULL); the same
- * result as without it. */
-int ib_cache_hash_path_memo (const char *path, ib_cache_memo_t *memo, ib_sha256_t *h,
-                             size_t *entries, ib_error_t *err);
+/* ib_cache_hash_path using (and filling) `memo` (may be NULL; the same
+ * result as without it), leaving out what `filter` (may be NULL) skips
+ * below a directory, as ib_copy_into does. */
+int ib_cache_hash_path_memo (const char *path, ib_cache_memo_t *memo,
+                             const ib_path_filter_t *filter, ib_sha256_t *h, size_t *entries,
+                             ib_error_t *err);
 
 /* Key of a step: sha256 over IB_CACHE_VERSION, `parent` and `text`. */
 void ib_cache_key (const char *parent, const char *text, char out[IB_DIGEST_LEN]);

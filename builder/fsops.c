@@ -92,10 +92,14 @@ apply_meta (const char *dst, const struct stat *st, const ib_copy_opts_t *o)
   utimensat (AT_FDCWD, dst, ts, AT_SYMLINK_NOFOLLOW);
 }
 
-static int copy_entry (const char *src, const char *dst, const ib_copy_opts_t *o, ib_error_t *err);
+static int copy_entry (const char *src, const char *dst, const char *rel, const ib_copy_opts_t *o,
+                       ib_error_t *err);
 
+/* `rel`: src's path relative to the directory the copy started at ("" for
+ * that directory), for the filter. */
 static int
-copy_dir_contents (const char *src, const char *dst, const ib_copy_opts_t *o, ib_error_t *err)
+copy_dir_contents (const char *src, const char *dst, const char *rel, const ib_copy_opts_t *o,
+                   ib_error_t *err)
 {
   DIR *d = opendir (src);
   if (d == NULL)
@@ -106,9 +110,13 @@ copy_dir_contents (const char *src, const char *dst, const ib_copy_opts_t *o, ib
     {
       if (strcmp (de->d_name, ".") == 0 || strcmp (de->d_name, "..") == 0)
         continue;
+      cleanup_free char *crel = *rel ? xasprintf ("%s/%s", rel, de->d_name) : xstrdup (de->d_name);
+      bool descend = false;
+      if (o->filter && ib_path_filter_skip (o->filter, crel, &descend) && !descend)
+        continue;
       cleanup_free char *s = ib_path_join (src, de->d_name);
       cleanup_free char *t = ib_path_join (dst, de->d_name);
-      if ((ret = copy_entry (s, t, o, err)) < 0)
+      if ((ret = copy_entry (s, t, crel, o, err)) < 0)
         break;
     }
   closedir (d);
@@ -116,7 +124,8 @@ copy_dir_contents (const char *src, const char *dst, const ib_copy_opts_t *o, ib
 }
 
 static int
-copy_entry (const char *src, const char *dst, const ib_copy_opts_t *o, ib_error_t *err)
+copy_entry (const char *src, const char *dst, const char *rel, const ib_copy_opts_t *o,
+            ib_error_t *err)
 {
   struct stat st, dst_st;
   if (lstat (src, &st) < 0)
@@ -128,7 +137,7 @@ copy_entry (const char *src, const char *dst, const ib_copy_opts_t *o, ib_error_
         return ib_error_sys (err, errno, "replace %s", dst);
       if ((!dst_exists || !S_ISDIR (dst_st.st_mode)) && mkdir (dst, 0700) < 0)
         return ib_error_sys (err, errno, "create directory %s", dst);
-      if (copy_dir_contents (src, dst, o, err) < 0)
+      if (copy_dir_contents (src, dst, rel, o, err) < 0)
         return -1;
       apply_meta (dst, &st, o);
       return 0;
@@ -180,7 +189,7 @@ ib_copy_into (const char *src, const char *dst, bool dst_is_dir, const ib_copy_o
     {
       if (ib_mkdir_p (dst, 0755, err) < 0)
         return -1;
-      if (copy_dir_contents (src, dst, o, err) < 0)
+      if (copy_dir_contents (src, dst, "", o, err) < 0)
         return -1;
       return 0;
     }
@@ -205,7 +214,7 @@ ib_copy_into (const char *src, const char *dst, bool dst_is_dir, const ib_copy_o
             return -1;
         }
     }
-  return copy_entry (src, target, o, err);
+  return copy_entry (src, target, "", o, err);
 }
 
 /* Find `name` (or numeric id) in an /etc/passwd- or /etc/group-style file;

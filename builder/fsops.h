@@ -4,6 +4,7 @@
 #ifndef IB_BUILDER_FSOPS_H
 #define IB_BUILDER_FSOPS_H
 
+#include "builder/ignore.h"
 #include "common/error.h"
 #include <stdbool.h>
 #include <sys/types.h>
@@ -22,6 +23,9 @@ typedef struct ib_copy_opts
   uid_t uid;
   gid_t gid;
   int chmod;             /* -1, or the mode bits for every copied entry (--chmod) */
+  const ib_path_filter_t *filter; /* NULL, or entries under a copied directory to leave
+                                     out (.dockerignore, --exclude); paths given to it
+                                     are relative to the copied directory */
 } ib_copy_opts_t;
 
 /* Dockerfile COPY semantics for one source: a directory's *contents* are

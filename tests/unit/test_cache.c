@@ -265,7 +265,7 @@ hash_memo (const char *path, ib_cache_memo_t *memo, char out[IB_DIGEST_LEN])
 {
   ib_sha256_t *h = ib_sha256_new ();
   ib_error_t err = NULL;
-  assert_int_equal (ib_cache_hash_path_memo (path, memo, h, NULL, &err), 0);
+  assert_int_equal (ib_cache_hash_path_memo (path, memo, NULL, h, NULL, &err), 0);
   ib_sha256_final (h, out);
 }
 
