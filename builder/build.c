@@ -4,6 +4,7 @@
 #include "builder/fsops.h"
 #include "builder/mountspec.h"
 #include "builder/recipe.h"
+#include "common/progress.h"
 #include "common/util.h"
 #include "oci/digest.h"
 #include "oci/manifest.h"
@@ -121,9 +122,20 @@ typedef struct build
   int64_t sde;
   size_t hits, misses;
   ib_userns_mode_t userns;   /* the mode the build runs in (planned, or in force) */
+  ib_progress_t *prog;       /* TTY/JSON: the build's display (step items) */
+  bool prog_paused;
+  int step_item;             /* the display's item of the current step */
+  char *step_label;          /* "[build 2/5]" of the current step */
+  char *step_text;           /* its display item's text */
+  bool step_open;            /* the current step runs (DONE to print) */
+  struct timespec step_t0;
+  ib_buf_t out_line;         /* a RUN's partial output line (TTY/JSON) */
   ib_cache_memo_t *memo;     /* content digests of context files (opened when first needed) */
   ib_ignore_t *ignore;       /* .dockerignore of the context (empty when none) */
 } build_t;
+
+static void prog_pause (build_t *b);
+static void prog_resume (build_t *b);
 
 /* Enter the user namespace if not done yet: before anything that makes or
  * reads a rootfs, and before network transfers (whose threads would make
@@ -134,7 +146,14 @@ need_userns (build_t *b, ib_error_t *err)
   if (ib_userns_mode () != IB_USERNS_AUTO)
     return 0;
   ib_userns_mode_t got;
-  if (ib_userns_enter (b->opts->userns, &got, err) < 0)
+  /* the TTY display's ticker thread would make unshare() fail: the
+   * display goes for the moment (ending it joins the thread) */
+  bool was = b->prog != NULL;
+  prog_pause (b);
+  int r = ib_userns_enter (b->opts->userns, &got, err);
+  if (was)
+    prog_resume (b);
+  if (r < 0)
     return -1;
   ib_debug ("user namespace mode: %s", ib_userns_mode_name (got));
   return 0;
@@ -307,6 +326,7 @@ from_image (build_t *b, stage_state_t *st, const char *image, const char *os, co
       cleanup_free char *want = ib_platform_string (os, arch, variant);
       if (need_userns (b, err) < 0)
         return -1;
+      prog_pause (b);
       ib_info ("[%s] FROM %s: the stored image is for another platform; pulling %s",
                st->def->name ? st->def->name : "stage", image, want);
       ib_descriptor_clear (&desc);
@@ -325,6 +345,7 @@ from_image (build_t *b, stage_state_t *st, const char *image, const char *os, co
       ib_error_free (err);
       if (need_userns (b, err) < 0)
         return -1;
+      prog_pause (b);
       if (ib_rootfs_pull (b->store, image, explicit_platform ? os : NULL,
                           explicit_platform ? arch : NULL, explicit_platform ? variant : NULL,
                           st->rootfs, true, err)
@@ -333,6 +354,7 @@ from_image (build_t *b, stage_state_t *st, const char *image, const char *os, co
         return -1;
       pulled = true;
     }
+  prog_resume (b);
   int ret = -1;
   cleanup_strv char **diff_ids = NULL;
   if (ib_config_diff_ids (config, &diff_ids, err) < 0)
@@ -447,20 +469,118 @@ stage_label (stage_state_t *st)
   return st->def->name ? st->def->name : "stage";
 }
 
-/* The progress line of a step: "[build 2/5] RUN make", " CACHED" on a hit. */
+/* Step progress.  PLAIN (and QUIET, through -q): a line per step,
+ * "[build 2/5] RUN make" (" CACHED" on a hit), the command's output as it
+ * comes, then "[build 2/5] DONE 3.2s".  TTY and JSON: an item per step in a
+ * progress display ("build RECIPE"): TTY shows each step's state and, while
+ * a RUN runs, its last output line; JSON emits the items' events and each
+ * output line as a "message" event. */
 static void
-step_line (stage_state_t *st, const char *keyword, const char *what_full, bool cached)
+step_line (build_t *b, stage_state_t *st, const char *keyword, const char *what_full, bool cached,
+           bool timed)
 {
   /* a heredoc script shows as its first line */
   const char *nl = strchr (what_full, '\n');
   cleanup_free char *what = nl ? xasprintf ("%.*s ...", (int) (nl - what_full), what_full)
                                : xstrdup (what_full);
-  if (st->def->name)
-    ib_info ("[%s %zu/%zu] %s %s%s", st->def->name, st->step, st->n_steps, keyword, what,
-             cached ? " CACHED" : "");
-  else
-    ib_info ("[stage-%d %zu/%zu] %s %s%s", st->def->index, st->step, st->n_steps, keyword, what,
-             cached ? " CACHED" : "");
+  cleanup_free char *label = st->def->name
+                                 ? xasprintf ("[%s %zu/%zu]", st->def->name, st->step, st->n_steps)
+                                 : xasprintf ("[stage-%d %zu/%zu]", st->def->index, st->step,
+                                              st->n_steps);
+  free (b->step_label);
+  b->step_label = xstrdup (label);
+  b->step_open = timed && !cached;
+  clock_gettime (CLOCK_MONOTONIC, &b->step_t0);
+  if (b->prog)
+    {
+      free (b->step_text);
+      b->step_text = xasprintf ("%s %s %s", label, keyword, what);
+      b->step_item = ib_progress_add (b->prog, b->step_text, "Running", -1);
+      if (cached || !timed)
+        ib_progress_done (b->prog, b->step_item, true, cached ? "CACHED" : "DONE");
+      return;
+    }
+  ib_info ("%s %s %s%s", label, keyword, what, cached ? " CACHED" : "");
+}
+
+/* The end of a step that ran (step_line with `timed`). */
+static void
+step_end (build_t *b, bool ok)
+{
+  if (!b->step_open)
+    return;
+  b->step_open = false;
+  struct timespec t1;
+  clock_gettime (CLOCK_MONOTONIC, &t1);
+  double s = (double) (t1.tv_sec - b->step_t0.tv_sec)
+             + (double) (t1.tv_nsec - b->step_t0.tv_nsec) / 1e9;
+  if (b->prog)
+    {
+      cleanup_free char *st = xasprintf (ok ? "DONE %.1fs" : "ERROR after %.1fs", s);
+      ib_progress_done (b->prog, b->step_item, ok, st);
+    }
+  else if (ok)
+    ib_info ("%s DONE %.1fs", b->step_label, s);
+}
+
+/* A RUN's output in TTY/JSON mode: complete lines become the step's status
+ * (TTY) or "message" events (JSON). */
+static void
+step_output (void *ud, const char *data, size_t len)
+{
+  build_t *b = ud;
+  ib_buf_append (&b->out_line, data, len);
+  char *start = b->out_line.data;
+  char *nl;
+  while ((nl = memchr (start, '\n', b->out_line.len - (size_t) (start - b->out_line.data))))
+    {
+      *nl = '\0';
+      char *line = start;
+      start = nl + 1;
+      size_t n = strlen (line);
+      while (n && (line[n - 1] == '\r' || line[n - 1] == ' '))
+        line[--n] = '\0';
+      char *cr = strrchr (line, '\r'); /* progress bars redraw with \r */
+      if (cr)
+        line = cr + 1;
+      if (!*line)
+        continue;
+      if (ib_progress_resolved_mode () == IB_PROGRESS_JSON)
+        ib_progress_message (b->prog, "%s %s", b->step_label, line);
+      else
+        ib_progress_set_status (b->prog, b->step_item, line);
+    }
+  size_t rest = b->out_line.len - (size_t) (start - b->out_line.data);
+  memmove (b->out_line.data, start, rest);
+  b->out_line.len = rest;
+  if (b->out_line.len > 65536)
+    b->out_line.len = 0; /* a line without end: drop what was kept */
+}
+
+/* The build's display goes while a pull or push shows its own (one TTY
+ * display at a time), and comes back after. */
+static void
+prog_pause (build_t *b)
+{
+  if (b->prog)
+    {
+      ib_progress_end (b->prog);
+      b->prog = NULL;
+      b->prog_paused = true;
+    }
+}
+
+static void
+prog_resume (build_t *b)
+{
+  if (b->prog_paused)
+    {
+      cleanup_free char *title = xasprintf ("build %s", b->recipe->path);
+      b->prog = ib_progress_begin (title);
+      b->prog_paused = false;
+      if (b->step_open && b->step_text) /* the running step goes on in the new display */
+        b->step_item = ib_progress_add (b->prog, b->step_text, "Running", -1);
+    }
 }
 
 static bool
@@ -621,7 +741,7 @@ do_from (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err)
   if (ib_store_tmp_dir (b->store, "stage", &st->rootfs, err) < 0)
     return -1;
   int idx = stage_index (b, image);
-  step_line (st, "FROM", image, false);
+  step_line (b, st, "FROM", image, false, false);
   if (idx >= 0 && (size_t) idx < (size_t) (st - b->stages))
     return from_stage (st, &b->stages[idx], err);
   if (strcmp (image, "scratch") == 0)
@@ -1091,10 +1211,10 @@ do_run (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err)
   }
   if (cache_lookup (b, st, key))
     {
-      step_line (st, "RUN", shown, true);
+      step_line (b, st, "RUN", shown, true, true);
       return 0;
     }
-  step_line (st, "RUN", shown, false);
+  step_line (b, st, "RUN", shown, false, true);
   if (ensure_rootfs (b, st, err) < 0 || ensure_mount_sources (b, st, in, err) < 0)
     return -1;
 
@@ -1198,6 +1318,8 @@ do_run (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err)
     .n_symlinks = gpu.n_symlinks,
     .ldconfig = gpu.ldconfig,
     .ldconfig_dirs = gpu.ldconfig_dirs,
+    .output_fn = b->prog ? step_output : NULL,
+    .output_ud = b,
   };
   int status = 0;
   int sr = ib_sandbox_run (&so, &status, err);
@@ -1443,10 +1565,10 @@ do_copy (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err)
   cleanup_free char *line = xasprintf ("%s%s%s%s", from ? "--from=" : "", from ? from : "", from ? " " : "", shown);
   if (cache_lookup (b, st, key))
     {
-      step_line (st, in->keyword, line, true);
+      step_line (b, st, in->keyword, line, true, true);
       return 0;
     }
-  step_line (st, in->keyword, line, false);
+  step_line (b, st, in->keyword, line, false, true);
   if (ensure_rootfs (b, st, err) < 0 || (src_stage && ensure_rootfs (b, src_stage, err) < 0))
     return -1;
   const char *src_root = src_stage ? src_stage->rootfs : NULL;
@@ -1596,10 +1718,10 @@ do_workdir (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err
   }
   if (cache_lookup (b, st, key))
     {
-      step_line (st, "WORKDIR", abs, true);
+      step_line (b, st, "WORKDIR", abs, true, true);
       return 0;
     }
-  step_line (st, "WORKDIR", abs, false);
+  step_line (b, st, "WORKDIR", abs, false, true);
   if (ensure_rootfs (b, st, err) < 0)
     return -1;
   json_object_set_new (config_section (st->config), "WorkingDir", json_string (abs));
@@ -2063,8 +2185,14 @@ run_output (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err
         return -1;
       ib_info ("[%s] OUTPUT image %s (%s)", stage_label (st), full,
                st->manifest_digest);
-      if (strcmp (type, "registry") == 0 && ib_push (b->store, full, full, err) < 0)
-        return -1;
+      if (strcmp (type, "registry") == 0)
+        {
+          prog_pause (b);
+          int pr = ib_push (b->store, full, full, err);
+          prog_resume (b);
+          if (pr < 0)
+            return -1;
+        }
       return 0;
     }
   if (strcmp (type, "oci") == 0)
@@ -2121,10 +2249,10 @@ config_step_cache (build_t *b, stage_state_t *st, const ib_instr_t *in)
   ib_cache_key (st->key, text, key);
   cleanup_free char *shown = in->text ? xstrdup (in->text) : xstrdup ("");
   if (cache_lookup (b, st, key))
-    step_line (st, in->keyword, shown, true);
+    step_line (b, st, in->keyword, shown, true, false);
   else
     {
-      step_line (st, in->keyword, shown, false);
+      step_line (b, st, in->keyword, shown, false, false);
       cache_record (b, st, key);
     }
 }
@@ -2235,6 +2363,7 @@ run_stage (build_t *b, stage_state_t *st, ib_error_t *err)
       if (in->kind != IB_I_OUTPUT && in->kind != IB_I_ARG)
         st->step++;
       r = run_instr (b, st, in, err);
+      step_end (b, r == 0);
       if (r < 0)
         return instr_error (b, in, err);
       if (in->kind == IB_I_FROM && run_onbuild_triggers (b, st, in, err) < 0)
@@ -2354,6 +2483,11 @@ build_free (build_t *b)
   vars_free (&b->global_args);
   free (b->build_arg_used);
   free (b->context);
+  ib_progress_end (b->prog);
+  b->prog = NULL;
+  free (b->step_label);
+  free (b->step_text);
+  ib_buf_free (&b->out_line);
   ib_cache_memo_close (b->memo);
   ib_ignore_free (b->ignore);
   ib_recipe_free (b->recipe);
@@ -2403,6 +2537,12 @@ ib_build (ib_store_t *store, const ib_build_opts_t *opts, ib_error_t *err)
     return ib_error_prefix (err, "read recipe");
   if (ib_recipe_parse (opts->recipe_path, text, &b.recipe, err) < 0)
     return -1;
+  ib_progress_mode_t pm = ib_progress_resolved_mode ();
+  if (pm == IB_PROGRESS_TTY || pm == IB_PROGRESS_JSON)
+    {
+      cleanup_free char *title = xasprintf ("build %s", b.recipe->path);
+      b.prog = ib_progress_begin (title);
+    }
   if (opts->context_dir)
     b.context = realpath (opts->context_dir, NULL);
   else

@@ -440,6 +440,12 @@ resolve_mode (FILE *out)
   return IB_PROGRESS_PLAIN;
 }
 
+ib_progress_mode_t
+ib_progress_resolved_mode (void)
+{
+  return resolve_mode (g_out ? g_out : stderr);
+}
+
 ib_progress_t *
 ib_progress_begin (const char *title)
 {

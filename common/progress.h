@@ -46,6 +46,11 @@ void ib_progress_set_mode (ib_progress_mode_t mode);
 /* The mode set (not resolved): what ib_progress_set_mode last got. */
 ib_progress_mode_t ib_progress_get_mode (void);
 
+/* The mode a display begun now would use: AUTO resolved against the
+ * output (TTY when it is a terminal and TERM is set and not "dumb", else
+ * PLAIN). */
+ib_progress_mode_t ib_progress_resolved_mode (void);
+
 /* Parse "auto", "tty", "plain", "json" or "quiet" into *mode; -1 for
  * anything else (the CLI reports it). */
 int ib_progress_parse_mode (const char *s, ib_progress_mode_t *mode);

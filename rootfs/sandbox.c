@@ -1349,8 +1349,10 @@ write_all (int fd, const char *p, size_t n)
 
 /* Read the error pipe and the tail pipe until both are closed. */
 static void
-collect_output (int err_r, int tail_r, int tail_lines, ib_buf_t *errmsg, ib_buf_t *tail)
+collect_output (int err_r, int tail_r, const ib_sandbox_opts_t *opts, ib_buf_t *errmsg,
+                ib_buf_t *tail)
 {
+  int tail_lines = opts->tail_lines;
   char buf[65536];
   while (err_r >= 0 || tail_r >= 0)
     {
@@ -1387,7 +1389,10 @@ collect_output (int err_r, int tail_r, int tail_lines, ib_buf_t *errmsg, ib_buf_
             ib_buf_append (errmsg, buf, (size_t) k);
           else
             {
-              write_all (2, buf, (size_t) k);
+              if (opts->output_fn)
+                opts->output_fn (opts->output_ud, buf, (size_t) k);
+              else
+                write_all (2, buf, (size_t) k);
               ib_buf_append (tail, buf, (size_t) k);
               tail_trim (tail, tail_lines);
             }
@@ -1823,7 +1828,7 @@ run_in_sandbox (const ib_sandbox_opts_t *opts, ib_userns_mode_t mode, char *root
 
   ib_buf_t errmsg = { 0 };
   ib_buf_t tail = { 0 };
-  collect_output (steal_fd (&err_r), steal_fd (&tail_r), opts->tail_lines, &errmsg, &tail);
+  collect_output (steal_fd (&err_r), steal_fd (&tail_r), opts, &errmsg, &tail);
 
   int status = 0;
   int wait_errno = 0;

@@ -122,6 +122,11 @@ typedef struct ib_sandbox_opts
    * for error messages.  Otherwise the command shares our stdout/stderr. */
   int tail_lines;
   char **tail;
+  /* With tail_lines > 0: where the command's output goes instead of our
+   * stderr (a progress view), called from the calling thread with each
+   * chunk as it arrives (not split at lines); NULL: our stderr. */
+  void (*output_fn) (void *ud, const char *data, size_t len);
+  void *output_ud;
   /* Added: false (the default) gives the command /dev/null as stdin, as a
    * build step must not wait for input; true lets it read our stdin
    * (`imgbuild run`). */

@@ -302,3 +302,38 @@ OUTPUT type=image,name=cache-wait:latest
     assert r.rc == 0, r
     assert "waiting for the builds" in r.err
     assert cat(store, "cache-wait:latest", "/done") == "done\n"
+
+
+def test_step_progress_plain_and_json(tmp_path, registry, base_image):
+    store = tmp_path / "store"
+    c = tmp_path / "ctx"
+    write(c / "r.recipe", f"""
+FROM {base_image} AS one
+RUN echo first-line && echo second-line
+ENV X=1
+OUTPUT type=image,name=cache-progress:latest
+""")
+    r = imgbuild("--progress", "plain", "build", c / "r.recipe", store=store)
+    assert r.rc == 0, r
+    lines = r.err.splitlines()
+    i = lines.index("[one 2/3] RUN echo first-line && echo second-line")
+    assert lines[i + 1:i + 3] == ["first-line", "second-line"], lines
+    assert any(re.fullmatch(r"\[one 2/3\] DONE \d+\.\ds", l) for l in lines), lines
+    assert "[one 3/3] ENV X=1" in lines
+    # JSON: one item per step, CACHED as the final status on a hit, the
+    # command's output as message events of the build's display
+    r = imgbuild("--progress", "json", "build", "--no-cache-filter", "one", c / "r.recipe",
+                 store=store)
+    assert r.rc == 0, r
+    ev = [json.loads(l) for l in r.err.splitlines() if l.startswith("{")]
+    mine = [e for e in ev if e["title"] == f"build {c / 'r.recipe'}"]
+    msgs = [e["message"] for e in mine if e["event"] == "message"]
+    assert "[one 2/3] first-line" in msgs and "[one 2/3] second-line" in msgs, mine
+    done = {e["id"]: e["status"] for e in mine if e["event"] == "done"}
+    assert re.fullmatch(r"DONE \d+\.\ds", done["[one 2/3] RUN echo first-line && echo second-line"])
+    assert done["[one 1/3] FROM " + base_image] == "DONE"
+    r = imgbuild("--progress", "json", "build", c / "r.recipe", store=store)
+    ev = [json.loads(l) for l in r.err.splitlines() if l.startswith("{")]
+    done = {e["id"]: e["status"] for e in ev if e["event"] == "done"}
+    assert done["[one 2/3] RUN echo first-line && echo second-line"] == "CACHED", ev
+    assert done["[one 3/3] ENV X=1"] == "CACHED"
