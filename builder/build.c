@@ -1141,6 +1141,57 @@ ensure_mount_sources (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_er
   return 0;
 }
 
+/* --keep-on-failure / --debug-shell: the tree of the failed RUN (with
+ * whatever the command changed) is kept under the store's tmp/ as
+ * debug-STAGE-XXXXXX, the command that looks around in it is printed, and
+ * with --debug-shell a shell is opened there, in the same sandbox (user,
+ * working directory, environment; without the step's --mount, --device).
+ * Nothing here fails the build further. */
+static void
+keep_failed_tree (build_t *b, stage_state_t *st, char **env, const char *cwd, uid_t uid, gid_t gid)
+{
+  cleanup_free char *prefix = xasprintf ("debug-%s", stage_label (st));
+  cleanup_free char *dir = NULL;
+  ib_error_t e = NULL;
+  if (ib_store_tmp_dir (b->store, prefix, &dir, &e) < 0 || rmdir (dir) < 0
+      || rename (st->rootfs, dir) < 0)
+    {
+      ib_warn ("--keep-on-failure: %s", e ? e->msg : strerror (errno));
+      ib_error_free (&e);
+      return;
+    }
+  /* the stage's rootfs path now names nothing: build_free has nothing to remove */
+  ib_buf_t c = { 0 };
+  ib_buf_printf (&c, "imgbuild --store '%s' run --rootfs '%s' -w '%s'", b->store->root, dir, cwd);
+  if (uid != 0 || gid != 0)
+    ib_buf_printf (&c, " -u %u:%u", (unsigned) uid, (unsigned) gid);
+  for (char **v = env; v && *v; v++)
+    if (!ib_str_has_prefix (*v, "PATH=") || strcmp (*v, DEFAULT_PATH) != 0)
+      ib_buf_printf (&c, " -e '%s'", *v);
+  ib_buf_printf (&c, " -- %s", st->shell && st->shell[0] ? st->shell[0] : "/bin/sh");
+  cleanup_free char *cmd = ib_buf_steal (&c);
+  ib_warn ("the failed step's tree is kept in %s; to look around in it:\n  %s", dir, cmd);
+  if (!b->opts->debug_shell)
+    return;
+  if (!isatty (STDIN_FILENO))
+    {
+      ib_warn ("--debug-shell: stdin is not a terminal: run the command above instead");
+      return;
+    }
+  prog_pause (b);
+  char *argv[] = { st->shell && st->shell[0] ? st->shell[0] : (char *) "/bin/sh", NULL };
+  ib_sandbox_opts_t so = { .rootfs = dir, .argv = argv, .env = env, .cwd = cwd, .uid = uid,
+                           .gid = gid, .keep_stdin = true, .provide_etc_files = true };
+  int status = 0;
+  ib_info ("--debug-shell: a shell in the failed step's tree (exit to end the build)");
+  if (ib_sandbox_run (&so, &status, &e) < 0)
+    {
+      ib_warn ("--debug-shell: %s", e->msg);
+      ib_error_free (&e);
+    }
+  prog_resume (b);
+}
+
 static int
 do_run (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err)
 {
@@ -1333,6 +1384,8 @@ do_run (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err)
   if (status != 0)
     {
       ib_fs_scan_free (before);
+      if (b->opts->keep_on_failure || b->opts->debug_shell)
+        keep_failed_tree (b, st, env, so.cwd, uid, gid);
       return ib_error_set (err, ECHILD, "%s: exit status %d%s%s", shown, status,
                            tail && *tail ? "; last output lines:\n" : "", tail ? tail : "");
     }

@@ -37,6 +37,9 @@ typedef struct ib_build_opts
                               * rootfs or the network, so a rebuild that only reads its
                               * cache never pays for it */
   bool no_cache;             /* --no-cache: run every step (results are still recorded) */
+  bool keep_on_failure;      /* a failed RUN's tree is kept (store tmp/debug-*) and the
+                              * `imgbuild run --rootfs` command that enters it printed */
+  bool debug_shell;          /* keep_on_failure, and open a shell there when stdin is a tty */
   char **no_cache_filter;    /* --no-cache-filter STAGE: run every step of these stages */
 } ib_build_opts_t;
 

@@ -44,6 +44,7 @@ static const char usage_text[] =
   "  [build] RECIPE [--build-arg K=V] [--target STAGE] [--output SPEC] [-t REF] [--context DIR]\n"
   "          [--compression gzip|zstd|none] [--compression-level N] [--reproducible]\n"
   "          [--device CDI-NAME] [--cdi-spec-dir DIR] [--no-cache] [--no-cache-filter STAGE]\n"
+  "          [--keep-on-failure] [--debug-shell]\n"
   "                         build a recipe (a Dockerfile with OUTPUT)\n"
   "  pull REF [--platform OS/ARCH[/VARIANT]] [--authfile FILE] [--creds USER:PASS]\n"
   "                         pull an image into the store\n"
@@ -254,11 +255,12 @@ cmd_build (int argc, char **argv, ib_error_t *err)
     { "reproducible", no_argument, NULL, 'R' },
     { "device", required_argument, NULL, 'D' },    { "cdi-spec-dir", required_argument, NULL, 'S' },
     { "no-cache", no_argument, NULL, 'N' },       { "no-cache-filter", required_argument, NULL, 'F' },
+    { "keep-on-failure", no_argument, NULL, 'K' }, { "debug-shell", no_argument, NULL, 'H' },
     REGISTRY_OPTIONS,                              { NULL, 0, NULL, 0 },
   };
   cleanup_strv char **args = NULL, **outputs = NULL, **tags = NULL, **devices = NULL,
                     **cdi_dirs = NULL, **no_cache_filter = NULL;
-  bool no_cache = false;
+  bool no_cache = false, keep_on_failure = false, debug_shell = false;
   const char *target = NULL, *context = NULL, *file = NULL;
   ib_compression_t compression = IB_COMPRESSION_GZIP;
   int level = -1;
@@ -289,6 +291,8 @@ cmd_build (int argc, char **argv, ib_error_t *err)
       case 'D': ib_strv_push (&devices, optarg); break;
       case 'S': ib_strv_push (&cdi_dirs, optarg); break;
       case 'N': no_cache = true; break;
+      case 'K': keep_on_failure = true; break;
+      case 'H': debug_shell = true; break;
       case 'F':
         {
           /* BuildKit: --no-cache-filter takes one or more comma-separated stages */
@@ -333,7 +337,8 @@ cmd_build (int argc, char **argv, ib_error_t *err)
                          .compression = compression, .compression_level = level,
                          .reproducible = reproducible, .devices = devices,
                          .cdi_spec_dirs = cdi_dirs, .no_cache = no_cache,
-                         .no_cache_filter = no_cache_filter };
+                         .no_cache_filter = no_cache_filter, .keep_on_failure = keep_on_failure,
+                         .debug_shell = debug_shell };
   int r = ib_build (store, &bo, err);
   ib_store_close (store);
   return r;

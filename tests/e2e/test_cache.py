@@ -337,3 +337,41 @@ OUTPUT type=image,name=cache-progress:latest
     done = {e["id"]: e["status"] for e in ev if e["event"] == "done"}
     assert done["[one 2/3] RUN echo first-line && echo second-line"] == "CACHED", ev
     assert done["[one 3/3] ENV X=1"] == "CACHED"
+
+
+def test_keep_on_failure_and_debug_shell(tmp_path, registry, base_image):
+    import subprocess
+    from conftest import IMGBUILD
+    store = tmp_path / "store"
+    c = tmp_path / "ctx"
+    write(c / "fail.recipe", f"""
+FROM {base_image}
+WORKDIR /w
+ENV FOO=bar
+RUN echo partial > /w/partial && exit 3
+""")
+    r = imgbuild("build", "--keep-on-failure", c / "fail.recipe", store=store)
+    assert r.rc == 1
+    assert "fail.recipe:5: RUN: echo partial > /w/partial && exit 3: exit status 3" in r.err
+    m = re.search(r"to look around in it:\n  imgbuild --store '[^']+' run --rootfs '([^']+)' -w '/w' "
+                  r"-e 'FOO=bar' -- /bin/sh", r.err)
+    assert m, r.err
+    kept = m.group(1)
+    # the printed command enters the failed step's tree, with its changes
+    r = imgbuild("run", "--rootfs", kept, "-w", "/w", "-e", "FOO=bar", "--", "sh", "-c",
+                 "cat partial; echo $FOO; pwd", store=store)
+    assert r.rc == 0, r
+    assert r.out == "partial\nbar\n/w\n"
+    # prune takes it away with the other leftovers
+    assert imgbuild("prune", store=store).rc == 0
+    assert not os.path.exists(kept)
+    # --debug-shell on a terminal: a shell there, then the build fails as before
+    cmd = f"{IMGBUILD} --store {store} build --debug-shell {c / 'fail.recipe'}"
+    p = subprocess.run(["script", "-qec", cmd, "/dev/null"], input="cat /w/partial; echo $FOO\nexit\n",
+                       capture_output=True, text=True, timeout=300)
+    assert "--debug-shell: a shell in the failed step's tree" in p.stdout, p.stdout
+    assert re.search(r"partial\r?\nbar\r?\n", p.stdout), p.stdout
+    assert p.returncode == 1
+    # without a terminal it only says what to run
+    r = imgbuild("build", "--debug-shell", c / "fail.recipe", store=store)
+    assert r.rc == 1 and "stdin is not a terminal: run the command above instead" in r.err, r.err
