@@ -1,5 +1,6 @@
 #include "builder/build.h"
 #include "builder/cache.h"
+#include "builder/cache_io.h"
 #include "builder/ignore.h"
 #include "builder/fsops.h"
 #include "builder/mountspec.h"
@@ -121,6 +122,7 @@ typedef struct build
   size_t n_stages;
   int64_t sde;
   size_t hits, misses;
+  char **keys;               /* every step key this build looked up or recorded (--cache-to) */
   ib_userns_mode_t userns;   /* the mode the build runs in (planned, or in force) */
   ib_progress_t *prog;       /* TTY/JSON: the build's display (step items) */
   bool prog_paused;
@@ -617,6 +619,7 @@ set_result_key (stage_state_t *st, const char *key)
 static int
 cache_lookup (build_t *b, stage_state_t *st, const char *key)
 {
+  ib_strv_push (&b->keys, key);
   if (st->no_cache)
     return 0;
   json_t *cfg = NULL;
@@ -2543,6 +2546,7 @@ build_free (build_t *b)
   ib_buf_free (&b->out_line);
   ib_cache_memo_close (b->memo);
   ib_ignore_free (b->ignore);
+  ib_strv_free (b->keys);
   ib_recipe_free (b->recipe);
 }
 
@@ -2707,11 +2711,31 @@ ib_build (ib_store_t *store, const ib_build_opts_t *opts, ib_error_t *err)
           }
       }
 
+  for (char **c = opts->cache_from; c && *c; c++)
+    {
+      if (need_userns (&b, err) < 0) /* network threads come next */
+        goto out;
+      prog_pause (&b);
+      int r = ib_cache_import (store, *c, err);
+      prog_resume (&b);
+      if (r < 0)
+        goto out;
+    }
   for (size_t i = 0; i < b.n_stages; i++)
     {
       if (!b.stages[i].needed)
         continue;
       if (run_stage (&b, &b.stages[i], err) < 0)
+        goto out;
+    }
+  for (char **c = opts->cache_to; c && *c; c++)
+    {
+      if (need_userns (&b, err) < 0)
+        goto out;
+      prog_pause (&b);
+      int r = ib_cache_export (store, b.keys, *c, err);
+      prog_resume (&b);
+      if (r < 0)
         goto out;
     }
   for (size_t k = 0; k < b.build_args.n; k++)

@@ -44,7 +44,7 @@ static const char usage_text[] =
   "  [build] RECIPE [--build-arg K=V] [--target STAGE] [--output SPEC] [-t REF] [--context DIR]\n"
   "          [--compression gzip|zstd|none] [--compression-level N] [--reproducible]\n"
   "          [--device CDI-NAME] [--cdi-spec-dir DIR] [--no-cache] [--no-cache-filter STAGE]\n"
-  "          [--keep-on-failure] [--debug-shell]\n"
+  "          [--keep-on-failure] [--debug-shell] [--cache-from SPEC] [--cache-to SPEC]\n"
   "                         build a recipe (a Dockerfile with OUTPUT)\n"
   "  pull REF [--platform OS/ARCH[/VARIANT]] [--authfile FILE] [--creds USER:PASS]\n"
   "                         pull an image into the store\n"
@@ -256,10 +256,12 @@ cmd_build (int argc, char **argv, ib_error_t *err)
     { "device", required_argument, NULL, 'D' },    { "cdi-spec-dir", required_argument, NULL, 'S' },
     { "no-cache", no_argument, NULL, 'N' },       { "no-cache-filter", required_argument, NULL, 'F' },
     { "keep-on-failure", no_argument, NULL, 'K' }, { "debug-shell", no_argument, NULL, 'H' },
+    { "cache-from", required_argument, NULL, 'I' }, { "cache-to", required_argument, NULL, 'E' },
     REGISTRY_OPTIONS,                              { NULL, 0, NULL, 0 },
   };
   cleanup_strv char **args = NULL, **outputs = NULL, **tags = NULL, **devices = NULL,
-                    **cdi_dirs = NULL, **no_cache_filter = NULL;
+                    **cdi_dirs = NULL, **no_cache_filter = NULL, **cache_from = NULL,
+                    **cache_to = NULL;
   bool no_cache = false, keep_on_failure = false, debug_shell = false;
   const char *target = NULL, *context = NULL, *file = NULL;
   ib_compression_t compression = IB_COMPRESSION_GZIP;
@@ -292,6 +294,8 @@ cmd_build (int argc, char **argv, ib_error_t *err)
       case 'S': ib_strv_push (&cdi_dirs, optarg); break;
       case 'N': no_cache = true; break;
       case 'K': keep_on_failure = true; break;
+      case 'I': ib_strv_push (&cache_from, optarg); break;
+      case 'E': ib_strv_push (&cache_to, optarg); break;
       case 'H': debug_shell = true; break;
       case 'F':
         {
@@ -338,7 +342,8 @@ cmd_build (int argc, char **argv, ib_error_t *err)
                          .reproducible = reproducible, .devices = devices,
                          .cdi_spec_dirs = cdi_dirs, .no_cache = no_cache,
                          .no_cache_filter = no_cache_filter, .keep_on_failure = keep_on_failure,
-                         .debug_shell = debug_shell };
+                         .debug_shell = debug_shell, .cache_from = cache_from,
+                         .cache_to = cache_to };
   int r = ib_build (store, &bo, err);
   ib_store_close (store);
   return r;
