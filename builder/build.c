@@ -2260,6 +2260,16 @@ run_output (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err
       ib_info ("[%s] OUTPUT oci %s", stage_label (st), dest);
       return 0;
     }
+  if (strcmp (type, "docker") == 0)
+    {
+      if (dest == NULL)
+        return ib_error_set (err, EINVAL, "type=docker needs dest=FILE");
+      if (ib_export_docker (b->store, st->manifest_digest, name, dest, err) < 0)
+        return -1;
+      ib_info ("[%s] OUTPUT docker %s%s%s", stage_label (st), dest, name ? " as " : "",
+               name ? name : "");
+      return 0;
+    }
   if (strcmp (type, "tar") == 0)
     {
       if (dest == NULL)
@@ -2695,7 +2705,7 @@ ib_build (ib_store_t *store, const ib_build_opts_t *opts, ib_error_t *err)
         const ib_instr_t *in = &b.stages[i].def->instrs[k];
         const char *type = in->kind == IB_I_OUTPUT ? kv_get (in, "type") : NULL;
         if (type && strcmp (type, "local") && strcmp (type, "image") && strcmp (type, "oci")
-            && strcmp (type, "registry") && strcmp (type, "tar"))
+            && strcmp (type, "registry") && strcmp (type, "tar") && strcmp (type, "docker"))
           {
             ib_error_set (err, ENOTSUP, "%s:%d: OUTPUT type=%s is not supported yet",
                           b.recipe->path, in->line, type);

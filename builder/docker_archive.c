@@ -1,0 +1,283 @@
+/* builder/docker_archive.c — OUTPUT type=docker: a stored image as a
+ * `docker save` tarball (docker load, podman load, skopeo docker-archive:).
+ *
+ * Layout (Docker's image tarball, "manifest.json" format):
+ *   manifest.json                 [{"Config": "<hex>.json", "RepoTags": [...],
+ *                                   "Layers": ["<diff_id hex>/layer.tar", ...]}]
+ *   <config digest hex>.json      the image config, byte for byte
+ *   <diff_id hex>/layer.tar       each layer UNCOMPRESSED (its sha256 is the
+ *                                 diff_id, checked while writing)
+ *   repositories                  {"NAME": {"TAG": "<top diff_id hex>"}} when tagged
+ * Entries are written in that order (manifest.json last but one is what
+ * docker save does; readers look entries up by name).  Times are 0 so the
+ * same image gives the same tarball.
+ */
+#include "builder/build.h"
+#include "common/util.h"
+#include "oci/digest.h"
+#include "oci/manifest.h"
+#include "oci/ref.h"
+
+#include <archive.h>
+#include <archive_entry.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static int
+add_bytes (struct archive *a, const char *name, const void *data, size_t len, const char *dest,
+           ib_error_t *err)
+{
+  struct archive_entry *e = archive_entry_new ();
+  archive_entry_set_pathname (e, name);
+  archive_entry_set_filetype (e, AE_IFREG);
+  archive_entry_set_perm (e, 0644);
+  archive_entry_set_size (e, (la_int64_t) len);
+  int r = archive_write_header (a, e);
+  archive_entry_free (e);
+  if (r != ARCHIVE_OK || (len && archive_write_data (a, data, len) != (la_ssize_t) len))
+    return ib_error_set (err, archive_errno (a) ? archive_errno (a) : EIO, "write %s: %s", dest,
+                         archive_error_string (a) ? archive_error_string (a) : "error");
+  return 0;
+}
+
+static int
+add_dir (struct archive *a, const char *name, const char *dest, ib_error_t *err)
+{
+  struct archive_entry *e = archive_entry_new ();
+  archive_entry_set_pathname (e, name);
+  archive_entry_set_filetype (e, AE_IFDIR);
+  archive_entry_set_perm (e, 0755);
+  int r = archive_write_header (a, e);
+  archive_entry_free (e);
+  if (r != ARCHIVE_OK)
+    return ib_error_set (err, EIO, "write %s: %s", dest, archive_error_string (a));
+  return 0;
+}
+
+/* Decompress layer blob `blob` into the open temp file `fd`; its sha256
+ * must be `diff_id`.  *size: the uncompressed bytes. */
+static int
+inflate_layer (const char *blob, int fd, const char *diff_id, int64_t *size, ib_error_t *err)
+{
+  struct archive *in = archive_read_new ();
+  archive_read_support_filter_all (in);
+  archive_read_support_format_raw (in);
+  int ret = -1;
+  struct archive_entry *e;
+  if (archive_read_open_filename (in, blob, 1 << 20) != ARCHIVE_OK
+      || archive_read_next_header (in, &e) != ARCHIVE_OK)
+    {
+      ib_error_set (err, EIO, "read layer %s: %s", blob, archive_error_string (in));
+      goto out;
+    }
+  ib_sha256_t *h = ib_sha256_new ();
+  char buf[1 << 16];
+  *size = 0;
+  for (;;)
+    {
+      la_ssize_t n = archive_read_data (in, buf, sizeof buf);
+      if (n < 0)
+        {
+          ib_sha256_free (h);
+          ib_error_set (err, EIO, "read layer %s: %s", blob, archive_error_string (in));
+          goto out;
+        }
+      if (n == 0)
+        break;
+      ib_sha256_update (h, buf, (size_t) n);
+      if (ib_write_all (fd, buf, (size_t) n, "layer.tar", err) < 0)
+        {
+          ib_sha256_free (h);
+          goto out;
+        }
+      *size += n;
+    }
+  char d[IB_DIGEST_LEN];
+  ib_sha256_final (h, d);
+  if (strcmp (d, diff_id) != 0)
+    {
+      ib_error_set (err, EINVAL, "layer %s: uncompressed it is %s, the config says %s", blob, d,
+                    diff_id);
+      goto out;
+    }
+  ret = 0;
+out:
+  archive_read_free (in);
+  return ret;
+}
+
+static int
+add_layer (struct archive *a, ib_store_t *store, const char *digest, const char *diff_id,
+           const char *dest, ib_error_t *err)
+{
+  cleanup_free char *tmp = NULL;
+  cleanup_close int fd = ib_store_tmp_file (store, "docker-layer", &tmp, err);
+  if (fd < 0)
+    return -1;
+  unlink (tmp); /* anonymous: gone with the fd */
+  cleanup_free char *blob = ib_store_blob_path (store, digest);
+  int64_t size = 0;
+  if (inflate_layer (blob, fd, diff_id, &size, err) < 0 || lseek (fd, 0, SEEK_SET) < 0)
+    return -1;
+  cleanup_free char *dir = xstrdup (ib_digest_hex (diff_id));
+  cleanup_free char *name = xasprintf ("%s/layer.tar", dir);
+  if (add_dir (a, dir, dest, err) < 0)
+    return -1;
+  struct archive_entry *e = archive_entry_new ();
+  archive_entry_set_pathname (e, name);
+  archive_entry_set_filetype (e, AE_IFREG);
+  archive_entry_set_perm (e, 0644);
+  archive_entry_set_size (e, size);
+  int r = archive_write_header (a, e);
+  archive_entry_free (e);
+  if (r != ARCHIVE_OK)
+    return ib_error_set (err, EIO, "write %s: %s", dest, archive_error_string (a));
+  char buf[1 << 16];
+  for (;;)
+    {
+      ssize_t n = read (fd, buf, sizeof buf);
+      if (n < 0 && errno == EINTR)
+        continue;
+      if (n < 0)
+        return ib_error_sys (err, errno, "read %s", tmp);
+      if (n == 0)
+        break;
+      if (archive_write_data (a, buf, (size_t) n) != n)
+        return ib_error_set (err, archive_errno (a) ? archive_errno (a) : EIO, "write %s: %s",
+                             dest, archive_error_string (a));
+    }
+  return 0;
+}
+
+int
+ib_export_docker (ib_store_t *store, const char *manifest_digest, const char *name,
+                  const char *dest, ib_error_t *err)
+{
+  ib_descriptor_t desc = { 0 };
+  ib_manifest_t *m = NULL;
+  json_t *config = NULL;
+  if (ib_store_load_image (store, manifest_digest, &desc, &m, &config, err) < 0)
+    return -1;
+  int ret = -1;
+  struct archive *a = NULL;
+  cleanup_strv char **diff_ids = NULL;
+  cleanup_free char *cfg = NULL;
+  size_t cfg_len = 0;
+  cleanup_free char *tmp = xasprintf ("%s.tmp-%d", dest, (int) getpid ());
+  cleanup_free char *repo = NULL, *tag = NULL;
+  if (ib_config_diff_ids (config, &diff_ids, err) < 0)
+    goto out;
+  if (ib_strv_len (diff_ids) != m->n_layers)
+    {
+      ib_error_set (err, EINVAL, "image %s: %zu layers but %zu diff_ids", manifest_digest,
+                    m->n_layers, ib_strv_len (diff_ids));
+      goto out;
+    }
+  if (ib_store_read_blob (store, m->config.digest, &cfg, &cfg_len, err) < 0)
+    goto out;
+  if (name)
+    {
+      /* RepoTags as docker save writes them: the familiar name
+       * ("debian:bookworm", "127.0.0.1:5000/x:1") with its tag */
+      ib_ref_t ref = { 0 };
+      if (ib_ref_parse (name, &ref, err) < 0)
+        goto out;
+      const char *r = ref.repository;
+      if (strcmp (ref.registry, "docker.io") == 0)
+        repo = ib_str_has_prefix (r, "library/") ? xstrdup (r + 8) : xstrdup (r);
+      else
+        repo = xasprintf ("%s/%s", ref.registry, r);
+      tag = xstrdup (ref.tag ? ref.tag : "latest");
+      ib_ref_free (&ref);
+    }
+  {
+    cleanup_free char *dir = xstrdup (dest);
+    char *slash = strrchr (dir, '/');
+    if (slash && slash != dir)
+      {
+        *slash = '\0';
+        if (ib_mkdir_p (dir, 0755, err) < 0)
+          goto out;
+      }
+  }
+  a = archive_write_new ();
+  archive_write_set_format_ustar (a);
+  archive_write_set_bytes_in_last_block (a, 1);
+  if (archive_write_open_filename (a, tmp) != ARCHIVE_OK)
+    {
+      ib_error_set (err, archive_errno (a) ? archive_errno (a) : EIO, "create %s: %s", tmp,
+                    archive_error_string (a));
+      goto out;
+    }
+  json_t *layers = json_array ();
+  for (size_t i = 0; i < m->n_layers; i++)
+    {
+      if (add_layer (a, store, m->layers[i].digest, diff_ids[i], dest, err) < 0)
+        {
+          json_decref (layers);
+          goto out;
+        }
+      json_array_append_new (layers, json_sprintf ("%s/layer.tar", ib_digest_hex (diff_ids[i])));
+    }
+  cleanup_free char *cfg_name = xasprintf ("%s.json", ib_digest_hex (m->config.digest));
+  if (add_bytes (a, cfg_name, cfg, cfg_len, dest, err) < 0)
+    {
+      json_decref (layers);
+      goto out;
+    }
+  json_t *tags = json_array ();
+  if (repo)
+    json_array_append_new (tags, json_sprintf ("%s:%s", repo, tag));
+  json_t *manifest = json_pack ("[{s:s, s:o, s:o}]", "Config", cfg_name, "RepoTags", tags,
+                                "Layers", layers);
+  cleanup_free char *mj = json_dumps (manifest, JSON_COMPACT);
+  json_decref (manifest);
+  if (add_bytes (a, "manifest.json", mj, strlen (mj), dest, err) < 0)
+    goto out;
+  if (repo && m->n_layers)
+    {
+      json_t *repos = json_pack ("{s:{s:s}}", repo, tag, ib_digest_hex (diff_ids[m->n_layers - 1]));
+      cleanup_free char *rj = json_dumps (repos, JSON_COMPACT);
+      json_decref (repos);
+      if (add_bytes (a, "repositories", rj, strlen (rj), dest, err) < 0)
+        goto out;
+    }
+  if (archive_write_close (a) != ARCHIVE_OK)
+    {
+      ib_error_set (err, archive_errno (a) ? archive_errno (a) : EIO, "write %s: %s", dest,
+                    archive_error_string (a));
+      goto out;
+    }
+  {
+    int fd = open (tmp, O_RDONLY | O_CLOEXEC);
+    if (fd < 0 || fsync (fd) < 0)
+      {
+        ib_error_sys (err, errno, "write %s", tmp);
+        if (fd >= 0)
+          close (fd);
+        goto out;
+      }
+    close (fd);
+  }
+  if (rename (tmp, dest) < 0)
+    {
+      ib_error_sys (err, errno, "write %s", dest);
+      goto out;
+    }
+  ret = 0;
+out:
+  if (a)
+    archive_write_free (a);
+  if (ret < 0)
+    unlink (tmp);
+  ib_descriptor_clear (&desc);
+  ib_manifest_free (m);
+  json_decref (config);
+  return ret;
+}
