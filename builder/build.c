@@ -1,4 +1,5 @@
 #include "builder/build.h"
+#include "builder/addsrc.h"
 #include "builder/cache.h"
 #include "builder/cache_io.h"
 #include "builder/ignore.h"
@@ -1408,16 +1409,6 @@ context_path (build_t *b, const char *src, char **out, ib_error_t *err)
   return ib_root_resolve (b->context, src, true, out, err);
 }
 
-static bool
-is_archive_name (const char *name)
-{
-  static const char *const ext[] = { ".tar", ".tar.gz", ".tgz", ".tar.xz", ".txz", ".tar.bz2",
-                                     ".tbz2", ".tar.zst", NULL };
-  for (size_t i = 0; ext[i]; i++)
-    if (ib_str_has_suffix (name, ext[i]))
-      return true;
-  return false;
-}
 
 /* A COPY/ADD source as a path relative to its root: "/" and "./" in front
  * dropped, "" -> ".". */
@@ -1481,11 +1472,22 @@ do_copy (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err)
   const char *chmod_spec = ib_instr_flag (in, "chmod");
   const char *parents_flag = ib_instr_flag (in, "parents");
   bool parents = parents_flag && strcmp (parents_flag, "true") == 0;
+  bool add = in->kind == IB_I_ADD;
   for (char **f = in->flags; f && *f; f++)
     if (!ib_str_has_prefix (*f, "--from=") && !ib_str_has_prefix (*f, "--chown=")
         && !ib_str_has_prefix (*f, "--chmod=") && !ib_str_has_prefix (*f, "--exclude=")
-        && !ib_str_has_prefix (*f, "--parents=") && !ib_str_has_prefix (*f, "--link="))
+        && !ib_str_has_prefix (*f, "--parents=") && !ib_str_has_prefix (*f, "--link=")
+        && !(add && ib_str_has_prefix (*f, "--checksum=")))
       return ib_error_set (err, ENOTSUP, "%s is not supported yet", *f);
+  cleanup_free char *checksum = NULL;
+  if (ib_instr_flag (in, "checksum"))
+    {
+      if (expand (b, st, ib_instr_flag (in, "checksum"), &checksum, err) < 0)
+        return -1;
+      if (!ib_digest_valid (checksum))
+        return ib_error_set (err, EINVAL, "--checksum=%s: expected sha256:<64 hex digits>",
+                             checksum);
+    }
 
   stage_state_t *src_stage = NULL;
   if (from)
@@ -1563,12 +1565,45 @@ do_copy (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err)
    * key); a stage's sources are expanded when the step runs. */
   cleanup_strv char **ctx_srcs = NULL; /* per source word: "\1" separated matches */
   size_t n_sources = 0;
+  /* ADD of URLs: downloaded now unless --checksum names the content (then
+   * only when the step runs); the key holds the content's digest */
+  cleanup_strv char **url_files = NULL; /* per source word: downloaded file, or "" */
+  cleanup_strv char **url_digests = NULL;
+  /* declared before the first goto: cleanup must never see them uninitialised */
+  cleanup_free char *shown = NULL;
+  cleanup_free char *line = NULL;
+  cleanup_free char *dst_host = NULL;
+  cleanup_free char *hdoc_dir = NULL;
+  ib_fs_scan_t *before = NULL;
+  int ret = -1;
+  for (size_t i = 0; i + 1 < n; i++)
+    {
+      ib_strv_push (&url_files, "");
+      ib_strv_push (&url_digests, "");
+    }
   for (size_t i = 0; i + 1 < n; i++)
     {
       cleanup_strv char **m = NULL;
-      if (!ib_instr_heredoc (in, i) && !src_stage
+      bool url = add && !ib_instr_heredoc (in, i) && strstr (words[i], "://");
+      if (url && !checksum)
+        {
+          cleanup_free char *tmpf = NULL;
+          int fd = ib_store_tmp_file (b->store, "add-url", &tmpf, err);
+          if (fd < 0)
+            goto out_urls;
+          close (fd);
+          char d[IB_DIGEST_LEN];
+          time_t mt = 0;
+          free (url_files[i]);
+          url_files[i] = xstrdup (tmpf);
+          if (ib_add_download (words[i], tmpf, d, &mt, err) < 0)
+            goto out_urls;
+          free (url_digests[i]);
+          url_digests[i] = xasprintf ("%s %lld", d, (long long) mt);
+        }
+      if (!url && !ib_instr_heredoc (in, i) && !src_stage
           && source_matches (b->context, words[i], b->ignore, &m, err) < 0)
-        return -1;
+        goto out_urls;
       ib_buf_t j = { 0 };
       for (char **x = m; x && *x; x++)
         ib_buf_printf (&j, "%s%s", x == m ? "" : "\1", *x);
@@ -1578,7 +1613,6 @@ do_copy (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err)
       n_sources += m ? ib_strv_len (m) : 1;
     }
   bool dst_is_dir = ib_str_has_suffix (dest, "/") || n_sources > 1 || n > 2;
-  cleanup_free char *shown = NULL;
   {
     ib_buf_t s = { 0 };
     for (size_t i = 0; i < n; i++)
@@ -1605,6 +1639,11 @@ do_copy (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err)
           key_str (&t, "heredoc", ib_instr_heredoc (in, i)->name);
           key_str (&t, "content", hdoc[i]);
         }
+      else if (add && strstr (words[i], "://"))
+        {
+          key_str (&t, "url", words[i]);
+          key_str (&t, "url-content", checksum ? checksum : url_digests[i]);
+        }
       else if (!src_stage)
         {
           cleanup_free char *list = xstrdup (ctx_srcs[i]);
@@ -1618,25 +1657,22 @@ do_copy (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err)
     cleanup_free char *text = ib_buf_steal (&t);
     ib_cache_key (st->key, text, key);
   }
-  cleanup_free char *line = xasprintf ("%s%s%s%s", from ? "--from=" : "", from ? from : "", from ? " " : "", shown);
+  line = xasprintf ("%s%s%s%s", from ? "--from=" : "", from ? from : "", from ? " " : "", shown);
   if (cache_lookup (b, st, key))
     {
       step_line (b, st, in->keyword, line, true, true);
-      return 0;
+      ret = 0;
+      goto out;
     }
   step_line (b, st, in->keyword, line, false, true);
   if (ensure_rootfs (b, st, err) < 0 || (src_stage && ensure_rootfs (b, src_stage, err) < 0))
-    return -1;
+    goto out;
   const char *src_root = src_stage ? src_stage->rootfs : NULL;
   if (chown_x && ib_lookup_user (st->rootfs, chown_x, &co.uid, &co.gid, err) < 0)
-    return -1;
+    goto out;
 
-  ib_fs_scan_t *before = NULL;
   if (ib_fs_scan (st->rootfs, ib_layer_exclude, &before, err) < 0)
-    return -1;
-  int ret = -1;
-  cleanup_free char *dst_host = NULL;
-  cleanup_free char *hdoc_dir = NULL;
+    goto out;
   if (ib_root_resolve (st->rootfs, dest_abs, true, &dst_host, err) < 0)
     goto out;
   for (size_t i = 0; i + 1 < n; i++)
@@ -1659,19 +1695,42 @@ do_copy (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err)
             goto out;
           continue;
         }
-      if (in->kind == IB_I_ADD && strstr (words[i], "://"))
+      if (add && strstr (words[i], "://"))
         {
-          ib_error_set (err, ENOTSUP, "%s: ADD of URLs is not supported yet", words[i]);
-          goto out;
-        }
-      if (in->kind == IB_I_ADD && is_archive_name (words[i]))
-        {
-          /* Docker would extract it; copying it instead would differ silently. */
-          ib_error_set (err, ENOTSUP,
-                        "%s: ADD of archives (auto-extraction) is not supported yet; use COPY "
-                        "and RUN tar",
-                        words[i]);
-          goto out;
+          /* a URL: downloaded (mode 0600, Last-Modified as mtime), never
+           * extracted; a directory destination gets the URL's file name */
+          char d[IB_DIGEST_LEN];
+          time_t mt = 0;
+          if (!*url_files[i])
+            {
+              cleanup_free char *tmpf = NULL;
+              int fd = ib_store_tmp_file (b->store, "add-url", &tmpf, err);
+              if (fd < 0)
+                goto out;
+              close (fd);
+              free (url_files[i]);
+              url_files[i] = xstrdup (tmpf);
+              if (ib_add_download (words[i], tmpf, d, &mt, err) < 0)
+                goto out;
+              if (checksum && strcmp (checksum, d) != 0)
+                {
+                  ib_error_set (err, EINVAL, "%s: checksum mismatch: --checksum=%s, the content is %s",
+                                words[i], checksum, d);
+                  goto out;
+                }
+            }
+          else
+            mt = (time_t) strtoll (strchr (url_digests[i], ' ') + 1, NULL, 10);
+          if (mt > 0)
+            {
+              struct timespec ts[2] = { { mt, 0 }, { mt, 0 } };
+              utimensat (AT_FDCWD, url_files[i], ts, 0);
+            }
+          cleanup_free char *base = ib_add_url_basename (words[i]);
+          cleanup_free char *target = dst_is_dir ? ib_path_join (dst_host, base) : xstrdup (dst_host);
+          if (ib_copy_into (url_files[i], target, false, &co, err) < 0)
+            goto out;
+          continue;
         }
       cleanup_strv char **srcs = NULL;
       if (src_stage)
@@ -1733,6 +1792,15 @@ do_copy (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err)
                 }
               into_dir = true;
             }
+          if (add && S_ISREG (ssb.st_mode) && ib_add_is_archive (src_host))
+            {
+              /* ADD of a local tar archive: its contents go into DEST */
+              r = ib_add_extract (src_host, dst_host, err);
+              co.filter = NULL;
+              if (r < 0)
+                goto out;
+              continue;
+            }
           r = ib_copy_into (src_host, target ? target : dst_host, into_dir, &co, err);
           co.filter = NULL;
           if (r < 0)
@@ -1753,6 +1821,10 @@ out:
         ib_error_free (&e2);
     }
   ib_fs_scan_free (before);
+out_urls:
+  for (char **u = url_files; u && *u; u++)
+    if (**u)
+      unlink (*u);
   return ret;
 }
 

@@ -171,6 +171,9 @@ ib_export_docker (ib_store_t *store, const char *manifest_digest, const char *na
   size_t cfg_len = 0;
   cleanup_free char *tmp = xasprintf ("%s.tmp-%d", dest, (int) getpid ());
   cleanup_free char *repo = NULL, *tag = NULL;
+  /* declared before the first goto: cleanup must never see them uninitialised */
+  cleanup_free char *cfg_name = NULL, *mj = NULL, *rj = NULL;
+  json_t *layers = NULL;
   if (ib_config_diff_ids (config, &diff_ids, err) < 0)
     goto out;
   if (ib_strv_len (diff_ids) != m->n_layers)
@@ -215,35 +218,30 @@ ib_export_docker (ib_store_t *store, const char *manifest_digest, const char *na
                     archive_error_string (a));
       goto out;
     }
-  json_t *layers = json_array ();
+  layers = json_array ();
   for (size_t i = 0; i < m->n_layers; i++)
     {
       if (add_layer (a, store, m->layers[i].digest, diff_ids[i], dest, err) < 0)
-        {
-          json_decref (layers);
-          goto out;
-        }
+        goto out;
       json_array_append_new (layers, json_sprintf ("%s/layer.tar", ib_digest_hex (diff_ids[i])));
     }
-  cleanup_free char *cfg_name = xasprintf ("%s.json", ib_digest_hex (m->config.digest));
+  cfg_name = xasprintf ("%s.json", ib_digest_hex (m->config.digest));
   if (add_bytes (a, cfg_name, cfg, cfg_len, dest, err) < 0)
-    {
-      json_decref (layers);
-      goto out;
-    }
+    goto out;
   json_t *tags = json_array ();
   if (repo)
     json_array_append_new (tags, json_sprintf ("%s:%s", repo, tag));
   json_t *manifest = json_pack ("[{s:s, s:o, s:o}]", "Config", cfg_name, "RepoTags", tags,
                                 "Layers", layers);
-  cleanup_free char *mj = json_dumps (manifest, JSON_COMPACT);
+  layers = NULL; /* the manifest holds it */
+  mj = json_dumps (manifest, JSON_COMPACT);
   json_decref (manifest);
   if (add_bytes (a, "manifest.json", mj, strlen (mj), dest, err) < 0)
     goto out;
   if (repo && m->n_layers)
     {
       json_t *repos = json_pack ("{s:{s:s}}", repo, tag, ib_digest_hex (diff_ids[m->n_layers - 1]));
-      cleanup_free char *rj = json_dumps (repos, JSON_COMPACT);
+      rj = json_dumps (repos, JSON_COMPACT);
       json_decref (repos);
       if (add_bytes (a, "repositories", rj, strlen (rj), dest, err) < 0)
         goto out;
@@ -272,6 +270,7 @@ ib_export_docker (ib_store_t *store, const char *manifest_digest, const char *na
     }
   ret = 0;
 out:
+  json_decref (layers);
   if (a)
     archive_write_free (a);
   if (ret < 0)

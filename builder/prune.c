@@ -180,6 +180,11 @@ ib_prune (ib_store_t *store, const ib_prune_opts_t *opts, ib_prune_result_t *res
   int ret = -1;
   strset_t live = { 0 }, chains = { 0 };
   cleanup_strv char **names = NULL;
+  /* declared before the first goto: cleanup must never see them uninitialised */
+  cleanup_free char *snaps = ib_path_join (store->root, "snapshots");
+  cleanup_free char *blobs = ib_path_join (store->root, "blobs/sha256");
+  cleanup_free char *steps = xasprintf ("%s/cache/steps", store->root);
+  cleanup_free char *mounts = xasprintf ("%s/cache/mounts", store->root);
 
   /* 1. tmp/: nothing else runs (we hold the gc lock), so all of it is
    * left over from processes that died. */
@@ -199,8 +204,6 @@ ib_prune (ib_store_t *store, const ib_prune_opts_t *opts, ib_prune_result_t *res
   names = NULL;
 
   /* 2. the build cache */
-  cleanup_free char *steps = xasprintf ("%s/cache/steps", store->root);
-  cleanup_free char *mounts = xasprintf ("%s/cache/mounts", store->root);
   if (list_dir (steps, &names, err) < 0)
     goto out;
   for (char **n = names; n && *n; n++)
@@ -301,7 +304,6 @@ ib_prune (ib_store_t *store, const ib_prune_opts_t *opts, ib_prune_result_t *res
   set_seal (&chains);
 
   /* 4. snapshots */
-  cleanup_free char *snaps = ib_path_join (store->root, "snapshots");
   if (list_dir (snaps, &names, err) < 0)
     goto out;
   for (char **n = names; n && *n; n++)
@@ -319,7 +321,6 @@ ib_prune (ib_store_t *store, const ib_prune_opts_t *opts, ib_prune_result_t *res
   names = NULL;
 
   /* 5. blobs nothing names */
-  cleanup_free char *blobs = ib_path_join (store->root, "blobs/sha256");
   if (list_dir (blobs, &names, err) < 0)
     goto out;
   for (char **n = names; n && *n; n++)

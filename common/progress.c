@@ -582,11 +582,12 @@ ib_progress_set_status (ib_progress_t *p, int item, const char *status)
   if (p == NULL || p->mode == IB_PROGRESS_QUIET)
     return;
   pthread_mutex_lock (&p->lock);
+  cleanup_free char *before = NULL; /* before the goto: cleanup must not see it uninitialised */
   struct item *it = live_item (p, item);
   if (it == NULL)
     goto out;
   int64_t now = mono_now ();
-  cleanup_free char *before = xstrdup (label (it));
+  before = xstrdup (label (it));
   free (it->status);
   it->status = clean_dup (status);
   if (strcmp (before, label (it)) == 0)

@@ -5,6 +5,8 @@ set -euo pipefail
 pkgs=(
   # build
   build-essential pkg-config
+  # make lint: clang's -fsyntax-only finds gotos over cleanup variables
+  clang
   libcurl4-openssl-dev libjansson-dev libarchive-dev libssl-dev libzstd-dev
   libseccomp-dev zlib1g-dev libisal-dev libcmocka-dev libyaml-dev
   # sandbox: newuidmap/newgidmap for subordinate id ranges
