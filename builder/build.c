@@ -2178,7 +2178,17 @@ store_stage_image (build_t *b, stage_state_t *st, ib_error_t *err)
   ib_descriptor_t cd = { .media_type = IB_MT_OCI_CONFIG, .size = (int64_t) strlen (cfg) };
   if (ib_store_put_blob (b->store, cfg, strlen (cfg), cd.digest, err) < 0)
     return -1;
-  cleanup_free char *man = ib_manifest_serialize (&cd, st->layers, st->n_layers, NULL);
+  json_t *ann = NULL;
+  for (char **a = b->opts->annotations; a && *a; a++)
+    {
+      const char *eq = strchr (*a, '=');
+      if (ann == NULL)
+        ann = json_object ();
+      cleanup_free char *k = xstrndup (*a, (size_t) (eq - *a));
+      json_object_set_new (ann, k, json_string (eq + 1));
+    }
+  cleanup_free char *man = ib_manifest_serialize (&cd, st->layers, st->n_layers, ann);
+  json_decref (ann);
   if (ib_store_put_blob (b->store, man, strlen (man), st->manifest_digest, err) < 0)
     return -1;
   st->manifest_size = (int64_t) strlen (man);
@@ -2754,6 +2764,12 @@ ib_build (ib_store_t *store, const ib_build_opts_t *opts, ib_error_t *err)
         }
       target = (size_t) t->index;
     }
+  for (char **a = opts->annotations; a && *a; a++)
+    if (strchr (*a, '=') == NULL || **a == '=')
+      {
+        ib_error_set (err, EINVAL, "--annotation %s: expected KEY=VALUE", *a);
+        goto out;
+      }
   for (char **f = opts->no_cache_filter; f && *f; f++)
     if (ib_recipe_stage (b.recipe, *f) == NULL)
       {

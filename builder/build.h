@@ -37,6 +37,8 @@ typedef struct ib_build_opts
                               * rootfs or the network, so a rebuild that only reads its
                               * cache never pays for it */
   bool no_cache;             /* --no-cache: run every step (results are still recorded) */
+  char **annotations;        /* --annotation KEY=VALUE: in the manifest of every image the
+                              * build stores (image-spec annotations) */
   char **cache_from;         /* --cache-from SPEC: imported before the build (cache_io.h) */
   char **cache_to;           /* --cache-to SPEC: the build's records exported after it */
   bool keep_on_failure;      /* a failed RUN's tree is kept (store tmp/debug-*) and the

@@ -45,6 +45,7 @@ static const char usage_text[] =
   "          [--compression gzip|zstd|none] [--compression-level N] [--reproducible]\n"
   "          [--device CDI-NAME] [--cdi-spec-dir DIR] [--no-cache] [--no-cache-filter STAGE]\n"
   "          [--keep-on-failure] [--debug-shell] [--cache-from SPEC] [--cache-to SPEC]\n"
+  "          [--annotation KEY=VALUE]\n"
   "                         build a recipe (a Dockerfile with OUTPUT)\n"
   "  pull REF [--platform OS/ARCH[/VARIANT]] [--authfile FILE] [--creds USER:PASS]\n"
   "                         pull an image into the store\n"
@@ -257,11 +258,12 @@ cmd_build (int argc, char **argv, ib_error_t *err)
     { "no-cache", no_argument, NULL, 'N' },       { "no-cache-filter", required_argument, NULL, 'F' },
     { "keep-on-failure", no_argument, NULL, 'K' }, { "debug-shell", no_argument, NULL, 'H' },
     { "cache-from", required_argument, NULL, 'I' }, { "cache-to", required_argument, NULL, 'E' },
+    { "annotation", required_argument, NULL, 'A' },
     REGISTRY_OPTIONS,                              { NULL, 0, NULL, 0 },
   };
   cleanup_strv char **args = NULL, **outputs = NULL, **tags = NULL, **devices = NULL,
                     **cdi_dirs = NULL, **no_cache_filter = NULL, **cache_from = NULL,
-                    **cache_to = NULL;
+                    **cache_to = NULL, **annotations = NULL;
   bool no_cache = false, keep_on_failure = false, debug_shell = false;
   const char *target = NULL, *context = NULL, *file = NULL;
   ib_compression_t compression = IB_COMPRESSION_GZIP;
@@ -296,6 +298,10 @@ cmd_build (int argc, char **argv, ib_error_t *err)
       case 'K': keep_on_failure = true; break;
       case 'I': ib_strv_push (&cache_from, optarg); break;
       case 'E': ib_strv_push (&cache_to, optarg); break;
+      case 'A':
+        /* buildx spells it [TYPE:]KEY=VALUE; manifest is the only type here */
+        ib_strv_push (&annotations, ib_str_has_prefix (optarg, "manifest:") ? optarg + 9 : optarg);
+        break;
       case 'H': debug_shell = true; break;
       case 'F':
         {
@@ -343,7 +349,7 @@ cmd_build (int argc, char **argv, ib_error_t *err)
                          .cdi_spec_dirs = cdi_dirs, .no_cache = no_cache,
                          .no_cache_filter = no_cache_filter, .keep_on_failure = keep_on_failure,
                          .debug_shell = debug_shell, .cache_from = cache_from,
-                         .cache_to = cache_to };
+                         .cache_to = cache_to, .annotations = annotations };
   int r = ib_build (store, &bo, err);
   ib_store_close (store);
   return r;

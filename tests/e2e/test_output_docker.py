@@ -66,3 +66,22 @@ OUTPUT type=docker,dest=out/untagged.tar
     r = imgbuild("build", c / "r.recipe", store=store, cwd=c)
     assert r.rc == 0, r
     assert tar.read_bytes() == first
+
+
+def test_annotations_in_the_manifest(tmp_path):
+    store = tmp_path / "store"
+    c = tmp_path / "ctx"
+    c.mkdir()
+    shutil.copy("/bin/busybox", c / "busybox")
+    write(c / "r.recipe", "FROM scratch\nCOPY busybox /bin/busybox\nOUTPUT type=oci,dest=out/oci\n")
+    r = imgbuild("build", c / "r.recipe", "-t", "ann:1",
+                 "--annotation", "org.opencontainers.image.source=https://example.org/app",
+                 "--annotation", "manifest:org.example.team=ml", store=store, cwd=c)
+    assert r.rc == 0, r
+    m = json.loads(imgbuild("inspect", "ann:1", store=store).out)["manifest"]
+    assert m["annotations"] == {"org.opencontainers.image.source": "https://example.org/app",
+                                "org.example.team": "ml"}
+    raw = json.loads(sh("skopeo", "inspect", "--raw", f"oci:{c / 'out/oci'}").stdout)
+    assert raw["annotations"]["org.example.team"] == "ml"
+    r = imgbuild("build", c / "r.recipe", "--annotation", "novalue", store=store, cwd=c)
+    assert r.rc == 1 and "--annotation novalue: expected KEY=VALUE" in r.err
