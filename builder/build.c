@@ -23,7 +23,11 @@
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
+#include <signal.h>
 #include <sys/file.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -108,6 +112,8 @@ typedef struct stage_state
   size_t copy_n_layers;         /* ... while the stage still has this many layers */
   bool no_cache;             /* --no-cache / --no-cache-filter: never look up */
   size_t step, n_steps;      /* progress: [name step/n_steps] */
+  size_t *deps;              /* stages this one reads (FROM, COPY --from, --mount from=) */
+  size_t n_deps;
 } stage_state_t;
 
 typedef struct build
@@ -2488,6 +2494,258 @@ run_onbuild_triggers (build_t *b, stage_state_t *st, const ib_instr_t *from, ib_
   return ret;
 }
 
+/* ------------------------------------------------------------------ */
+/* -j N: independent stages at once                                   */
+
+static int run_stage (build_t *b, stage_state_t *st, ib_error_t *err);
+
+/* The child that builds stage `st`: its result goes to `wfd` as one JSON
+ * object, then it exits without cleaning up (the parent owns the stage's
+ * tree).  Trees of other stages that it must make (a COPY --from of a
+ * stage that came whole from the cache) are made in private directories
+ * of its own, removed before it exits. */
+static void
+stage_child (build_t *b, stage_state_t *st, int wfd)
+{
+  prctl (PR_SET_PDEATHSIG, SIGTERM);
+  char **private = NULL;
+  for (size_t i = 0; i < b->n_stages; i++)
+    {
+      stage_state_t *o = &b->stages[i];
+      ib_error_t e = NULL;
+      char *dir = NULL;
+      if (o != st && o->built && !o->rootfs_ready && ib_store_tmp_dir (b->store, "stage", &dir, &e) == 0)
+        {
+          free (o->rootfs);
+          o->rootfs = dir;
+          ib_strv_push (&private, dir);
+        }
+      ib_error_free (&e);
+    }
+  size_t h0 = b->hits, m0 = b->misses, k0 = ib_strv_len (b->keys);
+  ib_error_t e = NULL;
+  int r = run_stage (b, st, &e);
+  json_t *keys = json_array ();
+  for (size_t k = k0; b->keys && b->keys[k]; k++)
+    json_array_append_new (keys, json_string (b->keys[k]));
+  json_t *o = json_pack ("{s:b, s:s, s:s, s:I, s:s, s:b, s:s?, s:I, s:I, s:o}", "ok", r == 0, "key",
+                         st->key, "manifest", st->manifest_digest,
+                         "manifest_size", (json_int_t) st->manifest_size, "rootfs",
+                         st->rootfs ? st->rootfs : "", "rootfs_ready", st->rootfs_ready, "foreign",
+                         st->foreign, "hits", (json_int_t) (b->hits - h0), "misses",
+                         (json_int_t) (b->misses - m0), "keys", keys);
+  if (r < 0)
+    {
+      json_object_set_new (o, "error", json_string (e->msg));
+      json_object_set_new (o, "status", json_integer (e->status));
+    }
+  char *text = json_dumps (o, JSON_COMPACT);
+  ib_error_t we = NULL;
+  ib_write_all (wfd, text, strlen (text), "result", &we);
+  close (wfd);
+  for (char **p = private; p && *p; p++)
+    {
+      ib_error_t re = NULL;
+      if (ib_rm_rf (*p, &re) < 0)
+        ib_error_free (&re);
+    }
+  ib_cache_memo_close (b->memo);
+  fflush (NULL);
+  _exit (r == 0 ? 0 : 1);
+}
+
+/* Take a child's result into the parent's state of the stage. */
+static int
+stage_result (build_t *b, stage_state_t *st, const char *text, int wstatus, ib_error_t *err)
+{
+  json_t *o = json_loads (text, 0, NULL);
+  if (o == NULL)
+    {
+      if (WIFSIGNALED (wstatus))
+        return ib_error_set (err, EINTR, "stage %s: the process building it was killed (signal %d)",
+                             stage_label (st), WTERMSIG (wstatus));
+      return ib_error_set (err, EIO, "stage %s: the process building it ended without a result",
+                           stage_label (st));
+    }
+  int ret = -1;
+  const char *rootfs = json_string_value (json_object_get (o, "rootfs"));
+  if (rootfs && *rootfs)
+    {
+      free (st->rootfs);
+      st->rootfs = xstrdup (rootfs);
+    }
+  b->hits += (size_t) json_integer_value (json_object_get (o, "hits"));
+  b->misses += (size_t) json_integer_value (json_object_get (o, "misses"));
+  size_t i;
+  json_t *k;
+  json_array_foreach (json_object_get (o, "keys"), i, k)
+    ib_strv_push (&b->keys, json_string_value (k));
+  if (!json_is_true (json_object_get (o, "ok")))
+    {
+      const char *msg = json_string_value (json_object_get (o, "error"));
+      ib_error_set (err, (int) json_integer_value (json_object_get (o, "status")), "%s",
+                    msg ? msg : "failed");
+      goto out;
+    }
+  snprintf (st->key, IB_DIGEST_LEN, "%s", json_string_value (json_object_get (o, "key")));
+  snprintf (st->manifest_digest, IB_DIGEST_LEN, "%s",
+            json_string_value (json_object_get (o, "manifest")));
+  st->manifest_size = json_integer_value (json_object_get (o, "manifest_size"));
+  st->rootfs_ready = json_is_true (json_object_get (o, "rootfs_ready"));
+  const char *foreign = json_string_value (json_object_get (o, "foreign"));
+  free (st->foreign);
+  st->foreign = foreign ? xstrdup (foreign) : NULL;
+  ib_descriptor_t desc = { 0 };
+  ib_manifest_t *m = NULL;
+  json_t *config = NULL;
+  if (ib_store_load_image (b->store, st->manifest_digest, &desc, &m, &config, err) < 0)
+    goto out;
+  json_decref (st->config);
+  st->config = config;
+  for (size_t l = 0; l < st->n_layers; l++)
+    free (st->layers[l].media_type);
+  free (st->layers);
+  st->layers = xmalloc ((m->n_layers + 1) * sizeof (ib_descriptor_t));
+  for (size_t l = 0; l < m->n_layers; l++)
+    {
+      st->layers[l] = m->layers[l];
+      st->layers[l].media_type = xstrdup (m->layers[l].media_type);
+      st->layers[l].os = st->layers[l].arch = st->layers[l].variant = NULL;
+    }
+  st->n_layers = m->n_layers;
+  ib_manifest_free (m);
+  ib_descriptor_clear (&desc);
+  st->built = true;
+  ret = 0;
+out:
+  json_decref (o);
+  return ret;
+}
+
+/* Build the needed stages, up to `jobs` at once, each in a child process
+ * (forked after the user namespace is entered), a stage starting once the
+ * stages it reads are built.  The first failure stops the others (SIGTERM)
+ * and is the build's error. */
+static int
+run_stages_parallel (build_t *b, size_t jobs, ib_error_t *err)
+{
+  if (need_userns (b, err) < 0)
+    return -1;
+  size_t n = b->n_stages;
+  pid_t *pid = xmalloc (n * sizeof (pid_t));
+  int *fd = xmalloc (n * sizeof (int));
+  ib_buf_t *out = xmalloc (n * sizeof (ib_buf_t));
+  bool *started = xmalloc (n * sizeof (bool));
+  size_t running = 0;
+  ib_error_t first = NULL;
+  for (;;)
+    {
+      for (size_t i = 0; i < n && running < jobs && first == NULL; i++)
+        {
+          stage_state_t *st = &b->stages[i];
+          if (!st->needed || started[i])
+            continue;
+          bool ready = true;
+          for (size_t d = 0; d < st->n_deps; d++)
+            ready = ready && b->stages[st->deps[d]].built;
+          if (!ready)
+            continue;
+          int p[2];
+          if (pipe2 (p, O_CLOEXEC) < 0)
+            {
+              ib_error_sys (&first, errno, "pipe");
+              break;
+            }
+          fflush (NULL);
+          pid_t c = fork ();
+          if (c < 0)
+            {
+              ib_error_sys (&first, errno, "fork");
+              close (p[0]);
+              close (p[1]);
+              break;
+            }
+          if (c == 0)
+            {
+              close (p[0]);
+              stage_child (b, st, p[1]);
+            }
+          close (p[1]);
+          started[i] = true;
+          pid[i] = c;
+          fd[i] = p[0];
+          running++;
+        }
+      if (running == 0)
+        break;
+      struct pollfd *pf = xmalloc (running * sizeof (struct pollfd));
+      size_t *who = xmalloc (running * sizeof (size_t));
+      size_t np = 0;
+      for (size_t i = 0; i < n; i++)
+        if (started[i] && fd[i] >= 0 && !b->stages[i].built && pid[i] > 0)
+          {
+            pf[np] = (struct pollfd){ .fd = fd[i], .events = POLLIN };
+            who[np++] = i;
+          }
+      if (poll (pf, np, -1) < 0 && errno != EINTR)
+        {
+          ib_error_sys (&first, errno, "poll");
+          np = 0;
+        }
+      for (size_t k = 0; k < np; k++)
+        {
+          if (!(pf[k].revents & (POLLIN | POLLHUP | POLLERR)))
+            continue;
+          size_t i = who[k];
+          char buf[4096];
+          ssize_t r = read (fd[i], buf, sizeof buf);
+          if (r < 0 && errno == EINTR)
+            continue;
+          if (r > 0)
+            {
+              ib_buf_append (&out[i], buf, (size_t) r);
+              continue;
+            }
+          /* the child is done */
+          close (fd[i]);
+          fd[i] = -1;
+          int ws = 0;
+          while (waitpid (pid[i], &ws, 0) < 0 && errno == EINTR)
+            ;
+          pid[i] = 0;
+          running--;
+          ib_buf_append (&out[i], "", 1);
+          ib_error_t e = NULL;
+          if (stage_result (b, &b->stages[i], out[i].data, ws, &e) < 0)
+            {
+              if (first == NULL)
+                {
+                  first = e;
+                  for (size_t j = 0; j < n; j++) /* stop the others */
+                    if (started[j] && pid[j] > 0)
+                      kill (pid[j], SIGTERM);
+                }
+              else
+                ib_error_free (&e);
+            }
+        }
+      free (pf);
+      free (who);
+    }
+  for (size_t i = 0; i < n; i++)
+    ib_buf_free (&out[i]);
+  free (pid);
+  free (fd);
+  free (out);
+  free (started);
+  if (first)
+    {
+      *err = first;
+      return -1;
+    }
+  return 0;
+}
+
 static int
 run_stage (build_t *b, stage_state_t *st, ib_error_t *err)
 {
@@ -2569,8 +2827,14 @@ mark_dep (build_t *b, size_t i, const char *dep, bool index_ok, ib_error_t *err)
   int idx = stage_index (b, dep);
   if (idx < 0 && index_ok && *dep && strspn (dep, "0123456789") == strlen (dep))
     idx = atoi (dep);
-  if (idx >= 0 && (size_t) idx < i && mark_needed (b, (size_t) idx, err) < 0)
-    return -1;
+  if (idx >= 0 && (size_t) idx < i)
+    {
+      stage_state_t *st = &b->stages[i];
+      st->deps = xrealloc (st->deps, (st->n_deps + 1) * sizeof (size_t));
+      st->deps[st->n_deps++] = (size_t) idx;
+      if (mark_needed (b, (size_t) idx, err) < 0)
+        return -1;
+    }
   return 0;
 }
 
@@ -2625,6 +2889,7 @@ build_free (build_t *b)
       vars_free (&st->args);
       ib_strv_free (st->shell);
       free (st->foreign);
+      free (st->deps);
     }
   free (b->stages);
   vars_free (&b->build_args);
@@ -2687,7 +2952,7 @@ ib_build (ib_store_t *store, const ib_build_opts_t *opts, ib_error_t *err)
   if (ib_recipe_parse (opts->recipe_path, text, &b.recipe, err) < 0)
     return -1;
   ib_progress_mode_t pm = ib_progress_resolved_mode ();
-  if (pm == IB_PROGRESS_TTY || pm == IB_PROGRESS_JSON)
+  if ((pm == IB_PROGRESS_TTY || pm == IB_PROGRESS_JSON) && opts->jobs <= 1)
     {
       cleanup_free char *title = xasprintf ("build %s", b.recipe->path);
       b.prog = ib_progress_begin (title);
@@ -2819,13 +3084,19 @@ ib_build (ib_store_t *store, const ib_build_opts_t *opts, ib_error_t *err)
       if (r < 0)
         goto out;
     }
-  for (size_t i = 0; i < b.n_stages; i++)
+  if (opts->jobs > 1)
     {
-      if (!b.stages[i].needed)
-        continue;
-      if (run_stage (&b, &b.stages[i], err) < 0)
+      if (run_stages_parallel (&b, (size_t) opts->jobs, err) < 0)
         goto out;
     }
+  else
+    for (size_t i = 0; i < b.n_stages; i++)
+      {
+        if (!b.stages[i].needed)
+          continue;
+        if (run_stage (&b, &b.stages[i], err) < 0)
+          goto out;
+      }
   for (char **c = opts->cache_to; c && *c; c++)
     {
       if (need_userns (&b, err) < 0)

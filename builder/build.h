@@ -37,6 +37,7 @@ typedef struct ib_build_opts
                               * rootfs or the network, so a rebuild that only reads its
                               * cache never pays for it */
   bool no_cache;             /* --no-cache: run every step (results are still recorded) */
+  int jobs;                  /* -j N: stages built at once (0 or 1: one after the other) */
   char **annotations;        /* --annotation KEY=VALUE: in the manifest of every image the
                               * build stores (image-spec annotations) */
   char **cache_from;         /* --cache-from SPEC: imported before the build (cache_io.h) */

@@ -45,7 +45,7 @@ static const char usage_text[] =
   "          [--compression gzip|zstd|none] [--compression-level N] [--reproducible]\n"
   "          [--device CDI-NAME] [--cdi-spec-dir DIR] [--no-cache] [--no-cache-filter STAGE]\n"
   "          [--keep-on-failure] [--debug-shell] [--cache-from SPEC] [--cache-to SPEC]\n"
-  "          [--annotation KEY=VALUE]\n"
+  "          [--annotation KEY=VALUE] [-j N]\n"
   "                         build a recipe (a Dockerfile with OUTPUT)\n"
   "  pull REF [--platform OS/ARCH[/VARIANT]] [--authfile FILE] [--creds USER:PASS]\n"
   "                         pull an image into the store\n"
@@ -258,7 +258,7 @@ cmd_build (int argc, char **argv, ib_error_t *err)
     { "no-cache", no_argument, NULL, 'N' },       { "no-cache-filter", required_argument, NULL, 'F' },
     { "keep-on-failure", no_argument, NULL, 'K' }, { "debug-shell", no_argument, NULL, 'H' },
     { "cache-from", required_argument, NULL, 'I' }, { "cache-to", required_argument, NULL, 'E' },
-    { "annotation", required_argument, NULL, 'A' },
+    { "annotation", required_argument, NULL, 'A' }, { "jobs", required_argument, NULL, 'j' },
     REGISTRY_OPTIONS,                              { NULL, 0, NULL, 0 },
   };
   cleanup_strv char **args = NULL, **outputs = NULL, **tags = NULL, **devices = NULL,
@@ -272,7 +272,8 @@ cmd_build (int argc, char **argv, ib_error_t *err)
   char *end;
   int c;
   optind = 0; /* 0: GNU getopt re-reads the optstring's ordering flag */
-  while ((c = getopt_long (argc, argv, "t:o:f:", opts, NULL)) != -1)
+  int jobs = 1;
+  while ((c = getopt_long (argc, argv, "t:o:f:j:", opts, NULL)) != -1)
     switch (c)
       {
       case 'a': ib_strv_push (&args, optarg); break;
@@ -298,6 +299,12 @@ cmd_build (int argc, char **argv, ib_error_t *err)
       case 'K': keep_on_failure = true; break;
       case 'I': ib_strv_push (&cache_from, optarg); break;
       case 'E': ib_strv_push (&cache_to, optarg); break;
+      case 'j':
+        errno = 0;
+        jobs = (int) strtol (optarg, &end, 10);
+        if (errno || end == optarg || *end || jobs < 1 || jobs > 64)
+          usage_error ("--jobs: expected a number from 1 to 64, got '%s'", optarg);
+        break;
       case 'A':
         /* buildx spells it [TYPE:]KEY=VALUE; manifest is the only type here */
         ib_strv_push (&annotations, ib_str_has_prefix (optarg, "manifest:") ? optarg + 9 : optarg);
@@ -349,7 +356,7 @@ cmd_build (int argc, char **argv, ib_error_t *err)
                          .cdi_spec_dirs = cdi_dirs, .no_cache = no_cache,
                          .no_cache_filter = no_cache_filter, .keep_on_failure = keep_on_failure,
                          .debug_shell = debug_shell, .cache_from = cache_from,
-                         .cache_to = cache_to, .annotations = annotations };
+                         .cache_to = cache_to, .annotations = annotations, .jobs = jobs };
   int r = ib_build (store, &bo, err);
   ib_store_close (store);
   return r;

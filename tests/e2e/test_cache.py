@@ -375,3 +375,47 @@ RUN echo partial > /w/partial && exit 3
     # without a terminal it only says what to run
     r = imgbuild("build", "--debug-shell", c / "fail.recipe", store=store)
     assert r.rc == 1 and "stdin is not a terminal: run the command above instead" in r.err, r.err
+
+
+def test_jobs_run_independent_stages_at_once(tmp_path, registry, base_image):
+    store = tmp_path / "store"
+    c = tmp_path / "ctx"
+    write(c / "r.recipe", f"""
+FROM {base_image} AS a
+RUN date +%s.%N > /a-start && sleep 2 && date +%s.%N > /a-end
+FROM {base_image} AS b
+RUN date +%s.%N > /b-start && sleep 2 && date +%s.%N > /b-end
+FROM {base_image} AS final
+COPY --from=a /a-start /a-end /t/
+COPY --from=b /b-start /b-end /t/
+OUTPUT type=image,name=cache-jobs:latest
+""")
+    r = imgbuild("build", "-j", "2", c / "r.recipe", store=store)
+    assert r.rc == 0, r
+    t = {n: float(cat(store, "cache-jobs:latest", f"/t/{n}")) for n in ("a-start", "a-end", "b-start", "b-end")}
+    # the two stages' RUNs overlapped in time
+    assert t["a-start"] < t["b-end"] and t["b-start"] < t["a-end"], t
+    first = inspect(store, "cache-jobs:latest")
+    # the same build one stage at a time takes everything from the cache
+    r = imgbuild("build", c / "r.recipe", store=store)
+    assert r.rc == 0 and "(4 steps cached, 0 run)" in r.err, r.err
+    assert inspect(store, "cache-jobs:latest") == first
+    r = imgbuild("build", "-j", "4", c / "r.recipe", store=store)
+    assert r.rc == 0 and "(4 steps cached, 0 run)" in r.err, r.err
+    # a failing stage fails the build with its own message; the final stage
+    # never starts
+    write(c / "bad.recipe", f"""
+FROM {base_image} AS a
+RUN sleep 1 && exit 4
+FROM {base_image} AS b
+RUN sleep 30
+FROM {base_image}
+COPY --from=a / /a
+COPY --from=b / /b
+""")
+    r = imgbuild("build", "-j", "2", c / "bad.recipe", store=store, timeout=60)
+    assert r.rc == 1, r
+    assert "bad.recipe:3: RUN: sleep 1 && exit 4: exit status 4" in r.err, r.err
+    assert "[stage-2" not in r.err
+    r = imgbuild("build", "-j", "0", c / "r.recipe", store=store)
+    assert r.rc == 2 and "--jobs: expected a number from 1 to 64, got '0'" in r.err
