@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from conftest import imgbuild
+from conftest import imgbuild, remove_tree
 
 RECIPE = """
 FROM {base} AS build
@@ -70,7 +70,8 @@ def exported(tmp_path_factory, registry, base_image):
     assert re.search(rf"cache exported to type=local,dest={re.escape(str(local))},mode=max: "
                      r"\d+ records, \d+ blobs \([\d.]+ MB\)", r.err), r.err
     assert f"cache exported to type=registry,ref={ref}: " in r.err, r.err
-    return {"top": top, "ctx": ctx, "local": local, "ref": ref, "digest": digest(store)}
+    yield {"top": top, "ctx": ctx, "local": local, "ref": ref, "digest": digest(store)}
+    remove_tree(top)  # a store with the base image: do not leave it for the session
 
 
 def check_all_cached(r, a):
