@@ -91,7 +91,8 @@ memo_put (ib_cache_memo_t *m, const unsigned char key[32], const unsigned char d
       free (old);
     }
   unsigned char *s = memo_slot (m, key);
-  if (s[0] == 0 && memcmp (s, s + 1, 31) == 0)
+  static const unsigned char zero[32];
+  if (memcmp (s, zero, 32) == 0) /* an empty slot */
     m->n_used++;
   memcpy (s, key, 32);
   memcpy (s + 32, digest, 32);
