@@ -91,6 +91,7 @@ typedef struct stage_state
   size_t n_layers;
   vars_t args;               /* ARGs declared in this stage */
   char **shell;              /* SHELL, default /bin/sh -c */
+  bool cmd_set;              /* CMD seen in this stage: ENTRYPOINT keeps it */
   char manifest_digest[IB_DIGEST_LEN];
   int64_t manifest_size;
   char *foreign;             /* "linux/arm64" when the host cannot run the stage's binaries */
@@ -1643,11 +1644,14 @@ do_config (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err)
       }
     case IB_I_CMD:
       json_object_set_new (c, "Cmd", argv_json (b, st, in));
+      st->cmd_set = true;
       break;
     case IB_I_ENTRYPOINT:
       json_object_set_new (c, "Entrypoint", argv_json (b, st, in));
-      /* Dockerfile: ENTRYPOINT resets a CMD inherited from the base image. */
-      json_object_del (c, "Cmd");
+      /* Dockerfile: ENTRYPOINT resets a CMD inherited from the base image,
+       * not one set earlier in this stage (BuildKit's cmd.IsSet). */
+      if (!st->cmd_set)
+        json_object_del (c, "Cmd");
       break;
     case IB_I_EXPOSE:
     case IB_I_VOLUME:
