@@ -1710,6 +1710,14 @@ do_config (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err)
         return ib_error_set (err, EINVAL, "SHELL needs the JSON form, e.g. [\"/bin/bash\", \"-c\"]");
       ib_strv_free (st->shell);
       st->shell = ib_strv_dup (in->args);
+      /* Docker and BuildKit record it (config Shell): images and stages
+       * built FROM this one inherit it. */
+      {
+        json_t *a = json_array ();
+        for (char **w = in->args; *w; w++)
+          json_array_append_new (a, json_string (*w));
+        json_object_set_new (c, "Shell", a);
+      }
       break;
     default:
       return ib_error_set (err, ENOTSUP, "not supported yet");
@@ -2061,6 +2069,30 @@ run_onbuild_triggers (build_t *b, stage_state_t *st, const ib_instr_t *from, ib_
   return ret;
 }
 
+/* The shell of RUN and shell-form CMD/ENTRYPOINT: the base's config Shell
+ * when it has one (a SHELL of the image or stage this one is FROM). */
+static void
+shell_from_config (stage_state_t *st)
+{
+  json_t *a = json_object_get (config_section (st->config), "Shell");
+  if (!json_is_array (a) || json_array_size (a) == 0)
+    return;
+  char **shell = NULL;
+  size_t i;
+  json_t *v;
+  json_array_foreach (a, i, v)
+  {
+    if (!json_is_string (v))
+      {
+        ib_strv_free (shell);
+        return;
+      }
+    ib_strv_push (&shell, json_string_value (v));
+  }
+  ib_strv_free (st->shell);
+  st->shell = shell;
+}
+
 static int
 run_stage (build_t *b, stage_state_t *st, ib_error_t *err)
 {
@@ -2086,6 +2118,8 @@ run_stage (build_t *b, stage_state_t *st, ib_error_t *err)
       r = run_instr (b, st, in, err);
       if (r < 0)
         return instr_error (b, in, err);
+      if (in->kind == IB_I_FROM)
+        shell_from_config (st);
       if (in->kind == IB_I_FROM && run_onbuild_triggers (b, st, in, err) < 0)
         return -1;
     }
