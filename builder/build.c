@@ -1260,7 +1260,9 @@ do_copy (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err)
                              fx);
     }
 
-  ib_copy_opts_t co = { .chmod = -1, .set_owner = true };
+  /* Files of the context are 0:0 unless --chown; COPY --from keeps the
+   * source stage's owners unless --chown (BuildKit: no chown option). */
+  ib_copy_opts_t co = { .chmod = -1, .set_owner = from == NULL || chown_spec != NULL };
   cleanup_free char *chown_x = NULL;
   if (chown_spec && expand (b, st, chown_spec, &chown_x, err) < 0)
     return -1;

@@ -86,6 +86,8 @@ apply_meta (const char *dst, const struct stat *st, const ib_copy_opts_t *o)
 {
   if (o->set_owner)
     lchown (dst, o->uid, o->gid);
+  else
+    lchown (dst, st->st_uid, st->st_gid);
   if (!S_ISLNK (st->st_mode))
     chmod (dst, o->chmod >= 0 ? (mode_t) o->chmod : st->st_mode & 07777);
   struct timespec ts[2] = { st->st_atim, st->st_mtim };

@@ -18,7 +18,7 @@ int ib_root_resolve (const char *root, const char *path, bool follow_last, char 
 
 typedef struct ib_copy_opts
 {
-  bool set_owner;        /* chown every copied entry to uid:gid */
+  bool set_owner;        /* chown every copied entry to uid:gid; false: keep the source's owner */
   uid_t uid;
   gid_t gid;
   int chmod;             /* -1, or the mode bits for every copied entry (--chmod) */
