@@ -171,6 +171,43 @@ copy_entry (const char *src, const char *dst, const ib_copy_opts_t *o, ib_error_
   return 0;
 }
 
+/* ib_mkdir_p, and the directories it made get the copy's owner when it
+ * sets one (--chown; BuildKit makes the destination's missing directories
+ * as that user). */
+static int
+mkdir_p_owned (const char *dir, const ib_copy_opts_t *o, ib_error_t *err)
+{
+  struct stat st;
+  if (lstat (dir, &st) == 0 || !o->set_owner)
+    return ib_mkdir_p (dir, 0755, err);
+  /* the first missing component: from there on everything is new */
+  cleanup_free char *p = xstrdup (dir);
+  size_t first = strlen (p);
+  for (char *s = strchr (p + 1, '/'); s; s = strchr (s + 1, '/'))
+    {
+      *s = '\0';
+      bool missing = lstat (p, &st) < 0 && errno == ENOENT;
+      *s = '/';
+      if (missing)
+        {
+          first = (size_t) (s - p);
+          break;
+        }
+    }
+  if (ib_mkdir_p (dir, 0755, err) < 0)
+    return -1;
+  size_t len = strlen (p);
+  for (size_t i = first; i < len; i++)
+    if (p[i] == '/')
+      {
+        p[i] = '\0';
+        lchown (p, o->uid, o->gid);
+        p[i] = '/';
+      }
+  lchown (p, o->uid, o->gid);
+  return 0;
+}
+
 int
 ib_copy_into (const char *src, const char *dst, bool dst_is_dir, const ib_copy_opts_t *o,
               ib_error_t *err)
@@ -180,7 +217,7 @@ ib_copy_into (const char *src, const char *dst, bool dst_is_dir, const ib_copy_o
     return ib_error_sys (err, errno, "copy %s", src);
   if (S_ISDIR (st.st_mode))
     {
-      if (ib_mkdir_p (dst, 0755, err) < 0)
+      if (mkdir_p_owned (dst, o, err) < 0)
         return -1;
       if (copy_dir_contents (src, dst, o, err) < 0)
         return -1;
@@ -189,7 +226,7 @@ ib_copy_into (const char *src, const char *dst, bool dst_is_dir, const ib_copy_o
   cleanup_free char *target = NULL;
   if (dst_is_dir || (stat (dst, &dst_st) == 0 && S_ISDIR (dst_st.st_mode)))
     {
-      if (ib_mkdir_p (dst, 0755, err) < 0)
+      if (mkdir_p_owned (dst, o, err) < 0)
         return -1;
       const char *base = strrchr (src, '/');
       target = ib_path_join (dst, base ? base + 1 : src);
@@ -201,7 +238,7 @@ ib_copy_into (const char *src, const char *dst, bool dst_is_dir, const ib_copy_o
       if (slash && slash != target)
         {
           *slash = '\0';
-          int r = ib_mkdir_p (target, 0755, err);
+          int r = mkdir_p_owned (target, o, err);
           *slash = '/';
           if (r < 0)
             return -1;
