@@ -1455,9 +1455,14 @@ do_workdir (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err
   if (ib_fs_scan (st->rootfs, ib_layer_exclude, &before, err) < 0)
     return -1;
   cleanup_free char *host = NULL;
-  int r = ib_root_resolve (st->rootfs, abs, true, &host, err);
+  /* after USER, the directories made are that user's (BuildKit) */
+  const char *user = config_string (st->config, "User");
+  ib_copy_opts_t owner = { .set_owner = user && *user };
+  int r = owner.set_owner ? ib_lookup_user (st->rootfs, user, &owner.uid, &owner.gid, err) : 0;
   if (r == 0)
-    r = ib_mkdir_p (host, 0755, err);
+    r = ib_root_resolve (st->rootfs, abs, true, &host, err);
+  if (r == 0)
+    r = ib_mkdir_p_owned (host, &owner, err);
   cleanup_free char *created_by = xasprintf ("WORKDIR %s", abs);
   if (r == 0)
     r = commit_layer (b, st, before, created_by, err);

@@ -171,11 +171,8 @@ copy_entry (const char *src, const char *dst, const ib_copy_opts_t *o, ib_error_
   return 0;
 }
 
-/* ib_mkdir_p, and the directories it made get the copy's owner when it
- * sets one (--chown; BuildKit makes the destination's missing directories
- * as that user). */
-static int
-mkdir_p_owned (const char *dir, const ib_copy_opts_t *o, ib_error_t *err)
+int
+ib_mkdir_p_owned (const char *dir, const ib_copy_opts_t *o, ib_error_t *err)
 {
   struct stat st;
   if (lstat (dir, &st) == 0 || !o->set_owner)
@@ -217,7 +214,7 @@ ib_copy_into (const char *src, const char *dst, bool dst_is_dir, const ib_copy_o
     return ib_error_sys (err, errno, "copy %s", src);
   if (S_ISDIR (st.st_mode))
     {
-      if (mkdir_p_owned (dst, o, err) < 0)
+      if (ib_mkdir_p_owned (dst, o, err) < 0)
         return -1;
       if (copy_dir_contents (src, dst, o, err) < 0)
         return -1;
@@ -226,7 +223,7 @@ ib_copy_into (const char *src, const char *dst, bool dst_is_dir, const ib_copy_o
   cleanup_free char *target = NULL;
   if (dst_is_dir || (stat (dst, &dst_st) == 0 && S_ISDIR (dst_st.st_mode)))
     {
-      if (mkdir_p_owned (dst, o, err) < 0)
+      if (ib_mkdir_p_owned (dst, o, err) < 0)
         return -1;
       const char *base = strrchr (src, '/');
       target = ib_path_join (dst, base ? base + 1 : src);
@@ -238,7 +235,7 @@ ib_copy_into (const char *src, const char *dst, bool dst_is_dir, const ib_copy_o
       if (slash && slash != target)
         {
           *slash = '\0';
-          int r = mkdir_p_owned (target, o, err);
+          int r = ib_mkdir_p_owned (target, o, err);
           *slash = '/';
           if (r < 0)
             return -1;

@@ -32,6 +32,11 @@ typedef struct ib_copy_opts
 int ib_copy_into (const char *src, const char *dst, bool dst_is_dir, const ib_copy_opts_t *o,
                   ib_error_t *err);
 
+/* ib_mkdir_p (mode 0755), and, when o->set_owner, the directories it made
+ * are chowned to o->uid:o->gid (BuildKit makes a COPY --chown destination's
+ * missing directories, and WORKDIR's after USER, as that user). */
+int ib_mkdir_p_owned (const char *dir, const ib_copy_opts_t *o, ib_error_t *err);
+
 /* Resolve "user[:group]" (names or numbers) against <root>/etc/passwd and
  * <root>/etc/group.  Without group: the user's primary group (0 when the
  * user is numeric and unknown).  Error names the user. */
