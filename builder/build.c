@@ -100,6 +100,7 @@ typedef struct stage_state
   size_t n_layers;
   vars_t args;               /* ARGs declared in this stage */
   char **shell;              /* SHELL, default /bin/sh -c */
+  bool cmd_set;              /* CMD seen in this stage: ENTRYPOINT keeps it */
   char manifest_digest[IB_DIGEST_LEN];
   int64_t manifest_size;
   char *foreign;             /* "linux/arm64" when the host cannot run the stage's binaries */
@@ -1509,7 +1510,9 @@ do_copy (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err)
                              fx);
     }
 
-  ib_copy_opts_t co = { .chmod = -1, .set_owner = true };
+  /* Files of the context are 0:0 unless --chown; COPY --from keeps the
+   * source stage's owners unless --chown (BuildKit: no chown option). */
+  ib_copy_opts_t co = { .chmod = -1, .set_owner = from == NULL || chown_spec != NULL };
   cleanup_free char *chown_x = NULL;
   if (chown_spec && expand (b, st, chown_spec, &chown_x, err) < 0)
     return -1;
@@ -1863,9 +1866,14 @@ do_workdir (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err
   if (ib_fs_scan (st->rootfs, ib_layer_exclude, &before, err) < 0)
     return -1;
   cleanup_free char *host = NULL;
-  int r = ib_root_resolve (st->rootfs, abs, true, &host, err);
+  /* after USER, the directories made are that user's (BuildKit) */
+  const char *user = config_string (st->config, "User");
+  ib_copy_opts_t owner = { .set_owner = user && *user };
+  int r = owner.set_owner ? ib_lookup_user (st->rootfs, user, &owner.uid, &owner.gid, err) : 0;
   if (r == 0)
-    r = ib_mkdir_p (host, 0755, err);
+    r = ib_root_resolve (st->rootfs, abs, true, &host, err);
+  if (r == 0)
+    r = ib_mkdir_p_owned (host, &owner, err);
   cleanup_free char *created_by = xasprintf ("WORKDIR %s", abs);
   if (r == 0)
     r = commit_layer (b, st, before, created_by, err);
@@ -2054,11 +2062,14 @@ do_config (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err)
       }
     case IB_I_CMD:
       json_object_set_new (c, "Cmd", argv_json (b, st, in));
+      st->cmd_set = true;
       break;
     case IB_I_ENTRYPOINT:
       json_object_set_new (c, "Entrypoint", argv_json (b, st, in));
-      /* Dockerfile: ENTRYPOINT resets a CMD inherited from the base image. */
-      json_object_del (c, "Cmd");
+      /* Dockerfile: ENTRYPOINT resets a CMD inherited from the base image,
+       * not one set earlier in this stage (BuildKit's cmd.IsSet). */
+      if (!st->cmd_set)
+        json_object_del (c, "Cmd");
       break;
     case IB_I_EXPOSE:
     case IB_I_VOLUME:
@@ -2117,6 +2128,14 @@ do_config (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err)
         return ib_error_set (err, EINVAL, "SHELL needs the JSON form, e.g. [\"/bin/bash\", \"-c\"]");
       ib_strv_free (st->shell);
       st->shell = ib_strv_dup (in->args);
+      /* Docker and BuildKit record it (config Shell): images and stages
+       * built FROM this one inherit it. */
+      {
+        json_t *a = json_array ();
+        for (char **w = in->args; *w; w++)
+          json_array_append_new (a, json_string (*w));
+        json_object_set_new (c, "Shell", a);
+      }
       break;
     default:
       return ib_error_set (err, ENOTSUP, "not supported yet");
@@ -2746,6 +2765,30 @@ run_stages_parallel (build_t *b, size_t jobs, ib_error_t *err)
   return 0;
 }
 
+/* The shell of RUN and shell-form CMD/ENTRYPOINT: the base's config Shell
+ * when it has one (a SHELL of the image or stage this one is FROM). */
+static void
+shell_from_config (stage_state_t *st)
+{
+  json_t *a = json_object_get (config_section (st->config), "Shell");
+  if (!json_is_array (a) || json_array_size (a) == 0)
+    return;
+  char **shell = NULL;
+  size_t i;
+  json_t *v;
+  json_array_foreach (a, i, v)
+  {
+    if (!json_is_string (v))
+      {
+        ib_strv_free (shell);
+        return;
+      }
+    ib_strv_push (&shell, json_string_value (v));
+  }
+  ib_strv_free (st->shell);
+  st->shell = shell;
+}
+
 static int
 run_stage (build_t *b, stage_state_t *st, ib_error_t *err)
 {
@@ -2772,6 +2815,8 @@ run_stage (build_t *b, stage_state_t *st, ib_error_t *err)
       step_end (b, r == 0);
       if (r < 0)
         return instr_error (b, in, err);
+      if (in->kind == IB_I_FROM)
+        shell_from_config (st);
       if (in->kind == IB_I_FROM && run_onbuild_triggers (b, st, in, err) < 0)
         return -1;
     }

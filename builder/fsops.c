@@ -86,6 +86,8 @@ apply_meta (const char *dst, const struct stat *st, const ib_copy_opts_t *o)
 {
   if (o->set_owner)
     lchown (dst, o->uid, o->gid);
+  else
+    lchown (dst, st->st_uid, st->st_gid);
   if (!S_ISLNK (st->st_mode))
     chmod (dst, o->chmod >= 0 ? (mode_t) o->chmod : st->st_mode & 07777);
   struct timespec ts[2] = { st->st_atim, st->st_mtim };
@@ -179,6 +181,40 @@ copy_entry (const char *src, const char *dst, const char *rel, const ib_copy_opt
 }
 
 int
+ib_mkdir_p_owned (const char *dir, const ib_copy_opts_t *o, ib_error_t *err)
+{
+  struct stat st;
+  if (lstat (dir, &st) == 0 || !o->set_owner)
+    return ib_mkdir_p (dir, 0755, err);
+  /* the first missing component: from there on everything is new */
+  cleanup_free char *p = xstrdup (dir);
+  size_t first = strlen (p);
+  for (char *s = strchr (p + 1, '/'); s; s = strchr (s + 1, '/'))
+    {
+      *s = '\0';
+      bool missing = lstat (p, &st) < 0 && errno == ENOENT;
+      *s = '/';
+      if (missing)
+        {
+          first = (size_t) (s - p);
+          break;
+        }
+    }
+  if (ib_mkdir_p (dir, 0755, err) < 0)
+    return -1;
+  size_t len = strlen (p);
+  for (size_t i = first; i < len; i++)
+    if (p[i] == '/')
+      {
+        p[i] = '\0';
+        lchown (p, o->uid, o->gid);
+        p[i] = '/';
+      }
+  lchown (p, o->uid, o->gid);
+  return 0;
+}
+
+int
 ib_copy_into (const char *src, const char *dst, bool dst_is_dir, const ib_copy_opts_t *o,
               ib_error_t *err)
 {
@@ -187,7 +223,7 @@ ib_copy_into (const char *src, const char *dst, bool dst_is_dir, const ib_copy_o
     return ib_error_sys (err, errno, "copy %s", src);
   if (S_ISDIR (st.st_mode))
     {
-      if (ib_mkdir_p (dst, 0755, err) < 0)
+      if (ib_mkdir_p_owned (dst, o, err) < 0)
         return -1;
       if (copy_dir_contents (src, dst, "", o, err) < 0)
         return -1;
@@ -196,7 +232,7 @@ ib_copy_into (const char *src, const char *dst, bool dst_is_dir, const ib_copy_o
   cleanup_free char *target = NULL;
   if (dst_is_dir || (stat (dst, &dst_st) == 0 && S_ISDIR (dst_st.st_mode)))
     {
-      if (ib_mkdir_p (dst, 0755, err) < 0)
+      if (ib_mkdir_p_owned (dst, o, err) < 0)
         return -1;
       const char *base = strrchr (src, '/');
       target = ib_path_join (dst, base ? base + 1 : src);
@@ -208,7 +244,7 @@ ib_copy_into (const char *src, const char *dst, bool dst_is_dir, const ib_copy_o
       if (slash && slash != target)
         {
           *slash = '\0';
-          int r = ib_mkdir_p (target, 0755, err);
+          int r = ib_mkdir_p_owned (target, o, err);
           *slash = '/';
           if (r < 0)
             return -1;

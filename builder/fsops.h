@@ -19,7 +19,7 @@ int ib_root_resolve (const char *root, const char *path, bool follow_last, char 
 
 typedef struct ib_copy_opts
 {
-  bool set_owner;        /* chown every copied entry to uid:gid */
+  bool set_owner;        /* chown every copied entry to uid:gid; false: keep the source's owner */
   uid_t uid;
   gid_t gid;
   int chmod;             /* -1, or the mode bits for every copied entry (--chmod) */
@@ -35,6 +35,11 @@ typedef struct ib_copy_opts
  * are host paths (callers resolve them first). */
 int ib_copy_into (const char *src, const char *dst, bool dst_is_dir, const ib_copy_opts_t *o,
                   ib_error_t *err);
+
+/* ib_mkdir_p (mode 0755), and, when o->set_owner, the directories it made
+ * are chowned to o->uid:o->gid (BuildKit makes a COPY --chown destination's
+ * missing directories, and WORKDIR's after USER, as that user). */
+int ib_mkdir_p_owned (const char *dir, const ib_copy_opts_t *o, ib_error_t *err);
 
 /* Resolve "user[:group]" (names or numbers) against <root>/etc/passwd and
  * <root>/etc/group.  Without group: the user's primary group (0 when the

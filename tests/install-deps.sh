@@ -13,6 +13,8 @@ pkgs=(
   uidmap
   # tests and demo: local registry, base images, independent readers of our output
   docker-registry mmdebstrap skopeo umoci busybox-static
+  # conformance test (tests/e2e/test_buildah_compat.py): the same recipes built by buildah
+  buildah
   python3 python3-pytest ca-certificates curl gzip zstd unzip
   # auth tests: htpasswd (bcrypt) for the basic-auth registry; openssl and
   # python3-cryptography for the token server's key, certificate and JWTs
