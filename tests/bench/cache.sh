@@ -22,7 +22,8 @@
 #   cold   the first build;
 #   noop   a rebuild without changes (median of --noop-runs runs);
 #   edit   (wheel) a rebuild after a change to the extension's source: the
-#          toolchain step must come from the cache, the wheel be rebuilt.
+#          toolchain step must come from the cache, the wheel be rebuilt;
+#   edit2  (wheel) a second such change and rebuild (the edit-build loop).
 # The lower bound `plain` runs wheel.recipe's steps by a script
 # (tests/bench/plain-wheel.sh) in `unshare --map-root-user --map-auto`
 # + chroot: tar -x of the base, apt-get install of the same .debs, the
@@ -195,6 +196,8 @@ for round in $(seq 1 "$runs"); do
       if [ "$recipe" = wheel ]; then
         edit_source
         timed "$tool" "$recipe" edit "${cmd[@]}"
+        edit_source
+        timed "$tool" "$recipe" edit2 "${cmd[@]}"
       fi
       # every output checked: the wheel is in the client image under /opt
       case $tool in
@@ -229,7 +232,7 @@ med = {k: statistics.median(v) for k, v in rows.items()}
 print("| tool | recipe | phase | median s | min s | max s | n | ratio to imgbuild |")
 print("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: |")
 order = {"imgbuild": 0, "buildah": 1, "podman": 2, "plain": 3}
-for (t, r, p) in sorted(rows, key=lambda k: (k[1], ["cold", "noop", "edit"].index(k[2]), order.get(k[0], 9))):
+for (t, r, p) in sorted(rows, key=lambda k: (k[1], ["cold", "noop", "edit", "edit2"].index(k[2]), order.get(k[0], 9))):
     v = rows[(t, r, p)]
     base = med.get(("imgbuild", r, p))
     ratio = f"{med[(t, r, p)] / base:.2f}x" if base else ""
