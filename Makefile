@@ -53,7 +53,7 @@ e2e: all $(UNIT_BIN)
 	bash tests/run-e2e.sh
 
 asan:
-	$(MAKE) BUILD=build-asan BIN=bin-asan CFLAGS="-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer" LDFLAGS="-fsanitize=address,undefined" all unit
+	LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp $(MAKE) BUILD=build-asan BIN=bin-asan CFLAGS="-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer" LDFLAGS="-fsanitize=address,undefined" all unit
 
 # libFuzzer targets (clang): ref, manifest/index/config, layer unpack; each
 # runs FUZZ_SECONDS (default 60).  tests/fuzz/run.sh says more.
