@@ -3171,19 +3171,6 @@ out:
 
 /* ------------------------------------------------------------------ */
 
-static int
-link_or_copy_blob (ib_store_t *store, const char *digest, const char *blobs_dir, ib_error_t *err)
-{
-  cleanup_free char *src = ib_store_blob_path (store, digest);
-  cleanup_free char *dst = ib_path_join (blobs_dir, ib_digest_hex (digest));
-  if (access (dst, F_OK) == 0)
-    return 0;
-  if (link (src, dst) == 0)
-    return 0;
-  ib_copy_opts_t co = { .chmod = -1 };
-  return ib_copy_into (src, dst, false, &co, err);
-}
-
 int
 ib_export_oci (ib_store_t *store, const char *manifest_digest, const char *name, const char *dest,
                ib_error_t *err)
@@ -3200,11 +3187,11 @@ ib_export_oci (ib_store_t *store, const char *manifest_digest, const char *name,
   ib_rm_rf (tmp, NULL);
   if (ib_mkdir_p (blobs, 0755, err) < 0)
     goto out;
-  if (link_or_copy_blob (store, manifest_digest, blobs, err) < 0
-      || link_or_copy_blob (store, m->config.digest, blobs, err) < 0)
+  if (ib_store_export_blob (store, manifest_digest, blobs, err) < 0
+      || ib_store_export_blob (store, m->config.digest, blobs, err) < 0)
     goto out;
   for (size_t i = 0; i < m->n_layers; i++)
-    if (link_or_copy_blob (store, m->layers[i].digest, blobs, err) < 0)
+    if (ib_store_export_blob (store, m->layers[i].digest, blobs, err) < 0)
       goto out;
   {
     cleanup_free char *p = ib_path_join (tmp, "oci-layout");

@@ -256,32 +256,6 @@ write_new_file (const char *path, const void *data, size_t len, ib_error_t *err)
   return 0;
 }
 
-/* Put the store's blob `digest` into the layout directory `blobdir`
- * (.../blobs/sha256): a hard link (store blobs are never modified in
- * place), else a copy. */
-static int
-link_or_copy_blob (ib_store_t *store, const char *blobdir, const char *digest, ib_error_t *err)
-{
-  cleanup_free char *src = ib_store_blob_path (store, digest);
-  cleanup_free char *dst = ib_path_join (blobdir, ib_digest_hex (digest));
-  if (link (src, dst) == 0)
-    return 0;
-  if (errno != EXDEV && errno != EPERM && errno != EMLINK && errno != EACCES && errno != ENOTSUP
-      && errno != EOPNOTSUPP)
-    return ib_error_sys (err, errno, "link %s to %s", src, dst);
-  cleanup_close int in = open (src, O_RDONLY | O_CLOEXEC);
-  if (in < 0)
-    return ib_error_sys (err, errno, "open %s", src);
-  cleanup_close int out = open (dst, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  if (out < 0)
-    return ib_error_sys (err, errno, "create %s", dst);
-  if (ib_copy_fd_data (in, out, src, err) < 0)
-    return -1;
-  if (fsync (out) < 0)
-    return ib_error_sys (err, errno, "fsync %s", dst);
-  return 0;
-}
-
 /* Is the existing directory `dir` one we may replace: empty, or a cache
  * exported earlier (its index.json lists a manifest of artifactType
  * IB_CACHE_ARTIFACT_TYPE), never some other directory a mistyped dest=
@@ -368,7 +342,7 @@ write_layout (ib_store_t *store, const char *tmp, json_t *layers, const char *co
   json_t *l;
   json_array_foreach (layers, i, l)
   {
-    if (link_or_copy_blob (store, blobdir, json_string_value (json_object_get (l, "digest")), err)
+    if (ib_store_export_blob (store, json_string_value (json_object_get (l, "digest")), blobdir, err)
         < 0)
       return -1;
   }

@@ -323,6 +323,31 @@ ib_store_commit_blob (ib_store_t *s, const char *tmp_path, const char *expected,
 }
 
 int
+ib_store_export_blob (ib_store_t *s, const char *digest, const char *blobs_dir, ib_error_t *err)
+{
+  cleanup_free char *src = ib_store_blob_path (s, digest);
+  cleanup_free char *dst = ib_path_join (blobs_dir, ib_digest_hex (digest));
+  if (access (dst, F_OK) == 0)
+    return 0;
+  if (link (src, dst) == 0)
+    return 0;
+  if (errno != EXDEV && errno != EPERM && errno != EMLINK && errno != EACCES && errno != ENOTSUP
+      && errno != EOPNOTSUPP)
+    return ib_error_sys (err, errno, "link %s to %s", src, dst);
+  cleanup_close int in = open (src, O_RDONLY | O_CLOEXEC);
+  if (in < 0)
+    return ib_error_sys (err, errno, "open %s", src);
+  cleanup_close int out = open (dst, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (out < 0)
+    return ib_error_sys (err, errno, "create %s", dst);
+  if (ib_copy_fd_data (in, out, src, err) < 0)
+    return -1;
+  if (fsync (out) < 0)
+    return ib_error_sys (err, errno, "fsync %s", dst);
+  return 0;
+}
+
+int
 ib_store_put_blob (ib_store_t *s, const void *data, size_t len, char out_digest[IB_DIGEST_LEN],
                    ib_error_t *err)
 {

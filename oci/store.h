@@ -80,6 +80,12 @@ int ib_store_commit_blob (ib_store_t *s, const char *tmp_path, const char *expec
  * and not recomputed.  The file is fsynced and renamed into blobs/. */
 int ib_store_commit_blob_hashed (ib_store_t *s, const char *tmp_path, const char *digest,
                                  ib_error_t *err);
+/* Put blob `digest` into another layout's blob directory `blobs_dir`
+ * (".../blobs/sha256"), as the file named by its hex: nothing when it is
+ * there already, else a hard link (store blobs are never changed in
+ * place), else a copy (fsynced).  Errors name both paths. */
+int ib_store_export_blob (ib_store_t *s, const char *digest, const char *blobs_dir,
+                          ib_error_t *err);
 /* Store bytes as a blob. */
 int ib_store_put_blob (ib_store_t *s, const void *data, size_t len,
                        char out_digest[IB_DIGEST_LEN], ib_error_t *err);
