@@ -429,15 +429,20 @@ ib_artifact_expand_paths (char *const *patterns, const char *what, char ***out, 
   return 0;
 }
 
-/* A YAML plain scalar when that reads back as the same string, else
- * single-quoted (YAML 1.2 section 7.3.2: '' stands for '). */
+/* A YAML plain scalar when that reads back as the same string (YAML 1.1
+ * as PyYAML resolves it: a letter somewhere, so no int, float or date; not
+ * 0x / 0b; no bool or null word), else single-quoted (YAML 1.2 section
+ * 7.3.2: '' stands for '). */
 static void
 yaml_scalar (ib_buf_t *b, const char *v)
 {
-  bool plain = *v != '\0' && strspn (v, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
-                                         "0123456789._-")
-                                 == strlen (v)
-               && isalpha ((unsigned char) v[0]);
+  bool letter = false;
+  for (const char *p = v; *p; p++)
+    letter = letter || isalpha ((unsigned char) *p);
+  bool plain = letter && isalnum ((unsigned char) v[0])
+               && strspn (v, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
+                      == strlen (v)
+               && !(v[0] == '0' && (v[1] == 'x' || v[1] == 'b'));
   static const char *const special[] = { "true", "false", "yes", "no", "on", "off",
                                          "null", "y", "n", NULL };
   for (size_t i = 0; plain && special[i]; i++)

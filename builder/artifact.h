@@ -133,7 +133,8 @@ int ib_artifact_expand_paths (char *const *patterns, const char *what, char ***o
 /* The meta file written beside a pulled library (the tool's
  * write_libmxnet_meta, a YAML mapping with sorted keys):
  *   "commit_id: C\ndependency_linking: L\nos: O\nvariant: V\n"
- * Values are written as YAML plain scalars when safe, else single-quoted.
+ * Values are YAML plain scalars where YAML (1.1, as PyYAML reads it) gives
+ * back the same string, else single-quoted ('1234', 'yes').
  * Caller frees. */
 char *ib_artifact_meta_text (const ib_artifact_id_t *id);
 
