@@ -1112,36 +1112,52 @@ cmd_artifact (int argc, char **argv, ib_error_t *err)
   if ((o.repository == NULL || *o.repository == '\0') && env_bucket && *env_bucket)
     o.repository = bucket_url = xasprintf ("s3://%s", env_bucket);
   int c;
-  optind = 2;
-  while ((c = getopt_long (argc, argv, "", opts, NULL)) != -1)
-    switch (c)
-      {
-      case OPT_REPOSITORY: o.repository = optarg; break;
-      case OPT_BUCKET:
-        free (bucket_url);
-        o.repository = bucket_url = xasprintf ("s3://%s", optarg);
-        break;
-      case OPT_S3_ENDPOINT: o.s3_endpoint = optarg; break;
-      case OPT_GIT_SHA: free (o.id.commit); o.id.commit = xstrdup (optarg); break;
-      case OPT_OS: free (o.id.os); o.id.os = xstrdup (optarg); break;
-      case OPT_VARIANT: free (o.id.variant); o.id.variant = xstrdup (optarg); break;
-      case OPT_LIBTYPE:
-        if (strcmp (optarg, "static") != 0 && strcmp (optarg, "dynamic") != 0)
-          usage_error ("artifact: --libtype: expected static or dynamic, got '%s'", optarg);
-        free (o.id.libtype);
-        o.id.libtype = xstrdup (optarg);
-        break;
-      case OPT_LIB: o.lib = optarg; break;
-      case OPT_LICENSES: ib_strv_push (&licenses, optarg); break;
-      case OPT_DEPENDENCIES: ib_strv_push (&deps, optarg); break;
-      case OPT_DESTINATION: o.destination = optarg; break;
-      default:
-        if (registry_option (c, optarg))
+  /* "-": operands come back in order as option 1, so that, as with the
+   * tool's argparse nargs, `--licenses A B --dependencies C D` works */
+  char ***last_list = NULL;
+  /* optind 0: getopt starts over (main parsed with "+"), from argv[1] of
+   * the vector given, so give it the one that starts at "push"/"pull" */
+  int sub_argc = argc - 1;
+  char **sub_argv = argv + 1;
+  optind = 0;
+  while ((c = getopt_long (sub_argc, sub_argv, "-", opts, NULL)) != -1)
+    {
+      switch (c)
+        {
+        case 1:
+          if (last_list == NULL)
+            usage_error ("artifact: unexpected argument '%s'", optarg);
+          ib_strv_push (last_list, optarg);
           break;
-        usage_error ("%s", "artifact: bad option");
-      }
-  if (optind < argc)
-    usage_error ("artifact: unexpected argument '%s'", argv[optind]);
+        case OPT_REPOSITORY: o.repository = optarg; break;
+        case OPT_BUCKET:
+          free (bucket_url);
+          o.repository = bucket_url = xasprintf ("s3://%s", optarg);
+          break;
+        case OPT_S3_ENDPOINT: o.s3_endpoint = optarg; break;
+        case OPT_GIT_SHA: free (o.id.commit); o.id.commit = xstrdup (optarg); break;
+        case OPT_OS: free (o.id.os); o.id.os = xstrdup (optarg); break;
+        case OPT_VARIANT: free (o.id.variant); o.id.variant = xstrdup (optarg); break;
+        case OPT_LIBTYPE:
+          if (strcmp (optarg, "static") != 0 && strcmp (optarg, "dynamic") != 0)
+            usage_error ("artifact: --libtype: expected static or dynamic, got '%s'", optarg);
+          free (o.id.libtype);
+          o.id.libtype = xstrdup (optarg);
+          break;
+        case OPT_LIB: o.lib = optarg; break;
+        case OPT_LICENSES: ib_strv_push (&licenses, optarg); last_list = &licenses; continue;
+        case OPT_DEPENDENCIES: ib_strv_push (&deps, optarg); last_list = &deps; continue;
+        case OPT_DESTINATION: o.destination = optarg; break;
+        default:
+          if (registry_option (c, optarg))
+            break;
+          usage_error ("%s", "artifact: bad option");
+        }
+      if (c != 1)
+        last_list = NULL; /* operands after any other option are errors */
+    }
+  if (optind < sub_argc)
+    usage_error ("artifact: unexpected argument '%s'", sub_argv[optind]);
   if (!push && (o.lib || licenses || deps))
     usage_error ("%s", "artifact pull: --lib, --licenses and --dependencies are for push");
   if (push && o.destination)

@@ -155,6 +155,7 @@ def build(tmp_path):
     (d / "licenses/subdir").mkdir()
     (d / "deps/libgfortran.so.4").write_bytes(os.urandom(5000))
     (d / "deps/libquadmath.so.0").write_bytes(os.urandom(3000))
+    (d / "deps/libstdc++.so.6").write_bytes(os.urandom(4000))  # '+' in a key
     return d
 
 
@@ -165,6 +166,7 @@ def expected_files(b):
         "licenses/NOTICE.txt": b / "licenses/NOTICE.txt",
         "dependencies/libgfortran.so.4": b / "deps/libgfortran.so.4",
         "dependencies/libquadmath.so.0": b / "deps/libquadmath.so.0",
+        "dependencies/libstdc++.so.6": b / "deps/libstdc++.so.6",
     }
 
 
@@ -174,11 +176,11 @@ KEY = "abc123/static/ubuntu16.04/cu100/"
 
 
 def push_args(b):
-    # licenses: a glob that also matches a directory (dropped); dependencies:
-    # a glob and, among the patterns, a blank one (dropped)
+    # licenses: a glob that also matches a directory (dropped); dependencies
+    # as the tool's nargs list: a glob, a blank pattern (dropped), files
     return ["--lib", b / "lib/libmxnet.so", "--licenses", f"{b}/licenses/*",
-            "--dependencies", f"{b}/deps/libgfortran*", "--dependencies", " ",
-            "--dependencies", f"{b}/deps/libquadmath.so.0"]
+            "--dependencies", f"{b}/deps/libgfortran*", " ", f"{b}/deps/libquadmath.so.0",
+            "--dependencies", f"{b}/deps/libstdc++.so.6"]
 
 
 def tree(d):
