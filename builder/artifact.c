@@ -823,6 +823,29 @@ files_has (const art_file_t *f, size_t n, const char *rel)
   return false;
 }
 
+/* "; stored for commit C: L/O/V, ..." from the distinct "L/O/V" in
+ * `found` (NULL-terminated, may be NULL or empty: ""). */
+static char *
+stored_hint (const char *commit, char **found)
+{
+  if (found == NULL || found[0] == NULL)
+    return xstrdup ("");
+  ib_buf_t b = { 0 };
+  ib_buf_printf (&b, "; stored for commit %s: ", commit);
+  for (size_t i = 0; found[i]; i++)
+    ib_buf_printf (&b, "%s%s", i ? ", " : "", found[i]);
+  return ib_buf_steal (&b);
+}
+
+static void
+add_distinct (char ***v, const char *s)
+{
+  for (size_t i = 0; *v && (*v)[i]; i++)
+    if (strcmp ((*v)[i], s) == 0)
+      return;
+  ib_strv_push (v, s);
+}
+
 static int
 pull_s3 (ib_artifact_opts_t *o, const char *key, const char *tmp, art_file_t **f, size_t *n,
          ib_error_t *err)
@@ -838,8 +861,30 @@ pull_s3 (ib_artifact_opts_t *o, const char *key, const char *tmp, art_file_t **f
   cleanup_strv char **keys = NULL;
   int ret = ib_s3_list (s, prefix, &keys, err);
   if (ret == 0 && keys[0] == NULL)
-    ret = ib_error_set (err, ENOENT, "no artifact found for %s in %s (no key starts with "
-                        "s3://%s/%s)", key, o->repository, bucket, prefix);
+    {
+      /* say what the commit has, if anything: other libtype/os/variant */
+      cleanup_free char *commit_prefix = xasprintf ("%s%s/", base, o->id.commit);
+      cleanup_strv char **others = NULL;
+      cleanup_strv char **found = NULL;
+      ib_error_t e2 = NULL;
+      if (ib_s3_list (s, commit_prefix, &others, &e2) == 0)
+        for (size_t i = 0; others[i]; i++)
+          {
+            const char *rest = others[i] + strlen (commit_prefix);
+            const char *a = strchr (rest, '/');
+            const char *b = a ? strchr (a + 1, '/') : NULL;
+            const char *c = b ? strchr (b + 1, '/') : NULL;
+            if (c)
+              {
+                cleanup_free char *t = xstrndup (rest, (size_t) (c - rest));
+                add_distinct (&found, t);
+              }
+          }
+      ib_error_free (&e2);
+      cleanup_free char *hint = stored_hint (o->id.commit, found);
+      ret = ib_error_set (err, ENOENT, "no artifact found for %s in %s (no key starts with "
+                          "s3://%s/%s)%s", key, o->repository, bucket, prefix, hint);
+    }
   for (size_t i = 0; ret == 0 && keys[i]; i++)
     {
       const char *rel = keys[i] + strlen (prefix);
@@ -893,9 +938,30 @@ pull_oci (ib_artifact_opts_t *o, ib_store_t *store, const char *key, const char 
       ret = ib_registry_get_manifest (r, ref.repository, tag, &data, &len, NULL, NULL, err);
       if (ret < 0 && (*err)->status == ENOENT)
         {
+          /* say what the commit has, if anything: readable tags
+           * "COMMIT_LIBTYPE_OS_VARIANT" (ib_artifact_oci_tag) */
           ib_error_free (err);
-          ret = ib_error_set (err, ENOENT, "no artifact found for %s in %s (no tag %s)", key,
-                              o->repository, tag);
+          cleanup_strv char **tags = NULL;
+          cleanup_strv char **found = NULL;
+          cleanup_free char *start = xasprintf ("%s_", o->id.commit);
+          ib_error_t e2 = NULL;
+          if (ib_registry_list_tags (r, ref.repository, &tags, &e2) == 0)
+            for (size_t i = 0; tags[i]; i++)
+              {
+                if (!ib_str_has_prefix (tags[i], start))
+                  continue;
+                cleanup_free char *t = xstrdup (tags[i] + strlen (start));
+                size_t parts = 1;
+                for (char *p = t; *p; p++)
+                  if (*p == '_')
+                    *p = '/', parts++;
+                if (parts == 3)
+                  add_distinct (&found, t);
+              }
+          ib_error_free (&e2);
+          cleanup_free char *hint = stored_hint (o->id.commit, found);
+          ret = ib_error_set (err, ENOENT, "no artifact found for %s in %s (no tag %s)%s", key,
+                              o->repository, tag, hint);
         }
     }
   if (ret == 0)

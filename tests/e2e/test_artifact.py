@@ -212,6 +212,13 @@ def test_s3_push_then_pull(s3, env, tmp_path, build):
     for rel, src in files.items():
         assert s3_get(s3, f"mxnet-cd/{KEY}{rel}") == src.read_bytes()
 
+    # another variant of the commit: nothing, and the error says what there is
+    r = art("pull", "--repository", repo, "--s3-endpoint", s3["endpoint"], "--git-sha", "abc123",
+            "--os", "ubuntu16.04", "--destination", tmp_path / "none", tmp_path=tmp_path, env=env)
+    assert r.rc == 1, r
+    assert "no artifact found for abc123/dynamic/ubuntu16.04/cpu/" in r.err, r
+    assert "stored for commit abc123: static/ubuntu16.04/cu100" in r.err, r
+
     dest = tmp_path / "dest"
     e = dict(env, AWS_ENDPOINT_URL=s3["endpoint"])  # the endpoint from the environment
     r = art("pull", "--repository", repo, *PUSH_ARGS, "--destination", dest,
@@ -333,6 +340,7 @@ def test_pull_says_when_nothing_matches(s3, registry, env, tmp_path):
                 tmp_path=tmp_path, env=env)
         assert r.rc == 1, r
         assert "no artifact found for 0000/dynamic/linux/cpu/" in r.err, r
+        assert "stored for commit" not in r.err, r
         assert tree(dest) == []
 
 
@@ -449,6 +457,12 @@ def test_registry_push_then_pull(registry, env, tmp_path, build):
                         f"docker://{repo}:{tag}"], capture_output=True, text=True)
     assert p.returncode == 0, p.stderr
     assert json.loads(p.stdout)["artifactType"] == ARTIFACT_TYPE
+
+    r = art("pull", "--repository", repo, "--git-sha", "abc123", "--os", "ubuntu16.04",
+            "--destination", tmp_path / "none", tmp_path=tmp_path, env=env)
+    assert r.rc == 1, r
+    assert "no artifact found for abc123/dynamic/ubuntu16.04/cpu/" in r.err, r
+    assert "stored for commit abc123: static/ubuntu16.04/cu100" in r.err, r
 
     dest = tmp_path / "dest"
     (tmp_path / "store").rename(tmp_path / "store-push")  # a fresh store pulls
