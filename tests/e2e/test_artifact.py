@@ -10,6 +10,7 @@ Equivalents of MXNet CD's test_artifact_repository.py (apache/mxnet
 cd/utils/, at 3027296b38cc055e9748c604869b3f1aed3c4172) that need a
 server or a library: missing licenses, missing files, empty listing,
 nested keys on pull, variant derivation from a library's features."""
+import base64
 import hashlib
 import json
 import os
@@ -486,3 +487,35 @@ def test_registry_key_with_odd_characters_gets_a_hashed_tag(registry, env, tmp_p
             tmp_path=tmp_path, env=env)
     assert r.rc == 0, r
     assert tree(dest) == ["libmxnet.meta", "libmxnet.so", "licenses/LICENSE"]
+
+
+@pytest.fixture(scope="module")
+def basic_registry(tmp_path_factory):
+    d = tmp_path_factory.mktemp("artifact-basic-registry")
+    port = sh("bash", ROOT / "tests/lib/registry.sh", "start", d, "basic",
+              env=dict(os.environ, IMGBUILD_TEST_USER_NAME="arti",
+                       IMGBUILD_TEST_PASSWORD="arti-secret")).stdout.strip()
+    yield f"127.0.0.1:{port}"
+    subprocess.run(["bash", str(ROOT / "tests/lib/registry.sh"), "stop", str(d)])
+
+
+def test_registry_credentials_from_authfile(basic_registry, env, tmp_path, build):
+    """The registry's own authentication applies to artifacts as to images."""
+    repo = f"{basic_registry}/private/artifacts"
+    args = ["--repository", repo, "--git-sha", "auth1", "--os", "linux", "--variant", "cpu"]
+    push = ["--lib", build / "lib/libmxnet.so", "--licenses", build / "licenses/LICENSE"]
+    r = art("push", *args, *push, tmp_path=tmp_path, env=env)
+    assert r.rc == 1, r
+    assert "requires authentication" in r.err, r
+    authfile = tmp_path / "auth.json"
+    token = base64.b64encode(b"arti:arti-secret").decode()
+    authfile.write_text(json.dumps({"auths": {basic_registry: {"auth": token}}}))
+    r = art("push", *args, *push, "--authfile", authfile, tmp_path=tmp_path, env=env)
+    assert r.rc == 0, r
+    dest = tmp_path / "dest"
+    r = art("pull", *args, "--destination", dest, tmp_path=tmp_path, env=env)
+    assert r.rc == 1 and "requires authentication" in r.err, r
+    r = art("pull", *args, "--authfile", authfile, "--destination", dest, tmp_path=tmp_path, env=env)
+    assert r.rc == 0, r
+    assert tree(dest) == ["libmxnet.meta", "libmxnet.so", "licenses/LICENSE"]
+    assert sha(dest / "libmxnet.so") == sha(build / "lib/libmxnet.so")
