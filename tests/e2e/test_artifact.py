@@ -61,7 +61,11 @@ int mx_placeholder (void) { return 42; }
 @pytest.fixture(scope="session")
 def s3(tmp_path_factory):
     d = tmp_path_factory.mktemp("s3")
-    port = sh("bash", ROOT / "tests/lib/s3.sh", "start", d, BUCKET).stdout.strip()
+    p = subprocess.run(["bash", str(ROOT / "tests/lib/s3.sh"), "start", str(d), BUCKET],
+                       capture_output=True, text=True)
+    if p.returncode != 0:
+        pytest.fail(f"the S3 test server did not start (tests/lib/s3.sh): {p.stderr[-2000:]}")
+    port = p.stdout.strip()
     yield {"endpoint": f"http://127.0.0.1:{port}", "dir": d}
     subprocess.run(["bash", str(ROOT / "tests/lib/s3.sh"), "stop", str(d)])
 
