@@ -77,6 +77,14 @@ vars_set (vars_t *v, const char *name, const char *value)
   v->n++;
 }
 
+static bool
+vars_declared (const vars_t *v, const char *name)
+{
+  bool found = false;
+  vars_get (v, name, &found);
+  return found;
+}
+
 static void
 vars_free (vars_t *v)
 {
@@ -125,6 +133,7 @@ typedef struct build
   char *context;
   vars_t build_args;         /* --build-arg */
   vars_t global_args;        /* ARGs before the first FROM, resolved */
+  vars_t auto_args;          /* TARGETPLATFORM, BUILDOS, ... (platform_args) */
   bool *build_arg_used;
   stage_state_t *stages;
   size_t n_stages;
@@ -145,6 +154,7 @@ typedef struct build
 } build_t;
 
 static void prog_pause (build_t *b);
+static bool is_proxy_arg (const char *name);
 static void prog_resume (build_t *b);
 
 /* Enter the user namespace if not done yet: before anything that makes or
@@ -443,7 +453,9 @@ ensure_rootfs (build_t *b, stage_state_t *st, ib_error_t *err)
     {
       if (rmdir (st->rootfs) < 0 && errno != ENOENT)
         return ib_error_sys (err, errno, "prepare %s", st->rootfs);
-      if (ib_copy_tree (st->copy_src->rootfs, st->rootfs, err) < 0)
+      /* an overlay over the FROM stage's finished tree, else a copy */
+      int o = ib_rootfs_overlay_from (st->copy_src->rootfs, st->rootfs, err);
+      if (o < 0 || (o == 0 && ib_copy_rootfs (st->copy_src->rootfs, st->rootfs, err) < 0))
         return -1;
       st->rootfs_ready = true;
       return 0;
@@ -640,7 +652,7 @@ cache_lookup (build_t *b, stage_state_t *st, const char *key)
       if (st->rootfs_ready && n != 0)
         {
           ib_error_t e = NULL;
-          if (ib_rm_rf (st->rootfs, &e) < 0 || mkdir (st->rootfs, 0700) < 0)
+          if (ib_rootfs_remove (st->rootfs, &e) < 0 || mkdir (st->rootfs, 0700) < 0)
             {
               ib_warn ("build cache: %s", e ? e->msg : strerror (errno));
               ib_error_free (&e);
@@ -736,13 +748,15 @@ do_from (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err)
   ib_host_platform (&hos, &harch, &hvar);
   cleanup_free char *os = xstrdup (hos), *arch = xstrdup (harch);
   cleanup_free char *variant = hvar ? xstrdup (hvar) : NULL;
-  if (platform)
+  cleanup_free char *want = NULL;
+  if (platform && expand (b, NULL, platform, &want, err) < 0)
+    return -1;
+  if (want == NULL && b->opts->platform)
+    want = xstrdup (b->opts->platform); /* build --platform: the default of every FROM */
+  if (want)
     {
       /* Another platform's image may be pulled, copied from and added to;
        * RUN in it is refused (do_run), as there is no emulation. */
-      cleanup_free char *want = NULL;
-      if (expand (b, NULL, platform, &want, err) < 0)
-        return -1;
       free (os), free (arch), free (variant);
       if (ib_platform_parse (want, &os, &arch, &variant, err) < 0)
         return ib_error_prefix (err, "--platform=%s", want);
@@ -770,7 +784,7 @@ do_from (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err)
     }
   if (rmdir (st->rootfs) < 0) /* ib_rootfs_prepare creates it */
     return ib_error_sys (err, errno, "prepare %s", st->rootfs);
-  return from_image (b, st, image, os, arch, variant, platform != NULL, err);
+  return from_image (b, st, image, os, arch, variant, want != NULL, err);
 }
 
 /* ------------------------------------------------------------------ */
@@ -849,6 +863,14 @@ run_env (build_t *b, stage_state_t *st)
     if (st->args.values[k] && config_env_get (st->config, st->args.names[k]) == NULL)
       {
         cleanup_free char *kv = xasprintf ("%s=%s", st->args.names[k], st->args.values[k]);
+        ib_strv_push (&env, kv);
+      }
+  for (size_t k = 0; k < b->build_args.n; k++)
+    if (is_proxy_arg (b->build_args.names[k]) && !vars_declared (&st->args, b->build_args.names[k])
+        && config_env_get (st->config, b->build_args.names[k]) == NULL)
+      {
+        cleanup_free char *kv = xasprintf ("%s=%s", b->build_args.names[k],
+                                           b->build_args.values[k] ? b->build_args.values[k] : "");
         ib_strv_push (&env, kv);
       }
   if (!has_path)
@@ -935,7 +957,12 @@ run_mount_one (build_t *b, stage_state_t *st, const char *flag, run_mounts_t *r,
   ib_mount_spec_t ms;
   if (ib_mount_spec_parse (value, &ms, err) < 0)
     return -1;
-  ib_mount_t m = { .target = rm_keep (r, xstrdup (ms.target)), .readonly = ms.readonly };
+  /* A relative target is under the working directory, as in BuildKit */
+  const char *wd = config_string (st->config, "WorkingDir");
+  cleanup_free char *joined = ms.target[0] == '/' ? xstrdup (ms.target)
+                                                 : ib_path_join (wd && *wd ? wd : "/", ms.target);
+  char *target = ib_path_clean_abs (joined);
+  ib_mount_t m = { .target = rm_keep (r, target), .readonly = ms.readonly };
   int ret = -1;
   if (ms.type == IB_MSPEC_TMPFS)
     {
@@ -1164,8 +1191,10 @@ keep_failed_tree (build_t *b, stage_state_t *st, char **env, const char *cwd, ui
   cleanup_free char *prefix = xasprintf ("debug-%s", stage_label (st));
   cleanup_free char *dir = NULL;
   ib_error_t e = NULL;
+  bool ovl = ib_rootfs_is_overlay (st->rootfs);
   if (ib_store_tmp_dir (b->store, prefix, &dir, &e) < 0 || rmdir (dir) < 0
-      || rename (st->rootfs, dir) < 0)
+      || (ovl ? ib_copy_tree (st->rootfs, dir, &e) < 0 || ib_rootfs_remove (st->rootfs, &e) < 0
+              : rename (st->rootfs, dir) < 0))
     {
       ib_warn ("--keep-on-failure: %s", e ? e->msg : strerror (errno));
       ib_error_free (&e);
@@ -1177,8 +1206,9 @@ keep_failed_tree (build_t *b, stage_state_t *st, char **env, const char *cwd, ui
   if (uid != 0 || gid != 0)
     ib_buf_printf (&c, " -u %u:%u", (unsigned) uid, (unsigned) gid);
   for (char **v = env; v && *v; v++)
-    if (!ib_str_has_prefix (*v, "PATH=") || strcmp (*v, DEFAULT_PATH) != 0)
-      ib_buf_printf (&c, " -e '%s'", *v);
+    if ((!ib_str_has_prefix (*v, "PATH=") || strcmp (*v, DEFAULT_PATH) != 0)
+        && (!ib_str_has_prefix (*v, "HOME=") || config_env_get (st->config, "HOME")))
+      ib_buf_printf (&c, " -e '%s'", *v); /* run sets PATH and HOME as the step had them */
   ib_buf_printf (&c, " -- %s", st->shell && st->shell[0] ? st->shell[0] : "/bin/sh");
   cleanup_free char *cmd = ib_buf_steal (&c);
   ib_warn ("the failed step's tree is kept in %s; to look around in it:\n  %s", dir, cmd);
@@ -1354,6 +1384,16 @@ do_run (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err)
     }
   for (char **kv = gpu.env; kv && *kv; kv++)
     env_set (&env, *kv);
+  bool has_home = false;
+  for (char **kv = env; kv && *kv; kv++)
+    has_home |= ib_str_has_prefix (*kv, "HOME=");
+  if (!has_home)
+    {
+      /* runc (so Docker, BuildKit, buildah) sets HOME from /etc/passwd */
+      cleanup_free char *home = ib_lookup_home (st->rootfs, uid);
+      cleanup_free char *kv = xasprintf ("HOME=%s", home);
+      ib_strv_push (&env, kv);
+    }
   ib_fs_scan_t *before = NULL;
   if (ib_fs_scan (st->rootfs, ib_layer_exclude, &before, err) < 0)
     {
@@ -2144,6 +2184,56 @@ do_config (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err)
   return 0;
 }
 
+/* BuildKit's automatic platform ARGs (Dockerfile reference, "Automatic
+ * platform ARGs in the global scope"): BUILD* name the platform imgbuild
+ * runs on, TARGET* the build's --platform (default: the same).  They are
+ * set in the global scope without a declaration (so FROM --platform=
+ * $BUILDPLATFORM works) and reach a stage through `ARG NAME` without a
+ * value, as any global ARG. */
+static void
+platform_args (build_t *b)
+{
+  const char *os, *arch, *variant;
+  ib_host_platform (&os, &arch, &variant);
+  cleanup_free char *tos = NULL, *tarch = NULL, *tvariant = NULL;
+  ib_error_t e = NULL;
+  if (b->opts->platform == NULL
+      || ib_platform_parse (b->opts->platform, &tos, &tarch, &tvariant, &e) < 0)
+    {
+      ib_error_free (&e); /* checked by the CLI */
+      tos = xstrdup (os), tarch = xstrdup (arch), tvariant = variant ? xstrdup (variant) : NULL;
+    }
+  const char *sides[2][4] = { { "BUILD", os, arch, variant }, { "TARGET", tos, tarch, tvariant } };
+  for (int i = 0; i < 2; i++)
+    {
+      cleanup_free char *plat = ib_platform_string (sides[i][1], sides[i][2], sides[i][3]);
+      const char *vals[4] = { plat, sides[i][1], sides[i][2], sides[i][3] ? sides[i][3] : "" };
+      const char *names[4] = { "PLATFORM", "OS", "ARCH", "VARIANT" };
+      for (int k = 0; k < 4; k++)
+        {
+          cleanup_free char *name = xasprintf ("%s%s", sides[i][0], names[k]);
+          vars_set (&b->auto_args, name, vals[k]);
+          vars_set (&b->global_args, name, vals[k]);
+        }
+    }
+}
+
+/* Docker's predefined ARGs: given with --build-arg they reach every RUN's
+ * environment without an ARG instruction, and (as in BuildKit) stay out of
+ * the history and of the cache key, as proxy settings differ between
+ * machines that should share a cache. */
+static bool
+is_proxy_arg (const char *name)
+{
+  static const char *const names[] = { "HTTP_PROXY", "http_proxy", "HTTPS_PROXY", "https_proxy",
+                                       "FTP_PROXY", "ftp_proxy", "NO_PROXY", "no_proxy",
+                                       "ALL_PROXY", "all_proxy", NULL };
+  for (const char *const *n = names; *n; n++)
+    if (strcmp (*n, name) == 0)
+      return true;
+  return false;
+}
+
 static int
 do_arg (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err)
 {
@@ -2168,6 +2258,8 @@ do_arg (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err)
         }
       else if (!found && st)
         v = vars_get (&b->global_args, name, NULL); /* re-declared global ARG */
+      if (!found && !in->kvs[i].raw && v == NULL)
+        v = vars_get (&b->auto_args, name, NULL); /* ARG TARGETOS: the automatic value */
       vars_set (st ? &st->args : &b->global_args, name, v ? v : "");
     }
   return 0;
@@ -2565,7 +2657,7 @@ stage_child (build_t *b, stage_state_t *st, int wfd)
   for (char **p = private; p && *p; p++)
     {
       ib_error_t re = NULL;
-      if (ib_rm_rf (*p, &re) < 0)
+      if (ib_rootfs_remove (*p, &re) < 0)
         ib_error_free (&re);
     }
   ib_cache_memo_close (b->memo);
@@ -2922,7 +3014,7 @@ build_free (build_t *b)
       if (st->rootfs)
         {
           ib_error_t e = NULL;
-          if (ib_rm_rf (st->rootfs, &e) < 0)
+          if (ib_rootfs_remove (st->rootfs, &e) < 0)
             ib_warn ("%s", e->msg);
           ib_error_free (&e);
           free (st->rootfs);
@@ -2939,6 +3031,7 @@ build_free (build_t *b)
   free (b->stages);
   vars_free (&b->build_args);
   vars_free (&b->global_args);
+  vars_free (&b->auto_args);
   free (b->build_arg_used);
   free (b->context);
   ib_progress_end (b->prog);
@@ -3052,6 +3145,7 @@ ib_build (ib_store_t *store, const ib_build_opts_t *opts, ib_error_t *err)
       vars_set (&b.build_args, k, eq + 1);
     }
   b.build_arg_used = xmalloc ((b.build_args.n + 1) * sizeof (bool));
+  platform_args (&b);
   for (size_t i = 0; i < b.recipe->n_global_args; i++)
     if (do_arg (&b, NULL, &b.recipe->global_args[i], err) < 0)
       {
@@ -3153,7 +3247,7 @@ ib_build (ib_store_t *store, const ib_build_opts_t *opts, ib_error_t *err)
         goto out;
     }
   for (size_t k = 0; k < b.build_args.n; k++)
-    if (!b.build_arg_used[k])
+    if (!b.build_arg_used[k] && !is_proxy_arg (b.build_args.names[k]))
       {
         bool global = false;
         vars_get (&b.global_args, b.build_args.names[k], &global);

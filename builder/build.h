@@ -46,6 +46,9 @@ typedef struct ib_build_opts
                               * `imgbuild run --rootfs` command that enters it printed */
   bool debug_shell;          /* keep_on_failure, and open a shell there when stdin is a tty */
   char **no_cache_filter;    /* --no-cache-filter STAGE: run every step of these stages */
+  const char *platform;      /* --platform OS/ARCH[/VARIANT]: the target platform (FROM
+                              * without --platform pulls it; TARGETPLATFORM & co.);
+                              * NULL = the host's */
 } ib_build_opts_t;
 
 /* Run the build.  Relative OUTPUT dest paths resolve against the current

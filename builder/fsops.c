@@ -258,7 +258,15 @@ ib_copy_into (const char *src, const char *dst, bool dst_is_dir, const ib_copy_o
 static int
 lookup_db (const char *root, const char *file, const char *name, long *id, long *gid)
 {
-  cleanup_free char *path = xasprintf ("%s/etc/%s", root, file);
+  /* resolved in the root: an image's /etc/passwd may be a symlink */
+  cleanup_free char *rel = xasprintf ("/etc/%s", file);
+  cleanup_free char *path = NULL;
+  ib_error_t e = NULL;
+  if (ib_root_resolve (root, rel, true, &path, &e) < 0)
+    {
+      ib_error_free (&e);
+      return -1;
+    }
   cleanup_file FILE *f = fopen (path, "re");
   if (f == NULL)
     return -1;
@@ -291,6 +299,39 @@ static bool
 is_number (const char *s)
 {
   return *s && strspn (s, "0123456789") == strlen (s);
+}
+
+char *
+ib_lookup_home (const char *root, uid_t uid)
+{
+  cleanup_free char *path = NULL;
+  ib_error_t e = NULL;
+  if (ib_root_resolve (root, "/etc/passwd", true, &path, &e) < 0)
+    ib_error_free (&e);
+  cleanup_file FILE *f = path ? fopen (path, "re") : NULL;
+  char *line = NULL, *home = NULL;
+  size_t cap = 0;
+  while (f && home == NULL && getline (&line, &cap, f) > 0)
+    {
+      /* name:password:uid:gid:gecos:home:shell (passwd(5)); gecos may be empty */
+      char *fields[7] = { 0 };
+      char *p = line;
+      for (int i = 0; i < 7 && p; i++)
+        {
+          fields[i] = p;
+          p = strchr (p, ':');
+          if (p)
+            *p++ = '\0';
+        }
+      if (fields[5] == NULL || fields[2] == NULL || !is_number (fields[2])
+          || (uid_t) strtoul (fields[2], NULL, 10) != uid)
+        continue;
+      fields[5][strcspn (fields[5], "\n")] = '\0';
+      if (fields[5][0] == '/')
+        home = xstrdup (fields[5]);
+    }
+  free (line);
+  return home ? home : xstrdup (uid == 0 ? "/root" : "/");
 }
 
 int

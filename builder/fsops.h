@@ -47,4 +47,10 @@ int ib_mkdir_p_owned (const char *dir, const ib_copy_opts_t *o, ib_error_t *err)
 int ib_lookup_user (const char *root, const char *spec, uid_t *uid, gid_t *gid,
                     ib_error_t *err);
 
+/* The home directory of `uid` in <root>/etc/passwd (resolved in root), for
+ * a step's HOME when its environment has none, as runc sets it: the
+ * passwd entry's, else "/root" for uid 0 and "/" for others.  Never fails;
+ * caller frees. */
+char *ib_lookup_home (const char *root, uid_t uid);
+
 #endif

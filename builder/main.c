@@ -46,7 +46,7 @@ static const char usage_text[] =
   "          [--compression gzip|zstd|none] [--compression-level N] [--reproducible]\n"
   "          [--device CDI-NAME] [--cdi-spec-dir DIR] [--no-cache] [--no-cache-filter STAGE]\n"
   "          [--keep-on-failure] [--debug-shell] [--cache-from SPEC] [--cache-to SPEC]\n"
-  "          [--annotation KEY=VALUE] [-j N]\n"
+  "          [--annotation KEY=VALUE] [-j N] [--platform OS/ARCH[/VARIANT]]\n"
   "                         build a recipe (a Dockerfile with OUTPUT)\n"
   "  pull REF [--platform OS/ARCH[/VARIANT]] [--authfile FILE] [--creds USER:PASS]\n"
   "                         pull an image into the store\n"
@@ -57,7 +57,7 @@ static const char usage_text[] =
   "  logout (REGISTRY | --all) [--authfile FILE]\n"
   "                         remove stored credentials\n"
   "  unpack REF DIR         unpack an image's rootfs into DIR\n"
-  "  run [-e K=V] [--env-file F] [-w DIR] [-u USER] [--network host|none] [-v SRC:DST[:ro]]\n"
+  "  run [-e K=V] [--env-file F] [-w DIR] [-u USER] [--entrypoint CMD] [--network host|none] [-v SRC:DST[:ro]]\n"
   "      [--mount type=bind|cache|tmpfs,...] [--tmpfs DST[:size=N]] [--device CDI-NAME]\n"
   "      [--cdi-spec-dir DIR] (REF | --rootfs DIR) [-- CMD...]\n"
   "                         run a command in the sandbox; exits with its status\n"
@@ -268,13 +268,14 @@ cmd_build (int argc, char **argv, ib_error_t *err)
     { "keep-on-failure", no_argument, NULL, 'K' }, { "debug-shell", no_argument, NULL, 'H' },
     { "cache-from", required_argument, NULL, 'I' }, { "cache-to", required_argument, NULL, 'E' },
     { "annotation", required_argument, NULL, 'A' }, { "jobs", required_argument, NULL, 'j' },
+    { "platform", required_argument, NULL, 'P' },
     REGISTRY_OPTIONS,                              { NULL, 0, NULL, 0 },
   };
   cleanup_strv char **args = NULL, **outputs = NULL, **tags = NULL, **devices = NULL,
                     **cdi_dirs = NULL, **no_cache_filter = NULL, **cache_from = NULL,
                     **cache_to = NULL, **annotations = NULL;
   bool no_cache = false, keep_on_failure = false, debug_shell = false;
-  const char *target = NULL, *context = NULL, *file = NULL;
+  const char *target = NULL, *context = NULL, *file = NULL, *platform = NULL;
   ib_compression_t compression = IB_COMPRESSION_GZIP;
   int level = -1;
   bool reproducible = false;
@@ -319,6 +320,18 @@ cmd_build (int argc, char **argv, ib_error_t *err)
         ib_strv_push (&annotations, ib_str_has_prefix (optarg, "manifest:") ? optarg + 9 : optarg);
         break;
       case 'H': debug_shell = true; break;
+      case 'P':
+        {
+          cleanup_free char *os = NULL, *arch = NULL, *variant = NULL;
+          ib_error_t perr = NULL;
+          if (ib_platform_parse (optarg, &os, &arch, &variant, &perr) < 0)
+            {
+              ib_error_free (&perr);
+              usage_error ("--platform: expected OS/ARCH[/VARIANT], got '%s'", optarg);
+            }
+          platform = optarg;
+          break;
+        }
       case 'F':
         {
           /* BuildKit: --no-cache-filter takes one or more comma-separated stages */
@@ -358,12 +371,13 @@ cmd_build (int argc, char **argv, ib_error_t *err)
   ib_store_t *store = NULL;
   if (open_store (&store, err) < 0)
     return -1;
+  ib_rootfs_allow_overlay (true); /* stage trees: overlays on the snapshots, not copies */
   ib_build_opts_t bo = { .userns = userns_mode, .recipe_path = recipe, .context_dir = context, .build_args = args,
                          .target = target, .tags = tags, .outputs = outputs,
                          .compression = compression, .compression_level = level,
                          .reproducible = reproducible, .devices = devices,
                          .cdi_spec_dirs = cdi_dirs, .no_cache = no_cache,
-                         .no_cache_filter = no_cache_filter, .keep_on_failure = keep_on_failure,
+                         .no_cache_filter = no_cache_filter, .platform = platform, .keep_on_failure = keep_on_failure,
                          .debug_shell = debug_shell, .cache_from = cache_from,
                          .cache_to = cache_to, .annotations = annotations, .jobs = jobs };
   int r = ib_build (store, &bo, err);
@@ -856,10 +870,11 @@ cmd_run (int argc, char **argv, int *exit_status, ib_error_t *err)
     { "user", required_argument, NULL, 'u' },     { "volume", required_argument, NULL, 'v' },
     { "mount", required_argument, NULL, 'M' },    { "tmpfs", required_argument, NULL, 'T' },
     { "env-file", required_argument, NULL, 'E' }, { "device", required_argument, NULL, 'D' },
-    { "cdi-spec-dir", required_argument, NULL, 'S' }, { NULL, 0, NULL, 0 },
+    { "cdi-spec-dir", required_argument, NULL, 'S' }, { "entrypoint", required_argument, NULL, 'P' },
+    { NULL, 0, NULL, 0 },
   };
   cleanup_strv char **extra_env = NULL, **devices = NULL, **cdi_dirs = NULL;
-  const char *workdir = NULL, *rootfs = NULL, *network = NULL, *user = NULL;
+  const char *workdir = NULL, *rootfs = NULL, *network = NULL, *user = NULL, *entrypoint = NULL;
   ib_mount_spec_t *specs = NULL;
   size_t n_specs = 0;
   int c;
@@ -878,6 +893,7 @@ cmd_run (int argc, char **argv, int *exit_status, ib_error_t *err)
         case 'u': user = optarg; continue;
         case 'D': ib_strv_push (&devices, optarg); continue;
         case 'S': ib_strv_push (&cdi_dirs, optarg); continue;
+        case 'P': entrypoint = optarg; continue;
         case 'E':
           if (read_env_file (optarg, &extra_env, &perr) < 0)
             usage_error ("run: %s", perr->msg);
@@ -911,6 +927,7 @@ cmd_run (int argc, char **argv, int *exit_status, ib_error_t *err)
   ib_store_t *store = NULL;
   if (enter_userns (err) < 0 || open_store (&store, err) < 0)
     return -1;
+  ib_rootfs_allow_overlay (true); /* the image's tree: an overlay on its snapshot */
   int ret = -1;
   json_t *config = NULL;
   cleanup_free char *tmp_rootfs = NULL;
@@ -948,11 +965,15 @@ cmd_run (int argc, char **argv, int *exit_status, ib_error_t *err)
     }
   /* Command: ENTRYPOINT + (arguments given, or CMD). */
   json_array_foreach (json_object_get (cc, "Entrypoint"), i, e)
-    ib_strv_push (&cmd, json_string_value (e));
+    if (entrypoint == NULL)
+      ib_strv_push (&cmd, json_string_value (e));
+  /* --entrypoint CMD (docker run's): replaces the image's, and its Cmd */
+  if (entrypoint && *entrypoint)
+    ib_strv_push (&cmd, entrypoint);
   if (optind < argc)
     for (int k = optind; k < argc; k++)
       ib_strv_push (&cmd, argv[k]);
-  else
+  else if (entrypoint == NULL)
     json_array_foreach (json_object_get (cc, "Cmd"), i, e)
       ib_strv_push (&cmd, json_string_value (e));
   if (ib_strv_len (cmd) == 0)
@@ -966,6 +987,13 @@ cmd_run (int argc, char **argv, int *exit_status, ib_error_t *err)
   for (size_t k = 0; k < n_specs; k++)
     {
       ib_mount_spec_t *ms = &specs[k];
+      if (ms->target[0] != '/')
+        {
+          /* as docker run: no working directory to resolve it against yet */
+          ib_error_set (err, EINVAL, "run: mount target %s: must be an absolute path", ms->target);
+          free (mounts);
+          goto out;
+        }
       mounts[k] = (ib_mount_t){ .target = ms->target, .readonly = ms->readonly };
       if (ms->type == IB_MSPEC_TMPFS)
         {
@@ -1035,7 +1063,21 @@ cmd_run (int argc, char **argv, int *exit_status, ib_error_t *err)
   gid_t gid = 0;
   const char *u = user ? user : json_string_value (json_object_get (cc, "User"));
   if (u && *u && ib_lookup_user (rootfs, u, &uid, &gid, err) < 0)
-    goto out;
+    {
+      ib_gpu_edits_free (&gpu);
+      free (mounts);
+      goto out;
+    }
+  bool has_home = false;
+  for (char **kv = env; kv && *kv; kv++)
+    has_home |= ib_str_has_prefix (*kv, "HOME=");
+  if (!has_home)
+    {
+      /* as runc: HOME from the image's /etc/passwd */
+      cleanup_free char *home = ib_lookup_home (rootfs, uid);
+      cleanup_free char *kv = xasprintf ("HOME=%s", home);
+      ib_strv_push (&env, kv);
+    }
   const char *wd = workdir ? workdir : json_string_value (json_object_get (cc, "WorkingDir"));
   ib_sandbox_opts_t so = { .rootfs = rootfs, .argv = cmd, .env = env,
                            .cwd = wd && *wd ? wd : "/", .uid = uid, .gid = gid,
@@ -1057,7 +1099,7 @@ out:
   if (tmp_rootfs)
     {
       ib_error_t e2 = NULL;
-      if (ib_rm_rf (tmp_rootfs, &e2) < 0)
+      if (ib_rootfs_remove (tmp_rootfs, &e2) < 0)
         ib_error_report (&e2);
     }
   json_decref (config);

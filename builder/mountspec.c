@@ -19,12 +19,6 @@ ib_mount_spec_clear (ib_mount_spec_t *m)
   memset (m, 0, sizeof *m);
 }
 
-static char *
-absolute (const char *p)
-{
-  return p[0] == '/' ? xstrdup (p) : xasprintf ("/%s", p);
-}
-
 static int
 parse_bool (const char *key, const char *v, bool *out, const char *value, ib_error_t *err)
 {
@@ -82,7 +76,7 @@ ib_mount_spec_parse (const char *value, ib_mount_spec_t *out, ib_error_t *err)
                && v && *v)
         {
           free (m.target);
-          m.target = absolute (v);
+          m.target = xstrdup (v); /* relative: the caller's working directory */
         }
       else if ((strcmp (tok, "source") == 0 || strcmp (tok, "src") == 0) && v)
         {

@@ -26,8 +26,8 @@ typedef enum
 typedef struct ib_mount_spec
 {
   ib_mspec_type_t type;
-  char *target;     /* absolute in the sandbox (relative ones are made
-                       absolute against "/" by the parser) */
+  char *target;     /* in the sandbox, as written: a relative one is under the
+                       step's working directory (RUN --mount, as BuildKit) */
   char *source;     /* bind: path in the context / stage / host; NULL = "." */
   char *from;       /* bind: stage name or index; NULL = the build context */
   bool rw;          /* bind: rw/readwrite given (RUN: writes go to a copy and

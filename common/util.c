@@ -184,6 +184,42 @@ ib_path_join (const char *a, const char *b)
   return xasprintf ("%.*s/%s", (int) la, a, b);
 }
 
+char *
+ib_path_clean_abs (const char *path)
+{
+  size_t n = strlen (path);
+  char *out = xmalloc (n + 2);
+  size_t o = 0;
+  const char *p = path;
+  while (*p)
+    {
+      while (*p == '/')
+        p++;
+      const char *e = strchrnul (p, '/');
+      size_t len = (size_t) (e - p);
+      if (len == 0 || (len == 1 && p[0] == '.'))
+        ;
+      else if (len == 2 && p[0] == '.' && p[1] == '.')
+        {
+          while (o > 0 && out[o - 1] != '/')
+            o--;
+          if (o > 0)
+            o--; /* the slash before it */
+        }
+      else
+        {
+          out[o++] = '/';
+          memcpy (out + o, p, len);
+          o += len;
+        }
+      p = e;
+    }
+  if (o == 0)
+    out[o++] = '/';
+  out[o] = '\0';
+  return out;
+}
+
 int
 ib_mkdir_p (const char *path, mode_t mode, ib_error_t *err)
 {

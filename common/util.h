@@ -58,6 +58,12 @@ bool ib_str_has_suffix (const char *s, const char *suffix);
 /* "a" + "/" + "b" without doubled slashes; caller frees. */
 char *ib_path_join (const char *a, const char *b);
 
+/* An absolute path cleaned lexically, as Go's path.Clean: doubled slashes
+ * and "." dropped, ".." removes the component before it (never above "/"),
+ * no trailing slash.  PATH is taken as absolute whether or not it starts
+ * with "/".  Caller frees. */
+char *ib_path_clean_abs (const char *path);
+
 /* mkdir -p; existing directories are fine. */
 int ib_mkdir_p (const char *path, mode_t mode, ib_error_t *err);
 

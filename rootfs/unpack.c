@@ -30,6 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/sysmacros.h>
@@ -1785,6 +1786,7 @@ out:
 struct copy
 {
   int dst_root;
+  bool keep_links;       /* hard links kept within the tree (else each name is a file) */
   hmap_t links;          /* ino_key of a source inode -> its first copy (path under dst) */
 };
 
@@ -1873,7 +1875,7 @@ copy_entry (struct copy *c, int sfd, int dfd, const char *name, const char *rel,
     return ib_error_sys (err, errno, "stat %s", shown);
   struct timespec ts[2] = { st.st_atim, st.st_mtim };
   cleanup_free char *lk = NULL;
-  if (!S_ISDIR (st.st_mode) && st.st_nlink > 1)
+  if (c->keep_links && !S_ISDIR (st.st_mode) && st.st_nlink > 1)
     {
       lk = ino_key (&st);
       hslot_t *hs = hmap_find (&c->links, lk);
@@ -2008,8 +2010,22 @@ copy_dir (struct copy *c, int sfd, int dfd, const char *rel, const char *shown, 
   return ret;
 }
 
+static int copy_tree (const char *src, const char *dst, bool keep_links, ib_error_t *err);
+
 int
 ib_copy_tree (const char *src, const char *dst, ib_error_t *err)
+{
+  return copy_tree (src, dst, true, err);
+}
+
+int
+ib_copy_rootfs (const char *src, const char *dst, ib_error_t *err)
+{
+  return copy_tree (src, dst, false, err);
+}
+
+static int
+copy_tree (const char *src, const char *dst, bool keep_links, ib_error_t *err)
 {
   cleanup_close int sfd = open (src, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (sfd < 0)
@@ -2019,7 +2035,8 @@ ib_copy_tree (const char *src, const char *dst, ib_error_t *err)
     return ib_error_sys (err, errno, "copy %s: stat", src);
   if (mkdir (dst, 0700) < 0)
     return ib_error_sys (err, errno, "copy %s: create %s", src, dst);
-  struct copy c = { .dst_root = open (dst, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) };
+  struct copy c = { .dst_root = open (dst, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC),
+                    .keep_links = keep_links };
   int ret = -1;
   if (c.dst_root < 0)
     ib_error_sys (err, errno, "copy %s: open %s", src, dst);
@@ -2099,6 +2116,186 @@ fail:
   ib_error_free (&err);
 }
 
+/* ---------------------------------------------------------------------- */
+/* Copy-free trees: overlayfs.                                            */
+
+static bool overlay_allowed;
+static int overlay_state; /* 0: not tried yet, 1: works, -1: unavailable here */
+
+void
+ib_rootfs_allow_overlay (bool on)
+{
+  const char *e = getenv ("IMGBUILD_OVERLAY");
+  overlay_allowed = on && !(e && strcmp (e, "0") == 0);
+}
+
+static char *
+ovl_dir (const char *dest)
+{
+  return xasprintf ("%s.ovl", dest);
+}
+
+static bool
+ovl_path_ok (const char *p)
+{
+  /* overlayfs' option syntax: ',' ':' '\\' and '=' would need escaping */
+  return p[0] == '/' && strpbrk (p, ",:\\=") == NULL;
+}
+
+int
+ib_rootfs_overlay_from (const char *src, const char *dest, ib_error_t *err)
+{
+  if (!overlay_allowed || overlay_state < 0)
+    return 0;
+  /* The lower layers: src's own (upper first) when src is itself an
+   * overlay made here, else src. */
+  cleanup_free char *sovl = ovl_dir (src);
+  cleanup_free char *lfile = ib_path_join (sovl, "lowers");
+  cleanup_free char *ltext = NULL;
+  cleanup_strv char **lowers = NULL;
+  ib_error_t e = NULL;
+  if (ib_read_file (lfile, &ltext, NULL, &e) == 0)
+    {
+      cleanup_free char *up = ib_path_join (sovl, "upper");
+      ib_strv_push (&lowers, up);
+      char *save = NULL;
+      for (char *l = strtok_r (ltext, "\n", &save); l; l = strtok_r (NULL, "\n", &save))
+        ib_strv_push (&lowers, l);
+    }
+  else
+    {
+      ib_error_free (&e);
+      ib_strv_push (&lowers, src);
+    }
+  ib_buf_t o = { 0 };
+  ib_buf_puts (&o, "lowerdir=");
+  bool ok = ovl_path_ok (dest);
+  for (char **l = lowers; *l; l++)
+    {
+      ok = ok && ovl_path_ok (*l);
+      ib_buf_printf (&o, "%s%s", l == lowers ? "" : ":", *l);
+    }
+  cleanup_free char *ovl = ovl_dir (dest);
+  ib_buf_printf (&o, ",upperdir=%s/upper,workdir=%s/work", ovl, ovl);
+  cleanup_free char *opts = ib_buf_steal (&o);
+  /* One page of mount data; a deeper stack is copied instead. */
+  if (!ok || strlen (opts) + sizeof ",userxattr" > 4000 || ib_strv_len (lowers) > 128)
+    {
+      ib_debug ("%s: not stacked on %s (paths or depth): copying", dest, src);
+      return 0;
+    }
+  struct stat sst;
+  if (stat (src, &sst) < 0)
+    return ib_error_sys (err, errno, "overlay %s: stat %s", dest, src);
+  cleanup_free char *upper = ib_path_join (ovl, "upper");
+  cleanup_free char *work = ib_path_join (ovl, "work");
+  if (mkdir (ovl, 0700) < 0 || mkdir (upper, 0755) < 0 || mkdir (work, 0700) < 0
+      || (mkdir (dest, 0755) < 0 && errno != EEXIST))
+    {
+      int en = errno;
+      if (ib_rm_rf (ovl, &e) < 0)
+        ib_error_free (&e);
+      return ib_error_sys (err, en, "overlay %s: create %s", dest, ovl);
+    }
+  /* The merged root takes the upper directory's owner, mode and times:
+   * give it src's, so "/" looks unchanged to the layer diff. */
+  struct timespec ts[2] = { sst.st_atim, sst.st_mtim };
+  if (chown (upper, sst.st_uid, sst.st_gid) < 0 && errno != EINVAL)
+    ib_debug ("overlay %s: chown upper: %s", dest, strerror (errno));
+  chmod (upper, sst.st_mode & 07777);
+  /* Opaque directories need user.* xattrs on the upper directory's file
+   * system (tmpfs has them only since Linux 6.6); without them overlayfs
+   * would fail rmdir-then-mkdir with EIO, so copy instead. */
+  if (setxattr (upper, "user.imgbuild.probe", "1", 1, 0) < 0)
+    {
+      ib_debug ("overlayfs not used: %s lacks user xattrs (%s): rootfs trees are copied", upper,
+                strerror (errno));
+      overlay_state = -1;
+      if (ib_rm_rf (ovl, &e) < 0)
+        ib_error_free (&e);
+      rmdir (dest);
+      return 0;
+    }
+  removexattr (upper, "user.imgbuild.probe");
+  /* userxattr: the overlay's own xattrs (opaque directories) in the user.*
+   * namespace, as an unprivileged mount needs (Linux 5.11+). */
+  cleanup_free char *ux = xasprintf ("%s,userxattr", opts);
+  if (mount ("overlay", dest, "overlay", 0, ux) < 0 && mount ("overlay", dest, "overlay", 0, opts) < 0)
+    {
+      ib_debug ("overlayfs is not usable here (%s): rootfs trees are copied", strerror (errno));
+      overlay_state = -1;
+      if (ib_rm_rf (ovl, &e) < 0)
+        ib_error_free (&e);
+      rmdir (dest); /* the caller copies into it: it must not exist */
+      return 0;
+    }
+  utimensat (AT_FDCWD, dest, ts, 0); /* the root's times, through the mount */
+  overlay_state = 1;
+  ib_buf_t lb = { 0 };
+  for (char **l = lowers; *l; l++)
+    ib_buf_printf (&lb, "%s\n", *l);
+  cleanup_free char *dlowers = ib_path_join (ovl, "lowers");
+  int r = ib_write_file_atomic (dlowers, lb.data, lb.len, 0600, err);
+  ib_buf_free (&lb);
+  if (r < 0)
+    {
+      ib_error_t e2 = NULL;
+      if (ib_rootfs_remove (dest, &e2) < 0)
+        ib_error_free (&e2);
+      return ib_error_prefix (err, "overlay %s", dest);
+    }
+  ib_debug ("%s: overlay on %zu lower layer(s), top %s", dest, ib_strv_len (lowers), lowers[0]);
+  return 1;
+}
+
+int
+ib_rootfs_remove (const char *dest, ib_error_t *err)
+{
+  cleanup_free char *ovl = ovl_dir (dest);
+  struct stat st;
+  if (lstat (ovl, &st) == 0)
+    {
+      if (umount2 (dest, MNT_DETACH) < 0 && errno != EINVAL && errno != ENOENT)
+        return ib_error_sys (err, errno, "unmount %s", dest);
+      if (ib_rm_rf (ovl, err) < 0)
+        return -1;
+    }
+  return ib_rm_rf (dest, err);
+}
+
+bool
+ib_rootfs_is_overlay (const char *dest)
+{
+  cleanup_free char *ovl = ovl_dir (dest);
+  struct stat st;
+  return lstat (ovl, &st) == 0;
+}
+
+/* `dest`, a tree just unpacked from nothing for snapshot `snap`: with
+ * overlays, it becomes the snapshot itself (a rename, no copy) and dest an
+ * overlay on it; else (or when dest is an overlay already) the snapshot is
+ * recorded as a copy.  Only a failure that leaves dest missing is an
+ * error. */
+static int
+keep_snapshot (ib_store_t *store, const char *dest, const char *snap, ib_error_t *err)
+{
+  if (is_dir (snap))
+    return 0;
+  cleanup_free char *snaps = ib_path_join (store->root, "snapshots");
+  ib_error_t e = NULL;
+  if (!overlay_allowed || overlay_state < 0 || ib_rootfs_is_overlay (dest)
+      || ib_mkdir_p (snaps, 0700, &e) < 0 || rename (dest, snap) < 0)
+    {
+      ib_error_free (&e);
+      record_snapshot (store, dest, snap);
+      return 0;
+    }
+  int o = ib_rootfs_overlay_from (snap, dest, err);
+  if (o == 0 && ib_copy_rootfs (snap, dest, err) < 0)
+    o = -1;
+  return o < 0 ? ib_error_prefix (err, "prepare %s from snapshot %s", dest, snap) : 0;
+}
+
 int
 ib_rootfs_prepare (ib_store_t *store, char *const *layer_digests, char *const *diff_ids,
                    const char *dest, bool snapshot, ib_error_t *err)
@@ -2131,7 +2328,8 @@ ib_rootfs_prepare (ib_store_t *store, char *const *layer_digests, char *const *d
   if (base_snap)
     {
       ib_debug ("rootfs %s: from snapshot %s (%zu of %zu layers)", dest, base_snap, have, n);
-      if (ib_copy_tree (base_snap, dest, err) < 0)
+      int o = ib_rootfs_overlay_from (base_snap, dest, err);
+      if (o < 0 || (o == 0 && ib_copy_rootfs (base_snap, dest, err) < 0))
         return ib_error_prefix (err, "prepare %s", dest);
     }
   else if (mkdir (dest, 0755) < 0)
@@ -2153,7 +2351,7 @@ ib_rootfs_prepare (ib_store_t *store, char *const *layer_digests, char *const *d
       if (r < 0)
         {
           ib_error_t e2 = NULL;
-          if (ib_rm_rf (dest, &e2) < 0)
+          if (ib_rootfs_remove (dest, &e2) < 0)
             ib_error_free (&e2);
           return ib_error_prefix (err, "prepare %s", dest);
         }
@@ -2164,6 +2362,8 @@ ib_rootfs_prepare (ib_store_t *store, char *const *layer_digests, char *const *d
       char chain[IB_DIGEST_LEN];
       ib_chain_id (diff_ids, n - 1, chain);
       cleanup_free char *snap = ib_path_join (snaps, ib_digest_hex (chain));
+      if (have == 0)
+        return keep_snapshot (store, dest, snap, err);
       record_snapshot (store, dest, snap);
     }
   return 0;
@@ -2275,8 +2475,8 @@ ib_rootfs_pull (ib_store_t *store, const char *ref, const char *os, const char *
       ib_chain_id (diff_ids, n - 1, chain);
       cleanup_free char *snaps = ib_path_join (store->root, "snapshots");
       cleanup_free char *snap = ib_path_join (snaps, ib_digest_hex (chain));
-      if (!is_dir (snap))
-        record_snapshot (store, dest, snap);
+      if (keep_snapshot (store, dest, snap, err) < 0)
+        return ib_error_prefix (err, "pull %s", ref);
     }
   return 0;
 }

@@ -84,12 +84,38 @@ int ib_unpack_layer_stream (const char *name, ib_layer_read_fn read_fn, void *ud
  * `layer_digests` (blobs in the store) with `diff_ids` from its config.
  * Uses <store>/snapshots/<chainid> of the longest already-unpacked prefix,
  * unpacks the rest, verifies each diff_id, and with `snapshot` records the
- * new top snapshot (a copy: temp dir + rename).  The snapshot is copied to dest (reflink where the
- * filesystem can), never shared, so a build may modify dest freely.
+ * new top snapshot (a copy: temp dir + rename).  The snapshot is copied to
+ * dest, or mounted under an overlay (ib_rootfs_overlay_from), never shared,
+ * so a build may modify dest freely; remove dest with ib_rootfs_remove.
  * On failure (missing blob, diff_id mismatch: the error names the layer's
  * index and digest) dest is removed.  Failing to record the snapshot is only
  * a warning.  Snapshot names: ib_chain_id (diff_ids, i, ...) with i the
  * index of the topmost layer they contain. */
+/* Copy-free trees.  ib_rootfs_allow_overlay (true) lets this process make
+ * private rootfs trees as overlayfs mounts instead of copies (build and run
+ * do; unpack, whose result the user keeps, does not; IMGBUILD_OVERLAY=0
+ * turns it off).  The process must have its own mount namespace (it gets
+ * one with the user namespace, ib_userns_enter), so the mounts vanish
+ * with it.
+ *
+ * ib_rootfs_overlay_from: make `dest` (absent or an empty directory) an
+ * overlay whose lower layers are `src` (a snapshot; or, when src is itself
+ * such an overlay, its upper directory over its own lower layers, so that
+ * stacks stay one mount deep) and whose upper and work directories are in
+ * `dest`.ovl/.  src must not change while dest exists.  Returns 1 when
+ * mounted, 0 when overlayfs is not allowed or not usable (the first
+ * failure turns it off for the process; the caller copies instead), -1 on
+ * an error of its own (errno status, the path named).
+ *
+ * ib_rootfs_remove: remove a rootfs made by ib_rootfs_prepare, ib_copy_tree
+ * or ib_rootfs_overlay_from: unmounted first when an overlay, with its
+ * .ovl directory.  ib_rootfs_is_overlay: whether `dest` is such an overlay
+ * (rename() of it fails: copy it instead). */
+void ib_rootfs_allow_overlay (bool on);
+int ib_rootfs_overlay_from (const char *src, const char *dest, ib_error_t *err);
+int ib_rootfs_remove (const char *dest, ib_error_t *err);
+bool ib_rootfs_is_overlay (const char *dest);
+
 int ib_rootfs_prepare (ib_store_t *store, char *const *layer_digests, char *const *diff_ids,
                        const char *dest, bool snapshot, ib_error_t *err);
 
@@ -136,5 +162,13 @@ int ib_open_dir_in_root (int rootfd, const char *path);
  * exist; on failure it is removed again.  Device nodes that cannot be created
  * (rootless) are skipped with a warning. */
 int ib_copy_tree (const char *src, const char *dst, ib_error_t *err);
+
+/* ib_copy_tree for a private rootfs standing in for an overlay
+ * (ib_rootfs_overlay_from) where overlayfs is not usable: hard links are
+ * not kept, each name becomes a file of its own, so that a step that
+ * writes, links or removes one name of a file hard-linked in the lower
+ * tree changes the same entries as overlayfs' copy-up does (and Docker's
+ * overlay2): images do not depend on whether overlayfs was used. */
+int ib_copy_rootfs (const char *src, const char *dst, ib_error_t *err);
 
 #endif

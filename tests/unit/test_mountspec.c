@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include <cmocka.h>
+#include <stdlib.h>
 
 static void
 test_bind (void **state)
@@ -18,7 +19,7 @@ test_bind (void **state)
   ib_error_t err = NULL;
   assert_int_equal (ib_mount_spec_parse ("target=ctx,source=src/a,from=build,rw", &m, &err), 0);
   assert_int_equal (m.type, IB_MSPEC_BIND);
-  assert_string_equal (m.target, "/ctx");
+  assert_string_equal (m.target, "ctx"); /* relative: RUN puts it under WORKDIR */
   assert_string_equal (m.source, "src/a");
   assert_string_equal (m.from, "build");
   assert_true (m.rw);
@@ -111,11 +112,32 @@ test_volume_and_tmpfs_forms (void **state)
   ib_error_free (&err);
 }
 
+/* RUN --mount=target=REL is joined to WORKDIR and cleaned (Go's path.Clean
+ * on an absolute path, as BuildKit does). */
+static void
+test_path_clean_abs (void **state)
+{
+  (void) state;
+  static const char *const cases[][2] = {
+    { "/w/x/.", "/w/x" },   { "/w/x/", "/w/x" },     { "//a//b", "/a/b" },
+    { "/a/../b", "/b" },    { "/../..", "/" },       { "/", "/" },
+    { "", "/" },            { "rel/./p", "/rel/p" }, { "/a/b/../../c/./", "/c" },
+    { "/a/..b/c", "/a/..b/c" },
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+    {
+      char *got = ib_path_clean_abs (cases[i][0]);
+      assert_string_equal (got, cases[i][1]);
+      free (got);
+    }
+}
+
 int
 main (void)
 {
   const struct CMUnitTest tests[] = {
     cmocka_unit_test (test_bind),
+    cmocka_unit_test (test_path_clean_abs),
     cmocka_unit_test (test_cache_and_tmpfs),
     cmocka_unit_test (test_errors),
     cmocka_unit_test (test_volume_and_tmpfs_forms),
