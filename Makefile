@@ -13,7 +13,7 @@ LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o)
 UNIT_SRC := $(wildcard tests/unit/test_*.c)
 UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 
-.PHONY: all deps test unit e2e asan fuzz demo clean lint
+.PHONY: all deps test unit e2e e2e-realworld asan fuzz demo clean lint
 all: $(BIN)/imgbuild
 
 $(BUILD)/%.o: %.c $(wildcard */*.h)
@@ -51,6 +51,13 @@ lint:
 
 e2e: all $(UNIT_BIN)
 	bash tests/run-e2e.sh
+
+# Real-world multi-stage Dockerfiles built unchanged (tests/realworld): a
+# Go build of CNCF distribution from Debian's source package, on stand-in
+# base images made from Debian packages.  Not part of `make test` (a few
+# minutes more, and 1 GB of stand-in images); docs/benchmarks.md has its time.
+e2e-realworld: all
+	bash tests/realworld/run.sh
 
 asan:
 	LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp $(MAKE) BUILD=build-asan BIN=bin-asan CFLAGS="-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer" LDFLAGS="-fsanitize=address,undefined" all unit
