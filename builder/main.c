@@ -1084,7 +1084,7 @@ cmd_wheel (int argc, char **argv, ib_error_t *err)
   const char *plat = NULL, *dir = "wheelhouse", *patchelf = NULL;
   cleanup_strv char **exclude = NULL;
   int c;
-  optind = 1;
+  optind = 0; /* 0: GNU getopt re-reads the optstring's ordering flag */
   while ((c = getopt_long (argc - 1, argv + 1, "w:", opts, NULL)) != -1)
     switch (c)
       {

@@ -137,4 +137,11 @@ int ib_wheel_repair (const char *path, const ib_wheel_repair_opts_t *opts, char 
  * Python").  Fails on a wheel that does not verify. */
 int ib_wheel_check_output (const char *path, ib_error_t *err);
 
+/* The hook of `OUTPUT type=local`: after ib_copy_into (src, dest, true)
+ * copied `src` (a file, or a directory whose contents were merged into
+ * `dest`), check every regular *.whl file it copied, at its place under
+ * `dest`, with ib_wheel_check_output.  Fails on the first wheel that does
+ * not verify (a corrupt wheel fails the build). */
+int ib_wheel_check_copied (const char *src, const char *dest, ib_error_t *err);
+
 #endif
