@@ -338,3 +338,30 @@ def test_repaired_module_imports_in_a_rootfs_without_libyaml(wheels, repaired, c
     r = run_import(clean_rootfs, store, fixed, tmp_path / "c", code)
     assert r.rc == 0, r
     assert r.out.strip() == "greeting"
+
+
+def test_build_output_audits_wheels(wheels, tmp_path):
+    """OUTPUT type=local: every *.whl it writes is verified and audited (the
+    tag printed); a corrupt one fails the build.  The wheel is the host-built
+    fixture: the test base image has no compiler or Python to build one in."""
+    w = wheels["ibw_cext"]
+    want = recorded(w.name)
+    c = tmp_path / "ctx"
+    (c / "dist/sub").mkdir(parents=True)
+    shutil.copy(w, c / "dist/sub" / w.name)
+    (c / "dist/notes.txt").write_text("not a wheel\n")
+    (c / "r.recipe").write_text("FROM scratch\nCOPY dist/ /wheels/\n"
+                                "OUTPUT type=local,dest=out,src=/wheels\n")
+    store = tmp_path / "store"
+    r = imgbuild("build", c / "r.recipe", store=store, cwd=c)
+    assert r.rc == 0, r
+    n = len(zipfile.ZipFile(w).namelist())
+    assert f"wheel {w.name}: verified, {n} files; platform tag {want['overall_tag']}" in r.err
+    assert (c / "out/sub" / w.name).read_bytes() == w.read_bytes()
+    # one flipped byte in the extension: the build fails and says why
+    so = next(x for x in zipfile.ZipFile(w).namelist() if x.endswith(".so"))
+    rewrite_zip(w, c / "dist/sub" / w.name,
+                lambda name, d: d[:100] + bytes([d[100] ^ 1]) + d[101:] if name == so else d)
+    r = imgbuild("build", c / "r.recipe", store=store, cwd=c)
+    assert r.rc != 0
+    assert f"wheel {w.name}: RECORD: hash mismatch for {so}" in r.err
