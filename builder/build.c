@@ -2335,7 +2335,8 @@ run_output (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err
         return -1;
       ib_copy_opts_t co = { .chmod = -1 };
       if (ib_copy_into (from, dest, true, &co, err) < 0
-          || ib_wheel_check_copied (from, dest, err) < 0) /* builder/wheel.h */
+          || ib_wheel_check_copied (from, dest, st->rootfs, kv_get (in, "repair"),
+                                    kv_get (in, "repair-exclude"), err) < 0) /* wheel.h */
         return -1;
       ib_info ("[%s] OUTPUT local %s -> %s", stage_label (st),
                src ? src : "/", dest);

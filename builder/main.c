@@ -66,10 +66,10 @@ static const char usage_text[] =
   "  prune [--cache] [--all] remove leftovers of dead builds, blobs no tag or cache\n"
   "                         record names, unused snapshots; --cache: the build cache\n"
   "                         too; --all: also every snapshot\n"
-  "  wheel audit FILE.whl [--json]\n"
+  "  wheel audit FILE.whl [--json] [--root DIR]\n"
   "                         verify a wheel (PEP 427) and print its manylinux audit\n"
   "                         (like auditwheel show); exit 1 when it does not verify\n"
-  "  wheel repair FILE.whl --plat TAG [-w DIR] [--exclude PATTERN]...\n"
+  "  wheel repair FILE.whl --plat TAG [-w DIR] [--exclude PATTERN]... [--root DIR]\n"
   "                         graft external libraries into the wheel and retag it\n"
   "                         (like auditwheel repair; needs patchelf)\n"
   "  version                print the version\n"
@@ -1074,14 +1074,15 @@ cmd_wheel (int argc, char **argv, ib_error_t *err)
   bool audit = strcmp (sub, "audit") == 0 || strcmp (sub, "show") == 0;
   if (!audit && strcmp (sub, "repair") != 0)
     usage_error ("wheel: unknown subcommand '%s' (audit or repair)", sub);
-  enum { OPT_JSON = 0x200, OPT_PLAT, OPT_EXCLUDE, OPT_PATCHELF };
+  enum { OPT_JSON = 0x200, OPT_PLAT, OPT_EXCLUDE, OPT_PATCHELF, OPT_ROOT };
   static const struct option opts[] = {
     { "json", no_argument, NULL, OPT_JSON },          { "plat", required_argument, NULL, OPT_PLAT },
     { "wheel-dir", required_argument, NULL, 'w' },    { "exclude", required_argument, NULL, OPT_EXCLUDE },
-    { "patchelf", required_argument, NULL, OPT_PATCHELF }, { NULL, 0, NULL, 0 },
+    { "patchelf", required_argument, NULL, OPT_PATCHELF }, { "root", required_argument, NULL, OPT_ROOT },
+    { NULL, 0, NULL, 0 },
   };
   bool json = false;
-  const char *plat = NULL, *dir = "wheelhouse", *patchelf = NULL;
+  const char *plat = NULL, *dir = "wheelhouse", *patchelf = NULL, *root = NULL;
   cleanup_strv char **exclude = NULL;
   int c;
   optind = 0; /* 0: GNU getopt re-reads the optstring's ordering flag */
@@ -1093,6 +1094,7 @@ cmd_wheel (int argc, char **argv, ib_error_t *err)
       case 'w': dir = optarg; break;
       case OPT_EXCLUDE: ib_strv_push (&exclude, optarg); break;
       case OPT_PATCHELF: patchelf = optarg; break;
+      case OPT_ROOT: root = optarg; break;
       default: usage_error ("%s", "wheel: bad option"); break;
       }
   if (optind + 2 != argc)
@@ -1106,7 +1108,8 @@ cmd_wheel (int argc, char **argv, ib_error_t *err)
       ib_wheel_audit_t *a = NULL;
       if (ib_wheel_open (file, &w, err) < 0)
         return -1;
-      if (ib_wheel_audit (w, NULL, &a, err) < 0)
+      ib_wheel_audit_opts_t ao = { .root = root };
+      if (ib_wheel_audit (w, &ao, &a, err) < 0)
         {
           ib_wheel_close (w);
           return -1;
@@ -1132,7 +1135,7 @@ cmd_wheel (int argc, char **argv, ib_error_t *err)
   if (!plat)
     usage_error ("%s", "wheel repair: --plat TAG is required (like manylinux_2_17_x86_64)");
   ib_wheel_repair_opts_t ro = { .plat = plat, .out_dir = dir, .exclude = exclude,
-                                .patchelf = patchelf };
+                                .patchelf = patchelf, .root = root };
   cleanup_free char *out = NULL;
   if (ib_wheel_repair (file, &ro, &out, err) < 0)
     return -1;

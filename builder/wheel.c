@@ -1209,6 +1209,7 @@ struct ib_wheel_audit
   size_t ncache;
   char **conf_paths, **env_paths;
   char *wheel_dir;
+  char *sysroot; /* prefix of every library path ("" : this host) */
 };
 
 static const char *const driver_patterns[] = { "libcuda.so*", "libnvidia-*.so*", NULL };
@@ -1282,7 +1283,7 @@ normpath (const char *p)
 /* lddtree's readlink(): follow symlinks of the last component only (a
  * directory symlink such as /lib -> usr/lib stays), then normpath. */
 static char *
-resolve_links (const char *path)
+resolve_links (const char *path, const char *sysroot)
 {
   char *p = xstrdup (path);
   for (int hops = 0; hops < 40; hops++)
@@ -1294,7 +1295,7 @@ resolve_links (const char *path)
       buf[n] = '\0';
       char *next;
       if (buf[0] == '/')
-        next = xstrdup (buf);
+        next = xasprintf ("%s%s", sysroot, buf);
       else
         {
           cleanup_free char *d = xstrdup (p);
@@ -1322,7 +1323,7 @@ add_dir (char ***v, const char *d)
 /* parse_ld_paths: $ORIGIN relative to `origin_file`'s directory; an empty
  * entry is the current directory; only existing directories kept. */
 static void
-expand_paths (char *const *in, const char *origin_file, char ***out)
+expand_paths (char *const *in, const char *origin_file, const char *sysroot, char ***out)
 {
   cleanup_free char *dir = xstrdup (origin_file);
   char *sl = strrchr (dir, '/');
@@ -1355,7 +1356,7 @@ expand_paths (char *const *in, const char *origin_file, char ***out)
           p = ib_buf_steal (&b);
         }
       else
-        p = xstrdup (in[i]);
+        p = xasprintf ("%s%s", in[i][0] == '/' ? sysroot : "", in[i]);
       if (!p)
         continue;
       cleanup_free char *np = normpath (p);
@@ -1364,7 +1365,7 @@ expand_paths (char *const *in, const char *origin_file, char ***out)
 }
 
 static void
-parse_ld_so_conf (const char *file, char ***out, int depth)
+parse_ld_so_conf (const char *file, const char *sysroot, char ***out, int depth)
 {
   if (depth > 8)
     return;
@@ -1402,18 +1403,19 @@ parse_ld_so_conf (const char *file, char ***out, int depth)
               full = ib_path_join (d, pat);
             }
           else
-            full = xstrdup (pat);
+            full = xasprintf ("%s%s", sysroot, pat);
           glob_t g;
           if (glob (full, 0, NULL, &g) == 0)
             {
               for (size_t k = 0; k < g.gl_pathc; k++)
-                parse_ld_so_conf (g.gl_pathv[k], out, depth + 1);
+                parse_ld_so_conf (g.gl_pathv[k], sysroot, out, depth + 1);
               globfree (&g);
             }
         }
       else
         {
-          cleanup_free char *np = normpath (line);
+          cleanup_free char *full = xasprintf ("%s%s", *line == '/' ? sysroot : "", line);
+          cleanup_free char *np = normpath (full);
           add_dir (out, np);
         }
     }
@@ -1477,8 +1479,8 @@ ldd (ib_wheel_audit_t *a, tree_t *t, const elf_info_t *info, const ldpaths_t *lp
      char *const *exclude, char ***needed_out, ib_error_t *err)
 {
   cleanup_strv char **rp = NULL, **rn = NULL;
-  expand_paths (info->rpath, info->path, &rp);
-  expand_paths (info->runpath, info->path, &rn);
+  expand_paths (info->rpath, info->path, a->sysroot, &rp);
+  expand_paths (info->runpath, info->path, a->sysroot, &rn);
   cleanup_strv char **all = NULL;
   char **groups[] = { lp->rpath, rp, rn, a->env_paths, lp->runpath, a->conf_paths, lp->interp };
   for (size_t g = 0; g < sizeof groups / sizeof *groups; g++)
@@ -1502,7 +1504,7 @@ ldd (ib_wheel_audit_t *a, tree_t *t, const elf_info_t *info, const ldpaths_t *lp
       for (size_t d = 0; all && all[d] && !found; d++)
         {
           cleanup_free char *p = ib_path_join (all[d], so);
-          char *r = resolve_links (p);
+          char *r = resolve_links (p, a->sysroot);
           struct stat st;
           if (stat (r, &st) < 0 || !S_ISREG (st.st_mode))
             {
@@ -1668,6 +1670,7 @@ ib_wheel_audit_free (ib_wheel_audit_t *a)
   ib_strv_free (a->conf_paths);
   ib_strv_free (a->env_paths);
   free (a->wheel_dir);
+  free (a->sysroot);
   free (a->wheel);
   free (a);
 }
@@ -1727,6 +1730,9 @@ ib_wheel_audit (ib_wheel_t *w, const ib_wheel_audit_opts_t *opts, ib_wheel_audit
   ib_wheel_audit_t *a = xmalloc (sizeof *a);
   a->wheel = xstrdup (w->base);
   a->wheel_dir = xstrdup (w->dir);
+  a->sysroot = normpath (opts->root && *opts->root ? opts->root : "/");
+  if (strcmp (a->sysroot, "/") == 0)
+    a->sysroot[0] = '\0';
   int r = -1;
   const char *arch = name_arch (w->name.platform);
   const char *elf_arch = NULL;
@@ -1820,23 +1826,29 @@ ib_wheel_audit (ib_wheel_t *w, const ib_wheel_audit_opts_t *opts, ib_wheel_audit
     }
   /* library search paths: LD_LIBRARY_PATH, /etc/ld.so.conf, defaults */
   const char *env = getenv ("LD_LIBRARY_PATH");
-  if (env && *env)
+  if (env && *env && !*a->sysroot) /* the host's, not the build's */
     {
       cleanup_strv char **raw = NULL;
       split_path_list (env, &raw);
-      expand_paths (raw, "/", &a->env_paths);
+      expand_paths (raw, "/", "", &a->env_paths);
     }
-  parse_ld_so_conf ("/etc/ld.so.conf", &a->conf_paths, 0);
+  {
+    cleanup_free char *conf = xasprintf ("%s/etc/ld.so.conf", a->sysroot);
+    parse_ld_so_conf (conf, a->sysroot, &a->conf_paths, 0);
+  }
   const char *defaults_dirs[] = { "/lib", "/lib64", "/usr/lib", "/usr/lib64", NULL };
   for (size_t i = 0; defaults_dirs[i]; i++)
-    add_dir (&a->conf_paths, defaults_dirs[i]);
+    {
+      cleanup_free char *d = xasprintf ("%s%s", a->sysroot, defaults_dirs[i]);
+      add_dir (&a->conf_paths, d);
+    }
   /* each object's tree */
   for (size_t i = 0; i < a->nt; i++)
     {
       tree_t *t = &a->t[i];
       ldpaths_t lp = { 0 };
-      expand_paths (t->info->rpath, t->info->path, &lp.rpath);
-      expand_paths (t->info->runpath, t->info->path, &lp.runpath);
+      expand_paths (t->info->rpath, t->info->path, a->sysroot, &lp.rpath);
+      expand_paths (t->info->runpath, t->info->path, a->sysroot, &lp.runpath);
       if (t->info->interp)
         {
           cleanup_free char *d = xstrdup (t->info->interp);
@@ -1848,7 +1860,7 @@ ib_wheel_audit (ib_wheel_t *w, const ib_wheel_audit_opts_t *opts, ib_wheel_audit
               ib_strv_push (&raw, *d ? d : "/");
               cleanup_free char *ud = xasprintf ("/usr%s", d);
               ib_strv_push (&raw, ud);
-              expand_paths (raw, "/", &lp.interp);
+              expand_paths (raw, "/", a->sysroot, &lp.interp);
             }
         }
       /* the top object's own RPATH is searched as lddtree does: via lp.rpath
@@ -2279,14 +2291,15 @@ ib_wheel_audit_json (const ib_wheel_audit_t *a)
 
 /* ---- the build's hook ---------------------------------------------------- */
 
-int
-ib_wheel_check_output (const char *path, ib_error_t *err)
+static int
+check_one (const char *path, const char *root, bool *pure, ib_error_t *err)
 {
   ib_wheel_t *w = NULL;
   if (ib_wheel_open (path, &w, err) < 0)
     return -1;
   ib_wheel_audit_t *a = NULL;
-  if (ib_wheel_audit (w, NULL, &a, err) < 0)
+  ib_wheel_audit_opts_t ao = { .root = root };
+  if (ib_wheel_audit (w, &ao, &a, err) < 0)
     {
       ib_wheel_close (w);
       return -1;
@@ -2296,19 +2309,57 @@ ib_wheel_check_output (const char *path, ib_error_t *err)
     ib_info ("wheel %s: verified, %zu files; platform tag %s", w->base, w->n, tag);
   else
     ib_info ("wheel %s: verified, %zu files; pure Python", w->base, w->n);
+  if (pure)
+    *pure = tag == NULL;
   ib_wheel_audit_free (a);
   ib_wheel_close (w);
   return 0;
 }
 
+int
+ib_wheel_check_output (const char *path, ib_error_t *err)
+{
+  return check_one (path, NULL, NULL, err);
+}
+
+typedef struct output_check
+{
+  const char *root, *plat;
+  char **exclude;
+} output_check_t;
+
+static int
+check_or_repair (const char *path, const output_check_t *o, ib_error_t *err)
+{
+  bool pure = false;
+  if (check_one (path, o->root, &pure, err) < 0)
+    return -1;
+  if (!o->plat || pure)
+    return 0;
+  cleanup_free char *dir = xstrdup (path);
+  char *sl = strrchr (dir, '/');
+  if (sl)
+    *sl = '\0';
+  ib_wheel_repair_opts_t ro = { .plat = o->plat, .out_dir = sl ? dir : ".",
+                                .exclude = o->exclude, .root = o->root };
+  cleanup_free char *out = NULL;
+  if (ib_wheel_repair (path, &ro, &out, err) < 0)
+    return -1;
+  if (strcmp (out, path) != 0 && unlink (path) < 0)
+    return ib_error_sys (err, errno, "remove %s (repaired as %s)", path, out);
+  return 0;
+}
+
 /* Walk `src` (a directory copied into `dest`) for *.whl files. */
 static int
-check_copied_dir (const char *src, const char *dest, const char *rel, ib_error_t *err)
+check_copied_dir (const char *src, const char *dest, const char *rel, const output_check_t *o,
+                  ib_error_t *err)
 {
   cleanup_free char *dir = rel ? ib_path_join (src, rel) : xstrdup (src);
   DIR *d = opendir (dir);
   if (!d)
     return ib_error_sys (err, errno, "opendir %s", dir);
+  cleanup_strv char **wheels = NULL, **subdirs = NULL;
   struct dirent *de;
   int r = 0;
   while (r == 0 && (de = readdir (d)))
@@ -2321,30 +2372,43 @@ check_copied_dir (const char *src, const char *dest, const char *rel, ib_error_t
       if (lstat (full, &st) < 0)
         r = ib_error_sys (err, errno, "stat %s", full);
       else if (S_ISDIR (st.st_mode))
-        r = check_copied_dir (src, dest, sub, err);
+        ib_strv_push (&subdirs, sub);
       else if (S_ISREG (st.st_mode) && ib_str_has_suffix (de->d_name, ".whl"))
-        {
-          cleanup_free char *out = ib_path_join (dest, sub);
-          r = ib_wheel_check_output (out, err);
-        }
+        ib_strv_push (&wheels, sub);
     }
   closedir (d);
+  /* sorted: the log lines and the first failure do not depend on readdir */
+  strv_sort (wheels);
+  strv_sort (subdirs);
+  for (size_t i = 0; r == 0 && wheels && wheels[i]; i++)
+    {
+      cleanup_free char *out = ib_path_join (dest, wheels[i]);
+      r = check_or_repair (out, o, err);
+    }
+  for (size_t i = 0; r == 0 && subdirs && subdirs[i]; i++)
+    r = check_copied_dir (src, dest, subdirs[i], o, err);
   return r;
 }
 
 int
-ib_wheel_check_copied (const char *src, const char *dest, ib_error_t *err)
+ib_wheel_check_copied (const char *src, const char *dest, const char *root, const char *repair,
+                       const char *repair_exclude, ib_error_t *err)
 {
+  output_check_t o = { .root = root, .plat = repair && *repair ? repair : NULL };
+  cleanup_strv char **excl = NULL;
+  if (repair_exclude && *repair_exclude)
+    split_path_list (repair_exclude, &excl);
+  o.exclude = excl;
   struct stat st;
   if (lstat (src, &st) < 0)
     return ib_error_sys (err, errno, "stat %s", src);
   if (S_ISDIR (st.st_mode))
-    return check_copied_dir (src, dest, NULL, err);
+    return check_copied_dir (src, dest, NULL, &o, err);
   if (!S_ISREG (st.st_mode) || !ib_str_has_suffix (src, ".whl"))
     return 0;
   const char *b = strrchr (src, '/');
   cleanup_free char *out = ib_path_join (dest, b ? b + 1 : src);
-  return ib_wheel_check_output (out, err);
+  return check_or_repair (out, &o, err);
 }
 
 /* ---- repair ------------------------------------------------------------- */
@@ -2801,7 +2865,7 @@ ib_wheel_repair (const char *path, const ib_wheel_repair_opts_t *opts, char **ou
       goto out;
     }
   ib_wheel_audit_opts_t ao = { .allow_graft = true, .requested_base = base,
-                               .exclude = opts->exclude };
+                               .exclude = opts->exclude, .root = opts->root };
   if (ib_wheel_audit (w, &ao, &a, err) < 0)
     goto out;
   if (a->pure)
@@ -2965,7 +3029,7 @@ ib_wheel_repair (const char *path, const ib_wheel_repair_opts_t *opts, char **ou
     /* the result must verify and audit as the requested policy or better */
     ib_wheel_t *w2 = NULL;
     ib_wheel_audit_t *a2 = NULL;
-    ib_wheel_audit_opts_t o2 = { .exclude = opts->exclude };
+    ib_wheel_audit_opts_t o2 = { .exclude = opts->exclude, .root = opts->root };
     if (ib_wheel_open (out, &w2, err) < 0 || ib_wheel_audit (w2, &o2, &a2, err) < 0)
       {
         ib_wheel_close (w2);

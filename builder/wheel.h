@@ -73,6 +73,11 @@ typedef struct ib_wheel_audit_opts
    * grafted (`--exclude`), NULL-terminated or NULL.  The NVIDIA driver
    * (libcuda.so*, libnvidia-*.so*) is always excluded. */
   char *const *exclude;
+  /* Resolve libraries inside this directory (a build stage's root
+   * filesystem: its /etc/ld.so.conf, default directories and absolute
+   * RPATH entries, absolute symlinks taken relative to it; the host's
+   * LD_LIBRARY_PATH is ignored), or NULL: this host. */
+  const char *root;
 } ib_wheel_audit_opts_t;
 
 /* Audit an open wheel against the embedded manylinux policies, as
@@ -115,6 +120,7 @@ typedef struct ib_wheel_repair_opts
   const char *out_dir;     /* where the repaired wheel is written (made if missing) */
   char *const *exclude;    /* see ib_wheel_audit_opts_t.exclude */
   const char *patchelf;    /* the patchelf program; NULL: "patchelf" from $PATH */
+  const char *root;        /* see ib_wheel_audit_opts_t.root */
 } ib_wheel_repair_opts_t;
 
 /* auditwheel repair: audit `path` with grafting allowed; fail when the
@@ -140,8 +146,15 @@ int ib_wheel_check_output (const char *path, ib_error_t *err);
 /* The hook of `OUTPUT type=local`: after ib_copy_into (src, dest, true)
  * copied `src` (a file, or a directory whose contents were merged into
  * `dest`), check every regular *.whl file it copied, at its place under
- * `dest`, with ib_wheel_check_output.  Fails on the first wheel that does
- * not verify (a corrupt wheel fails the build). */
-int ib_wheel_check_copied (const char *src, const char *dest, ib_error_t *err);
+ * `dest` (sorted, files before subdirectories): verify and audit it (libraries
+ * resolved in `root`, the stage's root filesystem; NULL: this host) and log
+ * its tag.  With `repair` (a --plat value, or NULL / ""), every platform
+ * wheel is then repaired in place: the repaired wheel is written beside
+ * it and the original removed when the name changed; `repair_exclude` is
+ * a ':'-separated list of --exclude patterns (or NULL).  Fails on the first
+ * wheel that does not verify or cannot be repaired (so a corrupt wheel
+ * fails the build). */
+int ib_wheel_check_copied (const char *src, const char *dest, const char *root, const char *repair,
+                           const char *repair_exclude, ib_error_t *err);
 
 #endif

@@ -365,3 +365,34 @@ def test_build_output_audits_wheels(wheels, tmp_path):
     r = imgbuild("build", c / "r.recipe", store=store, cwd=c)
     assert r.rc != 0
     assert f"wheel {w.name}: RECORD: hash mismatch for {so}" in r.err
+
+
+def test_build_output_repairs_wheels(wheels, tmp_path):
+    """OUTPUT type=local,repair=PLAT: the wheel is repaired in place, the
+    library grafted is the stage's (a stub libyaml built here, not the
+    host's), and the linux_x86_64 original is gone."""
+    w = wheels["ibw_yaml"]
+    c = tmp_path / "ctx"
+    (c / "dist").mkdir(parents=True)
+    shutil.copy(w, c / "dist" / w.name)
+    (c / "stub.c").write_text("int yaml_stub_marker(void) { return 42; }\n")
+    sh("gcc", "-shared", "-fPIC", "-Wl,-soname,libyaml-0.so.2", "-o", c / "libyaml-0.so.2", c / "stub.c")
+    stub_digest = hashlib.sha256((c / "libyaml-0.so.2").read_bytes()).hexdigest()[:8]
+    assert stub_digest != hashlib.sha256(host_lib("libyaml-0.so.2").read_bytes()).hexdigest()[:8]
+    (c / "r.recipe").write_text(
+        "FROM scratch\nCOPY libyaml-0.so.2 /usr/lib/libyaml-0.so.2\nCOPY dist/ /wheels/\n"
+        "OUTPUT type=local,dest=out,src=/wheels,repair=manylinux_2_17_x86_64\n")
+    r = imgbuild("build", c / "r.recipe", store=tmp_path / "store", cwd=c,
+                 env={"SOURCE_DATE_EPOCH": "1700000000"})
+    assert r.rc == 0, r
+    # the stub needs no versioned symbol, and the extension's own are old
+    # enough for manylinux_2_5: as auditwheel does, the higher tag is added
+    plats = "manylinux1_x86_64.manylinux2014_x86_64.manylinux_2_17_x86_64.manylinux_2_5_x86_64"
+    fixed = f"ibw_yaml-0.1-{PYVER}-{PYVER}-{plats}.whl"
+    assert sorted(p.name for p in (c / "out").iterdir()) == [fixed]
+    n = len(zipfile.ZipFile(w).namelist())
+    assert f"wheel {w.name}: verified, {n} files; platform tag linux_x86_64" in r.err
+    assert f"repaired as {fixed}; platform tag manylinux_2_5_x86_64" in r.err
+    z = zipfile.ZipFile(c / "out" / fixed)
+    assert f"ibw_yaml.libs/libyaml-0-{stub_digest}.so.2" in z.namelist()
+    assert imgbuild("wheel", "audit", c / "out" / fixed, store="/x").rc == 0
