@@ -595,6 +595,26 @@ read_member_text (ib_wheel_t *w, const char *rel, char **text, ib_error_t *err)
   return 0;
 }
 
+/* A project name as PEP 503 compares them: lower case, runs of "-", "_"
+ * and "." as one "_" (tools differ in how they escape names). */
+static char *
+normalize_name (const char *s)
+{
+  ib_buf_t b = { 0 };
+  for (; *s; s++)
+    {
+      if (*s == '-' || *s == '_' || *s == '.')
+        {
+          if (b.len == 0 || b.data[b.len - 1] != '_')
+            ib_buf_puts (&b, "_");
+          continue;
+        }
+      char c = (char) tolower ((unsigned char) *s);
+      ib_buf_append (&b, &c, 1);
+    }
+  return ib_buf_steal (&b);
+}
+
 static int
 verify_dist_info (ib_wheel_t *w, ib_error_t *err)
 {
@@ -618,7 +638,13 @@ verify_dist_info (ib_wheel_t *w, ib_error_t *err)
     return ib_error_set (err, EINVAL, "wheel %s: no .dist-info directory", w->base);
   cleanup_free char *expect
       = xasprintf ("%s-%s.dist-info", w->name.distribution, w->name.version);
-  if (strcasecmp (expect, w->dist_info) != 0)
+  cleanup_free char *got_name = xstrndup (w->dist_info, strlen (w->dist_info) - 10);
+  char *dash = strrchr (got_name, '-');
+  if (dash)
+    *dash = '\0';
+  cleanup_free char *n1 = normalize_name (w->name.distribution);
+  cleanup_free char *n2 = normalize_name (got_name);
+  if (!dash || strcmp (n1, n2) != 0 || strcmp (dash + 1, w->name.version) != 0)
     return ib_error_set (err, EINVAL,
                          "wheel %s: the .dist-info directory is %s, the file name wants %s "
                          "(PEP 427)",

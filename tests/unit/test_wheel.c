@@ -276,6 +276,14 @@ test_verify_failures (void **state)
   assert_int_equal (open_err ("other-1.0-py3-none-any.whl", m, NULL, &msg), -1);
   assert_non_null (strstr (msg, "the .dist-info directory is demo-1.0.dist-info"));
   free (msg);
+  /* names compare as PEP 503 normalizes them */
+  const mem_t norm[] = { { "demo_pkg-1.0.dist-info/WHEEL", WHEEL_FILE },
+                         { "demo_pkg-1.0.dist-info/METADATA", METADATA },
+                         { NULL, NULL } };
+  assert_int_equal (open_err ("Demo.Pkg-1.0-py3-none-any.whl", norm, NULL, &msg), 0);
+  assert_int_equal (open_err ("demo_pkg-1.1-py3-none-any.whl", norm, NULL, &msg), -1);
+  assert_non_null (strstr (msg, "the .dist-info directory is demo_pkg-1.0.dist-info"));
+  free (msg);
   /* no METADATA */
   const mem_t nm[] = { { "demo-1.0.dist-info/WHEEL", WHEEL_FILE }, { NULL, NULL } };
   assert_int_equal (open_err (name, nm, NULL, &msg), -1);
