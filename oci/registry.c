@@ -1658,6 +1658,46 @@ ib_registry_get_manifest (ib_registry_t *r, const char *repo, const char *refere
 }
 
 int
+ib_registry_list_tags (ib_registry_t *r, const char *repo, char ***tags, ib_error_t *err)
+{
+  *tags = NULL;
+  cleanup_free char *scope = pull_scope (repo);
+  cleanup_free char *url = xasprintf ("%s/v2/%s/tags/list", r->base, repo);
+  xfer_t x;
+  xfer_init (&x, "GET");
+  x.accept = "application/json";
+  x.scope = scope;
+  x.body_max = MANIFEST_MAX;
+  int ret = registry_do (r, &x, url, err);
+  if (ret == 0 && x.status != 200)
+    ret = status_error (&x, err);
+  json_t *j = NULL;
+  if (ret == 0)
+    {
+      json_error_t je;
+      j = json_loadb (x.resp.data ? x.resp.data : "", x.resp.len, 0, &je);
+      json_t *list = json_object_get (j, "tags");
+      if (!json_is_object (j) || !(json_is_array (list) || json_is_null (list) || list == NULL))
+        ret = ib_error_set (err, EPROTO, "tags of %s: not a tag list", repo);
+      char **v = xmalloc (sizeof (char *));
+      size_t i;
+      json_t *t;
+      json_array_foreach (ret == 0 ? list : NULL, i, t)
+        if (json_is_string (t))
+          ib_strv_push (&v, json_string_value (t));
+      if (ret == 0)
+        *tags = v;
+      else
+        ib_strv_free (v);
+    }
+  json_decref (j);
+  xfer_free (&x);
+  if (ret < 0)
+    ib_error_prefix (err, "list tags of %s", repo);
+  return ret;
+}
+
+int
 ib_registry_put_manifest (ib_registry_t *r, const char *repo, const char *reference,
                           const char *data, size_t len, const char *media_type, ib_error_t *err)
 {

@@ -165,6 +165,14 @@ int ib_registry_blob_exists (ib_registry_t *r, const char *repo, const char *dig
 int ib_registry_push_blob (ib_registry_t *r, const char *repo, const char *digest,
                            ib_store_t *store, ib_error_t *err);
 
+/* GET /v2/<repo>/tags/list (distribution-spec "Listing Tags"): the
+ * first page as the registry serves it (no `n`, so docker-registry gives
+ * every tag; a Link to further pages is not followed).  *tags is
+ * NULL-terminated (empty when the repository has none), caller frees.
+ * Errors: ENOENT "name unknown" for a repository the registry does not
+ * know; auth and connection errors as for manifests. */
+int ib_registry_list_tags (ib_registry_t *r, const char *repo, char ***tags, ib_error_t *err);
+
 /* PUT /v2/<repo>/manifests/<reference> with Content-Type media_type. */
 int ib_registry_put_manifest (ib_registry_t *r, const char *repo, const char *reference,
                               const char *data, size_t len, const char *media_type,

@@ -27,6 +27,12 @@ pkgs=(
   # TLS e2e tests: a test CA and certificates made at test time
   # (openssl above also makes the TLS tests' CA and certificates)
 )
+# artifact repository e2e tests (tests/lib/s3.sh): an S3 server from npm,
+# run with Node.js.  A machine that has node and npm already (another
+# distribution of them) keeps its own.
+if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+  pkgs+=(nodejs npm)
+fi
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")

@@ -46,6 +46,10 @@ if [ "$(id -u)" -eq 0 ]; then
   # The base image tarball is made once, as root (mmdebstrap), for both runs.
   d=$(mktemp -d) && port=$(bash tests/lib/registry.sh start "$d") \
     && bash tests/lib/base-image.sh "127.0.0.1:$port" >/dev/null; bash tests/lib/registry.sh stop "$d"; rm -rf "$d"
+  # The S3 server of tests/e2e/test_artifact.py, installed once with npm
+  # for both runs (tests/lib/s3.sh).
+  # A failure here is not fatal: the artifact tests then fail saying why.
+  bash tests/lib/s3.sh install || echo "== warning: the S3 test server could not be installed" >&2
   chmod -R a+rX "$IMGBUILD_TEST_CACHE"
   run_suite root
   id "$unpriv" >/dev/null 2>&1 || useradd --create-home --shell /bin/bash "$unpriv"
