@@ -1551,12 +1551,14 @@ ldd (ib_wheel_audit_t *a, tree_t *t, const elf_info_t *info, const ldpaths_t *lp
         continue;
       if (excluded (exclude, found))
         {
-          /* excluded by its path: out of the tree */
+          /* excluded by its path: out of the tree, and out of the
+           * needed list `so` was pushed on last */
           free (found);
           free (l->soname);
           t->nlibs--;
-          free (ib_strv_len (*needed_out) ? (*needed_out)[ib_strv_len (*needed_out) - 1] : NULL);
-          (*needed_out)[ib_strv_len (*needed_out) - 1] = NULL;
+          size_t last = ib_strv_len (*needed_out) - 1;
+          free ((*needed_out)[last]);
+          (*needed_out)[last] = NULL;
           continue;
         }
       size_t idx = (size_t) (l - t->libs);

@@ -253,6 +253,12 @@ def test_repair_exclude_keeps_the_library_out(wheels, tmp_path):
     z.extractall(tmp_path / "x")
     so = next((tmp_path / "x").glob("ibw_yaml.cpython-*.so"))
     assert "libyaml-0.so.2" in readelf_dynamic(so)[0]
+    # a pattern matching the library's path (as auditwheel's --exclude) does the same
+    r = imgbuild("wheel", "repair", wheels["ibw_yaml"], "--plat", "manylinux_2_17_x86_64",
+                 "-w", tmp_path / "p", "--exclude", "*/" + host_lib("libyaml-0.so.2").name,
+                 store="/x")
+    assert r.rc == 0, r
+    assert not [n for n in zipfile.ZipFile(r.out.strip()).namelist() if ".libs/" in n]
 
 
 def test_repair_never_grafts_the_nvidia_driver(tmp_path):
