@@ -2798,6 +2798,14 @@ retag (ib_wheel_t *w, char *const *abis, const char *remove, char **new_base, ib
       ib_strv_free (plats);
       plats = steal_pointer (&np);
     }
+  /* auditwheel: a wheel that was tagged "any" is now definitely platlib */
+  bool had_any = false;
+  {
+    cleanup_free char *c = xstrdup (w->name.platform);
+    char *save = NULL;
+    for (char *t = strtok_r (c, ".", &save); t; t = strtok_r (NULL, ".", &save))
+      had_any |= strcmp (t, "any") == 0;
+  }
   strv_sort (plats);
   ib_buf_t pb = { 0 };
   for (size_t i = 0; plats[i]; i++)
@@ -2841,7 +2849,7 @@ retag (ib_wheel_t *w, char *const *abis, const char *remove, char **new_base, ib
       bool is_pure = l >= 16 && strncasecmp (s, "Root-Is-Purelib:", 16) == 0;
       if (l == 0 || (l == 1 && *s == '\r'))
         break;
-      if (is_pure)
+      if (is_pure && had_any)
         ib_buf_puts (&b, "Root-Is-Purelib: false\n");
       else if (!is_tag)
         {
