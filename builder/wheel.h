@@ -8,6 +8,12 @@
  * checked against RECORD.  The audit then reads the extracted ELF objects
  * with libelf (elfutils) and resolves their DT_NEEDED entries as the
  * dynamic loader (and auditwheel's lddtree) would on this host.
+ *
+ * Specifications: PEP 427 (wheel 1.0: file name, .dist-info, RECORD;
+ * PEP 491's deferred wheel 1.9 changes are not applied, Wheel-Version 1.x
+ * is accepted), PEP 425 (compressed tag sets), PEP 600 (manylinux_x_y
+ * tags and the policy priorities), PEP 503 (name normalization).
+ * Memory: the zip is streamed (64 KiB buffers), never held whole.
  */
 #ifndef IB_BUILDER_WHEEL_H
 #define IB_BUILDER_WHEEL_H
@@ -80,7 +86,7 @@ typedef struct ib_wheel_audit_opts
   const char *root;
 } ib_wheel_audit_opts_t;
 
-/* Audit an open wheel against the embedded manylinux policies, as
+/* Audit an open wheel against the embedded manylinux policies (PEP 600), as
  * auditwheel 6.x's analyze_wheel_abi does: for each ELF object, the
  * versioned symbols it needs (.gnu.version_r) grouped by prefix (GLIBC,
  * GLIBCXX, CXXABI, GCC, ZLIB, ...) are checked as set membership against
