@@ -1,7 +1,7 @@
 """imgbuild wheel audit|repair and the audit of wheels a build outputs
 (builder/wheel.c).  The fixture wheels are built once per session on the
-host from tests/fixtures/wheels (a C, a C++ and a libyaml-linking
-extension); auditwheel's answers for them are recorded in
+host from tests/fixtures/wheels (a C, a C++, a libyaml-linking and a
+black-listed-symbol extension); auditwheel's answers for them are recorded in
 tests/fixtures/wheels/auditwheel.json (with how they were obtained)."""
 import hashlib
 import io
@@ -30,9 +30,9 @@ def built_name(dist):
 
 @pytest.fixture(scope="session")
 def wheels(tmp_path_factory):
-    """The three fixture wheels, built with setup.py bdist_wheel."""
+    """The fixture wheels, built with setup.py bdist_wheel."""
     out = tmp_path_factory.mktemp("wheels")
-    for src in ("cext", "cppext", "yamlext"):
+    for src in ("cext", "cppext", "yamlext", "blext"):
         work = out / f"src-{src}"
         shutil.copytree(FIXTURES / src, work)
         subprocess.run([PY, "setup.py", "-q", "bdist_wheel", "-d", str(out)], cwd=work,
@@ -51,7 +51,7 @@ def recorded(name):
     return AUDITWHEEL["show"][name]
 
 
-@pytest.mark.parametrize("dist", ["ibw_cext", "ibw_cpp", "ibw_yaml"])
+@pytest.mark.parametrize("dist", ["ibw_cext", "ibw_cpp", "ibw_yaml", "ibw_bl"])
 def test_audit_matches_auditwheel(wheels, dist):
     w = wheels[dist]
     want = recorded(w.name)
