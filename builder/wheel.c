@@ -4,9 +4,8 @@
  * The audit follows auditwheel 6.x (src/auditwheel/wheel_abi.py,
  * policy/__init__.py, lddtree.py, elfutils.py; read, not copied): names
  * below (full tree, external references, symbol / ref / blacklist / graft /
- * machine policy) are auditwheel's.  Known departures: the "fixup" of
- * non-extension ELF trees from other trees (_fixup_elf_trees) is not done;
- * musllinux and Android policies are not shipped.
+ * machine policy) are auditwheel's.  Known departure: musllinux and
+ * Android policies are not shipped.
  */
 #include "builder/wheel.h"
 #include "common/util.h"
@@ -1745,6 +1744,99 @@ collect_files (const char *root, const char *rel, char ***out, ib_error_t *err)
   return r;
 }
 
+static bool
+tree_resolved (const tree_t *t)
+{
+  for (size_t i = 0; i < t->nlibs; i++)
+    if (!t->libs[i].realpath)
+      return false;
+  return true;
+}
+
+static void
+tree_add_lib (tree_t *t, const lib_t *l)
+{
+  t->libs = xrealloc (t->libs, (t->nlibs + 1) * sizeof *t->libs);
+  t->libs[t->nlibs++] = (lib_t) { xstrdup (l->soname), xstrdup (l->realpath),
+                                  ib_strv_dup (l->needed) };
+}
+
+/* auditwheel's _fixup_elf_trees: a library of the wheel that is no Python
+ * extension and has dependencies its own search paths do not find takes
+ * them (and what they need) from the tree of an object that loads it and
+ * whose dependencies are all found: at run time it is loaded there. */
+static void
+fixup_trees (ib_wheel_audit_t *a)
+{
+  bool *resolved = xmalloc ((a->nt + 1) * sizeof *resolved);
+  for (size_t i = 0; i < a->nt; i++)
+    resolved[i] = tree_resolved (&a->t[i]);
+  for (size_t i = 0; i < a->nt; i++)
+    {
+      tree_t *t = &a->t[i];
+      if (t->info->pyext || resolved[i])
+        continue;
+      const tree_t *ref = NULL;
+      for (size_t k = 0; k < a->nt && !ref; k++)
+        if (resolved[k])
+          for (size_t j = 0; j < a->t[k].nlibs && !ref; j++)
+            if (a->t[k].libs[j].realpath && strcmp (a->t[k].libs[j].realpath, t->info->path) == 0)
+              ref = &a->t[k];
+      if (!ref)
+        continue;
+      tree_t fixed = { 0 };
+      cleanup_strv char **all = NULL;
+      for (size_t j = 0; j < t->nlibs; j++)
+        ib_strv_push (&all, t->libs[j].soname);
+      for (size_t j = 0; j < t->nlibs; j++)
+        {
+          lib_t *l = &t->libs[j];
+          lib_t *rl = l->realpath ? NULL : tree_lib ((tree_t *) ref, l->soname);
+          if (!rl)
+            {
+              if (!l->realpath)
+                ib_warn ("wheel %s: %s not found in %s's tree", a->wheel, l->soname, ref->rel);
+              tree_add_lib (&fixed, l);
+              continue;
+            }
+          tree_add_lib (&fixed, rl);
+          /* and what it needs, transitively, from the same tree */
+          cleanup_strv char **todo = NULL;
+          for (size_t k = 0; rl->needed && rl->needed[k]; k++)
+            if (!strv_has (all, rl->needed[k]))
+              strv_add_unique (&todo, rl->needed[k]);
+          while (ib_strv_len (todo))
+            {
+              size_t last = ib_strv_len (todo) - 1;
+              cleanup_free char *so = todo[last];
+              todo[last] = NULL;
+              strv_add_unique (&all, so);
+              lib_t *dep = tree_lib ((tree_t *) ref, so);
+              if (!dep)
+                {
+                  ib_warn ("wheel %s: %s not found in %s's tree", a->wheel, so, ref->rel);
+                  continue;
+                }
+              if (!tree_lib (&fixed, so))
+                tree_add_lib (&fixed, dep);
+              for (size_t k = 0; dep->needed && dep->needed[k]; k++)
+                if (!strv_has (all, dep->needed[k]))
+                  strv_add_unique (&todo, dep->needed[k]);
+            }
+        }
+      for (size_t j = 0; j < t->nlibs; j++)
+        {
+          free (t->libs[j].soname);
+          free (t->libs[j].realpath);
+          ib_strv_free (t->libs[j].needed);
+        }
+      free (t->libs);
+      t->libs = fixed.libs;
+      t->nlibs = fixed.nlibs;
+    }
+  free (resolved);
+}
+
 int
 ib_wheel_audit (ib_wheel_t *w, const ib_wheel_audit_opts_t *opts, ib_wheel_audit_t **out,
                 ib_error_t *err)
@@ -1901,6 +1993,7 @@ ib_wheel_audit (ib_wheel_t *w, const ib_wheel_audit_opts_t *opts, ib_wheel_audit
         goto out;
       r = -1;
     }
+  fixup_trees (a);
   /* full_elftree: extensions, and other objects no object in the wheel needs */
   for (size_t i = 0; i < a->nt; i++)
     for (size_t k = 0; a->t[i].needed && a->t[i].needed[k]; k++)

@@ -261,6 +261,26 @@ def test_repair_exclude_keeps_the_library_out(wheels, tmp_path):
     assert not [n for n in zipfile.ZipFile(r.out.strip()).namelist() if ".libs/" in n]
 
 
+def hand_wheel(path, dist, files):
+    """A wheel made here: PEP 427's layout and RECORD around `files`."""
+    import base64
+    files = dict(files)
+    files[f"{dist}-1.0.dist-info/METADATA"] = f"Metadata-Version: 2.1\nName: {dist}\nVersion: 1.0\n".encode()
+    files[f"{dist}-1.0.dist-info/WHEEL"] = (f"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: false\n"
+                                            f"Tag: {PYVER}-{PYVER}-linux_x86_64\n").encode()
+    rec = "".join(f"{n},sha256={base64.urlsafe_b64encode(hashlib.sha256(b).digest()).rstrip(b'=').decode()},{len(b)}\n"
+                  for n, b in sorted(files.items())) + f"{dist}-1.0.dist-info/RECORD,,\n"
+    with zipfile.ZipFile(path, "w") as z:
+        for n, b in sorted(files.items()):
+            z.writestr(n, b)
+        z.writestr(f"{dist}-1.0.dist-info/RECORD", rec)
+    return path
+
+
+def py_include():
+    return sh(PY, "-c", "import sysconfig; print(sysconfig.get_paths()['include'])").stdout.strip()
+
+
 def test_repair_never_grafts_the_nvidia_driver(tmp_path):
     """An extension linking a libcuda.so.1 (a stub built here) is repaired
     without grafting it, and without --exclude."""
@@ -272,22 +292,11 @@ def test_repair_never_grafts_the_nvidia_driver(tmp_path):
         "#include <Python.h>\nint cuInit(unsigned);\n"
         "static struct PyModuleDef m = { PyModuleDef_HEAD_INIT, \"drv\", NULL, -1, NULL };\n"
         "PyMODINIT_FUNC PyInit_drv(void) { cuInit(0); return PyModule_Create(&m); }\n")
-    inc = sh(PY, "-c", "import sysconfig; print(sysconfig.get_paths()['include'])").stdout.strip()
+    inc = py_include()
     so = f"drv.{PYVER.replace('cp', 'cpython-')}-x86_64-linux-gnu.so"
     sh("gcc", "-shared", "-fPIC", f"-I{inc}", "-o", d / so, d / "ext.c", f"-L{d}", "-lcuda")
-    # a wheel made by hand: PEP 427's layout and RECORD
-    import base64
-    whl = tmp_path / f"drv-1.0-{PYVER}-{PYVER}-linux_x86_64.whl"
-    files = {so: (d / so).read_bytes(),
-             "drv-1.0.dist-info/METADATA": b"Metadata-Version: 2.1\nName: drv\nVersion: 1.0\n",
-             "drv-1.0.dist-info/WHEEL": (f"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: false\n"
-                                         f"Tag: {PYVER}-{PYVER}-linux_x86_64\n").encode()}
-    rec = "".join(f"{n},sha256={base64.urlsafe_b64encode(hashlib.sha256(b).digest()).rstrip(b'=').decode()},{len(b)}\n"
-                  for n, b in files.items()) + "drv-1.0.dist-info/RECORD,,\n"
-    with zipfile.ZipFile(whl, "w") as z:
-        for n, b in files.items():
-            z.writestr(n, b)
-        z.writestr("drv-1.0.dist-info/RECORD", rec)
+    whl = hand_wheel(tmp_path / f"drv-1.0-{PYVER}-{PYVER}-linux_x86_64.whl", "drv",
+                     {so: (d / so).read_bytes()})
     env = {"LD_LIBRARY_PATH": str(d)}
     r = imgbuild("wheel", "repair", whl, "--plat", "manylinux_2_17_x86_64", "-w", tmp_path / "o",
                  store="/x", env=env)
@@ -402,3 +411,59 @@ def test_build_output_repairs_wheels(wheels, tmp_path):
     z = zipfile.ZipFile(c / "out" / fixed)
     assert f"ibw_yaml.libs/libyaml-0-{stub_digest}.so.2" in z.namelist()
     assert imgbuild("wheel", "audit", c / "out" / fixed, store="/x").rc == 0
+
+
+def test_repair_libraries_inside_the_wheel(tmp_path):
+    """An extension loading ibw_int/lib/libinner.so through its RUNPATH
+    $ORIGIN/lib; libinner needs libyaml (outside) and libb.so (beside it, but
+    libinner has no RPATH: found through the extension's tree, auditwheel's
+    _fixup_elf_trees).  Only libyaml is external; the repaired wheel imports."""
+    d = tmp_path / "src"
+    lib = d / "ibw_int/lib"
+    lib.mkdir(parents=True)
+    (d / "b.c").write_text("int bfunc (void) { return 7; }\n")
+    (d / "inner.c").write_text("#include <yaml.h>\nint bfunc (void);\n"
+                               "int inner_version (void) { int a, b, c; yaml_get_version (&a, &b, &c);"
+                               " return a * 100 + b + bfunc (); }\n")
+    (d / "ext.c").write_text(
+        "#include <Python.h>\nint inner_version (void);\n"
+        "static PyObject *v (PyObject *s, PyObject *a) { (void) s; (void) a; return PyLong_FromLong (inner_version ()); }\n"
+        "static PyMethodDef m[] = { { \"v\", v, METH_NOARGS, \"\" }, { NULL, NULL, 0, NULL } };\n"
+        "static struct PyModuleDef md = { PyModuleDef_HEAD_INIT, \"_ext\", NULL, -1, m, NULL, NULL, NULL, NULL };\n"
+        "PyMODINIT_FUNC PyInit__ext (void) { return PyModule_Create (&md); }\n")
+    ext = f"_ext.{PYVER.replace('cp', 'cpython-')}-x86_64-linux-gnu.so"
+    sh("gcc", "-shared", "-fPIC", "-o", lib / "libb.so", d / "b.c", "-Wl,-soname,libb.so")
+    sh("gcc", "-shared", "-fPIC", "-o", lib / "libinner.so", d / "inner.c", "-lyaml", f"-L{lib}", "-lb",
+       "-Wl,-soname,libinner.so")
+    sh("gcc", "-shared", "-fPIC", f"-I{py_include()}", "-o", d / "ibw_int" / ext, d / "ext.c", f"-L{lib}",
+       "-linner", "-Wl,-rpath,$ORIGIN/lib", "-Wl,--no-as-needed", "-lb")
+    whl = hand_wheel(tmp_path / f"ibw_int-1.0-{PYVER}-{PYVER}-linux_x86_64.whl", "ibw_int", {
+        "ibw_int/__init__.py": b"",
+        f"ibw_int/{ext}": (d / "ibw_int" / ext).read_bytes(),
+        "ibw_int/lib/libinner.so": (lib / "libinner.so").read_bytes(),
+        "ibw_int/lib/libb.so": (lib / "libb.so").read_bytes()})
+    r = audit(whl, "--json")
+    assert r.rc == 0, r
+    got = json.loads(r.out)
+    assert got["overall_tag"] == "linux_x86_64"
+    assert got["external_libs"] == {"libyaml-0.so.2": got["external_libs"]["libyaml-0.so.2"]}
+    assert os.path.samefile(got["external_libs"]["libyaml-0.so.2"], host_lib("libyaml-0.so.2"))
+    if whl.name in AUDITWHEEL["show"]:
+        assert got == AUDITWHEEL["show"][whl.name]
+    r = imgbuild("wheel", "repair", whl, "--plat", "manylinux_2_17_x86_64", "-w", tmp_path / "o",
+                 store="/x")
+    assert r.rc == 0, r
+    out = Path(r.out.strip())
+    z = zipfile.ZipFile(out)
+    grafted = [n for n in z.namelist() if n.startswith("ibw_int.libs/")]
+    assert len(grafted) == 1 and grafted[0].startswith("ibw_int.libs/libyaml-0-")
+    z.extractall(tmp_path / "x")
+    needed, rpath, _ = readelf_dynamic(tmp_path / "x/ibw_int/lib/libinner.so")
+    assert needed == [grafted[0].split("/")[1], "libb.so"] and rpath == ["$ORIGIN/../../ibw_int.libs"]
+    needed, rpath, _ = readelf_dynamic(tmp_path / "x/ibw_int" / ext)
+    assert rpath == ["$ORIGIN/lib:$ORIGIN/../ibw_int.libs"]
+    # it loads the grafted copy: the host's libyaml-0.so.2 is no longer named
+    r = subprocess.run([PY, "-S", "-c", "import sys; sys.path.insert(0, sys.argv[1]); "
+                        "import ibw_int._ext as e; print(e.v())", str(tmp_path / "x")],
+                       capture_output=True, text=True, env={"PATH": "/usr/bin:/bin"})
+    assert r.returncode == 0 and r.stdout.strip() == "9", r.stderr
