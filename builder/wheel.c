@@ -256,7 +256,9 @@ typedef struct member
   mode_t mode;    /* permission bits as stored (0644 when none) */
   int64_t mtime;
   char *sha256;   /* urlsafe base64, no padding */
-  char *sha384, *sha512; /* computed on demand when RECORD names them */
+  bool extracted; /* written under the wheel's directory */
+  int alt_bits;   /* 384 or 512: RECORD names sha384 / sha512 ... */
+  char *alt_want; /* ... with this digest, checked in a second pass */
 } member_t;
 
 struct ib_wheel
@@ -267,9 +269,13 @@ struct ib_wheel
   char *dir;       /* extraction directory (realpath) */
   char *dist_info; /* "foo-1.0.dist-info" */
   member_t *m;
-  size_t n;
+  size_t n, cap;
+  size_t *slot;      /* hash table of member paths: index + 1, 0 empty */
+  size_t nslot;      /* a power of two, above twice n */
   bool root_is_purelib;
   char **wheel_tags; /* Tag lines of WHEEL */
+  bool extract_all;  /* every member; else ELF objects and .dist-info only */
+  char *last_parent; /* the directory last made while extracting */
 };
 
 static void
@@ -340,13 +346,62 @@ safe_member_path (const char *p)
   return true;
 }
 
+static size_t
+path_hash (const char *s)
+{
+  size_t h = 1469598103934665603ull; /* FNV-1a */
+  for (; *s; s++)
+    h = (h ^ (unsigned char) *s) * 1099511628211ull;
+  return h;
+}
+
 static member_t *
 find_member (ib_wheel_t *w, const char *path)
 {
-  for (size_t i = 0; i < w->n; i++)
-    if (strcmp (w->m[i].path, path) == 0)
-      return &w->m[i];
-  return NULL;
+  if (!w->nslot)
+    return NULL;
+  for (size_t i = path_hash (path) & (w->nslot - 1);; i = (i + 1) & (w->nslot - 1))
+    {
+      if (!w->slot[i])
+        return NULL;
+      if (strcmp (w->m[w->slot[i] - 1].path, path) == 0)
+        return &w->m[w->slot[i] - 1];
+    }
+}
+
+static void
+slot_insert (ib_wheel_t *w, size_t idx)
+{
+  size_t i = path_hash (w->m[idx].path) & (w->nslot - 1);
+  while (w->slot[i])
+    i = (i + 1) & (w->nslot - 1);
+  w->slot[i] = idx + 1;
+}
+
+/* A new member named `path` (not yet in the wheel); returns it zeroed but
+ * for its path. */
+static member_t *
+add_member (ib_wheel_t *w, const char *path)
+{
+  if (w->n == w->cap)
+    {
+      w->cap = w->cap ? 2 * w->cap : 64;
+      w->m = xrealloc (w->m, w->cap * sizeof *w->m);
+    }
+  member_t *m = &w->m[w->n++];
+  memset (m, 0, sizeof *m);
+  m->path = xstrdup (path);
+  if (2 * w->n >= w->nslot)
+    {
+      free (w->slot);
+      w->nslot = w->nslot ? 2 * w->nslot : 256;
+      w->slot = xmalloc (w->nslot * sizeof *w->slot);
+      for (size_t k = 0; k < w->n; k++)
+        slot_insert (w, k);
+    }
+  else
+    slot_insert (w, w->n - 1);
+  return m;
 }
 
 static int
@@ -363,41 +418,79 @@ make_tmpdir (const char *what, char **out, ib_error_t *err)
   return 0;
 }
 
-/* Extract one entry's data into dir/path, hashing it on the way. */
+static bool
+is_dist_info_member (const char *path)
+{
+  const char *sl = strchr (path, '/');
+  return sl && sl - path > 10 && strncmp (sl - 10, ".dist-info", 10) == 0;
+}
+
+/* Hash one entry's data and, when it is to be extracted (every member with
+ * extract_all, else ELF objects, by their first bytes, and the .dist-info
+ * files), write it to dir/path. */
 static int
 extract_entry (ib_wheel_t *w, struct archive *a, member_t *m, ib_error_t *err)
 {
   cleanup_free char *dst = ib_path_join (w->dir, m->path);
-  cleanup_free char *parent = xstrdup (dst);
-  *strrchr (parent, '/') = '\0';
-  if (ib_mkdir_p (parent, 0755, err) < 0)
-    return -1;
-  cleanup_close int fd = open (dst, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-  if (fd < 0)
-    return ib_error_sys (err, errno, "wheel %s: extract %s", w->base, m->path);
+  cleanup_close int fd = -1;
+  bool decided = w->extract_all || is_dist_info_member (m->path), write_it = decided;
   EVP_MD_CTX *c = EVP_MD_CTX_new ();
   EVP_DigestInit_ex (c, EVP_sha256 (), NULL);
   char buf[65536];
+  size_t have = 0; /* bytes in buf not yet written */
   uint64_t total = 0;
   int r = 0;
   for (;;)
     {
-      la_ssize_t n = archive_read_data (a, buf, sizeof buf);
+      la_ssize_t n = archive_read_data (a, buf + have, sizeof buf - have);
       if (n < 0)
         {
           r = ib_error_set (err, EIO, "wheel %s: %s: %s", w->base, m->path,
                             archive_error_string (a));
           break;
         }
+      EVP_DigestUpdate (c, buf + have, (size_t) n);
+      total += (uint64_t) n;
+      have += (size_t) n;
+      if (!decided && (have >= 4 || n == 0))
+        {
+          decided = true;
+          write_it = have >= 4 && memcmp (buf, "\177ELF", 4) == 0;
+        }
+      if (decided && write_it && fd < 0 && (have > 0 || n == 0))
+        {
+          cleanup_free char *parent = xstrdup (dst);
+          *strrchr (parent, '/') = '\0';
+          if (!w->last_parent || strcmp (w->last_parent, parent) != 0)
+            {
+              if (ib_mkdir_p (parent, 0755, err) < 0)
+                {
+                  r = -1;
+                  break;
+                }
+              free (w->last_parent);
+              w->last_parent = steal_pointer (&parent);
+            }
+          fd = open (dst, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
+                     (m->mode & 0111) ? 0755 : 0644);
+          if (fd < 0)
+            {
+              r = ib_error_sys (err, errno, "wheel %s: extract %s", w->base, m->path);
+              break;
+            }
+          m->extracted = true;
+        }
+      if (decided)
+        {
+          if (write_it && have && ib_write_all (fd, buf, have, dst, err) < 0)
+            {
+              r = -1;
+              break;
+            }
+          have = 0;
+        }
       if (n == 0)
         break;
-      EVP_DigestUpdate (c, buf, (size_t) n);
-      total += (uint64_t) n;
-      if (ib_write_all (fd, buf, (size_t) n, dst, err) < 0)
-        {
-          r = -1;
-          break;
-        }
     }
   unsigned char d[EVP_MAX_MD_SIZE];
   unsigned int dl = 0;
@@ -407,8 +500,6 @@ extract_entry (ib_wheel_t *w, struct archive *a, member_t *m, ib_error_t *err)
     return -1;
   b64url (d, dl, &m->sha256);
   m->size = total;
-  if (fchmod (fd, (m->mode & 0111) ? 0755 : 0644) < 0)
-    return ib_error_sys (err, errno, "chmod %s", dst);
   return 0;
 }
 
@@ -502,6 +593,56 @@ csv_line (const char **p, char ***fields)
   return any ? 0 : -1;
 }
 
+/* The second pass for RECORD's sha384 / sha512 digests: members are hashed
+ * with sha256 while they are read, and RECORD comes last. */
+static int
+rehash_members (ib_wheel_t *w, ib_error_t *err)
+{
+  struct archive *a = archive_read_new ();
+  archive_read_support_format_zip_seekable (a);
+  int r = 0;
+  if (archive_read_open_filename (a, w->file, 65536) != ARCHIVE_OK)
+    r = ib_error_set (err, EIO, "wheel %s: %s", w->base, archive_error_string (a));
+  while (r == 0)
+    {
+      struct archive_entry *e;
+      int ar = archive_read_next_header (a, &e);
+      if (ar == ARCHIVE_EOF)
+        break;
+      if (ar != ARCHIVE_OK && ar != ARCHIVE_WARN)
+        {
+          r = ib_error_set (err, EIO, "wheel %s: %s", w->base, archive_error_string (a));
+          break;
+        }
+      const char *name = archive_entry_pathname (e);
+      member_t *m = name ? find_member (w, name) : NULL;
+      if (!m || !m->alt_bits)
+        continue;
+      EVP_MD_CTX *c = EVP_MD_CTX_new ();
+      EVP_DigestInit_ex (c, m->alt_bits == 384 ? EVP_sha384 () : EVP_sha512 (), NULL);
+      char buf[65536];
+      la_ssize_t n;
+      while ((n = archive_read_data (a, buf, sizeof buf)) > 0)
+        EVP_DigestUpdate (c, buf, (size_t) n);
+      unsigned char d[EVP_MAX_MD_SIZE];
+      unsigned int dl = 0;
+      EVP_DigestFinal_ex (c, d, &dl);
+      EVP_MD_CTX_free (c);
+      if (n < 0)
+        {
+          r = ib_error_set (err, EIO, "wheel %s: %s: %s", w->base, name, archive_error_string (a));
+          break;
+        }
+      cleanup_free char *got = NULL;
+      b64url (d, dl, &got);
+      if (strcmp (got, m->alt_want) != 0)
+        r = ib_error_set (err, EINVAL, "wheel %s: RECORD: hash mismatch for %s", w->base, name);
+      m->alt_bits = 0;
+    }
+  archive_read_free (a);
+  return r;
+}
+
 static int
 verify_record (ib_wheel_t *w, const char *record_path, const char *text, ib_error_t *err)
 {
@@ -545,16 +686,15 @@ verify_record (ib_wheel_t *w, const char *record_path, const char *text, ib_erro
       *eq = '\0';
       const char *want = eq + 1;
       const char *got = NULL;
-      cleanup_free char *other = NULL;
       if (strcmp (f[1], "sha256") == 0)
         got = m->sha256;
       else if (strcmp (f[1], "sha384") == 0 || strcmp (f[1], "sha512") == 0)
         {
-          cleanup_free char *path = ib_path_join (w->dir, m->path);
-          if (hash_file (path, strcmp (f[1], "sha384") == 0 ? EVP_sha384 () : EVP_sha512 (),
-                         &other, err) < 0)
-            return -1;
-          got = other;
+          /* checked by rehash_members, in a second pass over the zip */
+          m->alt_bits = strcmp (f[1], "sha384") == 0 ? 384 : 512;
+          free (m->alt_want);
+          m->alt_want = xstrdup (want);
+          got = want;
         }
       else
         return ib_error_set (err, EINVAL,
@@ -579,6 +719,9 @@ verify_record (ib_wheel_t *w, const char *record_path, const char *text, ib_erro
         && strcmp (w->m[i].path, p7s) != 0)
       return ib_error_set (err, EINVAL, "wheel %s: RECORD does not list %s", w->base,
                            w->m[i].path);
+  for (size_t i = 0; i < w->n; i++)
+    if (w->m[i].alt_bits)
+      return rehash_members (w, err);
   return 0;
 }
 
@@ -688,11 +831,12 @@ verify_dist_info (ib_wheel_t *w, ib_error_t *err)
   return verify_record (w, record_rel, record_text, err);
 }
 
-int
-ib_wheel_open (const char *path, ib_wheel_t **out, ib_error_t *err)
+static int
+wheel_open (const char *path, bool all, ib_wheel_t **out, ib_error_t *err)
 {
   *out = NULL;
   ib_wheel_t *w = xmalloc (sizeof *w);
+  w->extract_all = all;
   w->file = xstrdup (path);
   const char *sl = strrchr (path, '/');
   w->base = xstrdup (sl ? sl + 1 : path);
@@ -745,10 +889,7 @@ ib_wheel_open (const char *path, ib_wheel_t **out, ib_error_t *err)
           ib_error_set (err, EINVAL, "wheel %s: member %s appears twice", w->base, name);
           goto out;
         }
-      w->m = xrealloc (w->m, (w->n + 1) * sizeof *w->m);
-      member_t *m = &w->m[w->n++];
-      memset (m, 0, sizeof *m);
-      m->path = xstrdup (name);
+      member_t *m = add_member (w, name);
       m->mode = archive_entry_perm (e);
       if (m->mode == 0)
         m->mode = 0644;
@@ -760,6 +901,8 @@ ib_wheel_open (const char *path, ib_wheel_t **out, ib_error_t *err)
     goto out;
   r = 0;
 out:
+  free (w->last_parent);
+  w->last_parent = NULL;
   if (a)
     archive_read_free (a);
   if (r < 0)
@@ -767,6 +910,12 @@ out:
   else
     *out = w;
   return r;
+}
+
+int
+ib_wheel_open (const char *path, ib_wheel_t **out, ib_error_t *err)
+{
+  return wheel_open (path, false, out, err);
 }
 
 void
@@ -784,10 +933,10 @@ ib_wheel_close (ib_wheel_t *w)
     {
       free (w->m[i].path);
       free (w->m[i].sha256);
-      free (w->m[i].sha384);
-      free (w->m[i].sha512);
+      free (w->m[i].alt_want);
     }
   free (w->m);
+  free (w->slot);
   free (w->file);
   free (w->base);
   free (w->dir);
@@ -2984,7 +3133,7 @@ ib_wheel_repair (const char *path, const ib_wheel_repair_opts_t *opts, char **ou
   cleanup_free char *remove = xasprintf ("linux_%s", plat_arch);
   smap_t soname_map = { 0 }; /* soname -> [new soname, path in the wheel] */
   int r = -1;
-  if (ib_wheel_open (path, &w, err) < 0)
+  if (wheel_open (path, true, &w, err) < 0)
     return -1;
   const char *wa = name_arch (w->name.platform);
   if (wa && strcmp (wa, plat_arch) != 0)

@@ -51,9 +51,11 @@ typedef struct ib_wheel ib_wheel_t;
  * (Metadata-Version, Name, Version) and RECORD; every member but RECORD
  * (and RECORD.jws / RECORD.p7s) is listed in RECORD with a sha256 (or
  * sha384 / sha512) urlsafe-base64 digest and a size that match its bytes,
- * and RECORD lists no member that is absent.  The members are extracted
+ * and RECORD lists no member that is absent (sha384 / sha512 digests are
+ * checked in a second pass over the zip).  The ELF objects (by their
+ * first bytes) and the .dist-info files are extracted, with their paths,
  * into a temporary directory under $TMPDIR (or /var/tmp), removed by
- * ib_wheel_close.  Errors name the wheel and the member:
+ * ib_wheel_close; other members are only hashed.  Errors name the wheel and the member:
  * "wheel foo.whl: RECORD: hash mismatch for pkg/mod.so". */
 int ib_wheel_open (const char *path, ib_wheel_t **out, ib_error_t *err);
 void ib_wheel_close (ib_wheel_t *w); /* NULL ok */

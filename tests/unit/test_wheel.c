@@ -258,6 +258,30 @@ test_verify_failures (void **state)
   assert_int_equal (open_err (name, m, rec, &msg), -1);
   assert_non_null (strstr (msg, "hash algorithm md5"));
   free (msg);
+  /* sha512 is allowed (and checked) */
+  {
+    unsigned char d[64];
+    unsigned int dl = 0;
+    EVP_Digest ("x = 1\n", 6, d, &dl, EVP_sha512 (), NULL);
+    char b[100];
+    EVP_EncodeBlock ((unsigned char *) b, d, (int) dl);
+    for (char *q = b; *q; q++)
+      *q = *q == '+' ? '-' : *q == '/' ? '_' : *q == '=' ? '\0' : *q;
+    free (rec);
+    rec = xasprintf ("demo/__init__.py,sha512=%s,6\ndemo-1.0.dist-info/WHEEL,%s,%zu\n"
+                     "demo-1.0.dist-info/METADATA,%s,%zu\ndemo-1.0.dist-info/RECORD,,\n",
+                     b, h_wheel, strlen (WHEEL_FILE), h_meta, strlen (METADATA));
+    assert_int_equal (open_err (name, m, rec, &msg), 0);
+    b[3] = b[3] == 'A' ? 'B' : 'A';
+    free (rec);
+    rec = xasprintf ("demo/__init__.py,sha512=%s,6\ndemo-1.0.dist-info/WHEEL,%s,%zu\n"
+                     "demo-1.0.dist-info/METADATA,%s,%zu\ndemo-1.0.dist-info/RECORD,,\n",
+                     b, h_wheel, strlen (WHEEL_FILE), h_meta, strlen (METADATA));
+    assert_int_equal (open_err (name, m, rec, &msg), -1);
+    assert_string_equal (msg, "wheel demo-1.0-py3-none-any.whl: RECORD: hash mismatch for "
+                              "demo/__init__.py");
+    free (msg);
+  }
   /* a quoted path with a comma is CSV, as Python's csv module writes it */
   const mem_t mc[] = { { "demo/a,b.py", "x = 1\n" },
                        { "demo-1.0.dist-info/WHEEL", WHEEL_FILE },
