@@ -1,5 +1,5 @@
 # imgbuild — GNU make build. `make` builds bin/imgbuild; see README.md.
-PKGS     := libcurl jansson libarchive libcrypto libzstd libseccomp zlib libisal yaml-0.1
+PKGS     := libcurl jansson libarchive libcrypto libzstd libseccomp zlib libisal yaml-0.1 libelf
 CC       ?= cc
 CFLAGS   ?= -O2 -g
 # Project flags stay even when CFLAGS is given on the command line (make asan).
@@ -19,6 +19,10 @@ all: $(BIN)/imgbuild
 $(BUILD)/%.o: %.c $(wildcard */*.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(IB_CFLAGS) $(CFLAGS) -c -o $@ $<
+
+# builder/wheel.c embeds the manylinux policy table (.incbin, path relative
+# to the top directory, where make runs the compiler).
+$(BUILD)/builder/wheel.o: data/manylinux-policy.json
 
 $(BUILD)/libimgbuild.a: $(LIB_OBJ)
 	rm -f $@ && ar rcs $@ $^

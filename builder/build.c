@@ -4,6 +4,7 @@
 #include "builder/cache_io.h"
 #include "builder/ignore.h"
 #include "builder/fsops.h"
+#include "builder/wheel.h"
 #include "builder/mountspec.h"
 #include "builder/recipe.h"
 #include "common/progress.h"
@@ -2425,7 +2426,9 @@ run_output (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err
       if (output_src (st, src, &from, &sb, err) < 0)
         return -1;
       ib_copy_opts_t co = { .chmod = -1 };
-      if (ib_copy_into (from, dest, true, &co, err) < 0)
+      if (ib_copy_into (from, dest, true, &co, err) < 0
+          || ib_wheel_check_copied (from, dest, st->rootfs, kv_get (in, "repair"),
+                                    kv_get (in, "repair-exclude"), err) < 0) /* wheel.h */
         return -1;
       ib_info ("[%s] OUTPUT local %s -> %s", stage_label (st),
                src ? src : "/", dest);

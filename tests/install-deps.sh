@@ -9,6 +9,8 @@ pkgs=(
   clang
   libcurl4-openssl-dev libjansson-dev libarchive-dev libssl-dev libzstd-dev
   libseccomp-dev zlib1g-dev libisal-dev libcmocka-dev libyaml-dev
+  # wheel audit (builder/wheel.c): ELF objects through elfutils' libelf
+  libelf-dev
   # sandbox: newuidmap/newgidmap for subordinate id ranges
   uidmap
   # tests and demo: local registry, base images, independent readers of our output
@@ -19,6 +21,9 @@ pkgs=(
   # auth tests: htpasswd (bcrypt) for the basic-auth registry; openssl and
   # python3-cryptography for the token server's key, certificate and JWTs
   apache2-utils openssl python3-cryptography
+  # wheel tests (tests/e2e/test_wheel.py): fixture extensions built into wheels
+  # on the host; wheel repair edits ELF objects with patchelf
+  g++ python3-dev python3-setuptools python3-wheel patchelf
   # TLS e2e tests: a test CA and certificates made at test time
   # (openssl above also makes the TLS tests' CA and certificates)
 )

@@ -1,0 +1,469 @@
+"""imgbuild wheel audit|repair and the audit of wheels a build outputs
+(builder/wheel.c).  The fixture wheels are built once per session on the
+host from tests/fixtures/wheels (a C, a C++, a libyaml-linking and a
+black-listed-symbol extension); auditwheel's answers for them are recorded in
+tests/fixtures/wheels/auditwheel.json (with how they were obtained)."""
+import hashlib
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, imgbuild, sh
+
+FIXTURES = ROOT / "tests/fixtures/wheels"
+AUDITWHEEL = json.loads((FIXTURES / "auditwheel.json").read_text())
+PY = "/usr/bin/python3"
+PYVER = "cp%d%d" % sys.version_info[:2]
+
+
+def built_name(dist):
+    return f"{dist}-0.1-{PYVER}-{PYVER}-linux_x86_64.whl"
+
+
+@pytest.fixture(scope="session")
+def wheels(tmp_path_factory):
+    """The fixture wheels, built with setup.py bdist_wheel."""
+    out = tmp_path_factory.mktemp("wheels")
+    for src in ("cext", "cppext", "yamlext", "blext"):
+        work = out / f"src-{src}"
+        shutil.copytree(FIXTURES / src, work)
+        subprocess.run([PY, "setup.py", "-q", "bdist_wheel", "-d", str(out)], cwd=work,
+                       check=True, capture_output=True)
+    return {p.name.split("-")[0]: p for p in out.glob("*.whl")}
+
+
+def audit(path, *extra, env=None):
+    return imgbuild("wheel", "audit", *extra, path, store="/nonexistent-store", env=env)
+
+
+def recorded(name):
+    if name not in AUDITWHEEL["show"]:
+        pytest.skip(f"auditwheel's answer is recorded for {name} (a Debian 12 / CPython 3.11 "
+                    "build), not for this host's wheel")
+    return AUDITWHEEL["show"][name]
+
+
+@pytest.mark.parametrize("dist", ["ibw_cext", "ibw_cpp", "ibw_yaml", "ibw_bl"])
+def test_audit_matches_auditwheel(wheels, dist):
+    w = wheels[dist]
+    want = recorded(w.name)
+    t0 = time.monotonic()
+    r = audit(w, "--json")
+    elapsed = time.monotonic() - t0
+    assert r.rc == 0, r
+    assert json.loads(r.out) == want
+    assert elapsed < 5
+    # the text form says the same tag, in auditwheel show's words
+    r = audit(w)
+    assert r.rc == 0, r
+    assert f'is consistent with the following platform tag: "{want["overall_tag"]}"' in \
+        " ".join(r.out.split())
+
+
+def test_audit_text_names_what_holds_the_tag_back(wheels):
+    # ibw_yaml: its symbol versions constrain the tag (auditwheel's sym_tag);
+    # like auditwheel show without -v, the text stops there
+    w = wheels["ibw_yaml"]
+    want = recorded(w.name)
+    r = audit(w)
+    assert r.rc == 0, r
+    text = " ".join(r.out.split())
+    versions = ", ".join(f"'{v}'" for v in want["versioned_symbols"]["libc.so.6"])
+    assert f"libc.so.6 with versions {{{versions}}}" in text
+    assert f'This constrains the platform tag to "{want["sym_tag"]}"' in text
+    # ibw_cext: nothing constrains, no external library
+    w = wheels["ibw_cext"]
+    want = recorded(w.name)
+    text = " ".join(audit(w).out.split())
+    assert want["external_libs"] == {}
+    assert "The wheel requires no external shared libraries! :)" in text
+
+
+def rewrite_zip(src, dst, change):
+    """Copy a zip member by member; change(name, data) -> data or None (drop)."""
+    with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dst, "w", zipfile.ZIP_DEFLATED) as zout:
+        for info in zin.infolist():
+            data = change(info.filename, zin.read(info))
+            if data is not None:
+                zout.writestr(info, data)
+
+
+def test_audit_refuses_corrupt_wheels(wheels, tmp_path):
+    w = wheels["ibw_cext"]
+    so = next(n for n in zipfile.ZipFile(w).namelist() if n.endswith(".so"))
+    # one flipped byte in the extension: RECORD's digest no longer matches
+    bad = tmp_path / w.name
+    rewrite_zip(w, bad, lambda n, d: d[:100] + bytes([d[100] ^ 1]) + d[101:] if n == so else d)
+    r = audit(bad)
+    assert r.rc == 1 and r.out == ""
+    assert r.err.strip() == f"imgbuild: wheel {w.name}: RECORD: hash mismatch for {so}"
+    # a member RECORD does not list
+    rewrite_zip(w, bad, lambda n, d: d)
+    with zipfile.ZipFile(bad, "a") as z:
+        z.writestr("ibw_cext/extra.py", "x = 1\n")
+    r = audit(bad)
+    assert r.rc == 1 and "RECORD does not list ibw_cext/extra.py" in r.err
+    # no METADATA
+    rewrite_zip(w, bad, lambda n, d: None if n.endswith("/METADATA") else d)
+    r = audit(bad)
+    assert r.rc == 1 and "missing ibw_cext-0.1.dist-info/METADATA" in r.err
+    # truncated: not a readable zip
+    bad.write_bytes(w.read_bytes()[:2000])
+    r = audit(bad)
+    assert r.rc == 1 and "not a readable zip" in r.err
+    # a file name that is not PEP 427's
+    other = tmp_path / "ibw_cext-0.1-linux_x86_64.whl"
+    shutil.copy(w, other)
+    r = audit(other)
+    assert r.rc == 1 and "expected 5 or 6" in r.err
+    # usage errors exit 2
+    assert imgbuild("wheel", "audit", store="/x").rc == 2
+    assert imgbuild("wheel", "frobnicate", w, store="/x").rc == 2
+
+
+def readelf_dynamic(path):
+    out = sh("readelf", "-d", path).stdout
+    needed = [l.split("[")[1].rstrip("]") for l in out.splitlines() if "(NEEDED)" in l]
+    rpath = [l.split("[")[1].rstrip("]") for l in out.splitlines() if "(RPATH)" in l]
+    soname = [l.split("[")[1].rstrip("]") for l in out.splitlines() if "(SONAME)" in l]
+    return needed, rpath, soname
+
+
+def host_lib(soname):
+    """The host's library as auditwheel resolved it (recorded path), else ldconfig's."""
+    for line in sh("/sbin/ldconfig", "-p").stdout.splitlines():
+        if line.strip().startswith(soname + " ") and "x86-64" in line:
+            return Path(os.path.realpath(line.split("=>")[1].strip()))
+    raise AssertionError(f"{soname} not in ldconfig -p")
+
+
+@pytest.fixture(scope="session")
+def repaired(wheels, tmp_path_factory):
+    out = tmp_path_factory.mktemp("repaired")
+    r = imgbuild("wheel", "repair", wheels["ibw_yaml"], "--plat", "manylinux_2_17_x86_64",
+                 "-w", out, store="/x", env={"SOURCE_DATE_EPOCH": "1700000000"})
+    assert r.rc == 0, r
+    return Path(r.out.strip())
+
+
+def test_repair_grafts_libyaml(wheels, repaired, tmp_path):
+    assert repaired.name == (f"ibw_yaml-0.1-{PYVER}-{PYVER}-"
+                             "manylinux2014_x86_64.manylinux_2_17_x86_64.whl")
+    lib = host_lib("libyaml-0.so.2")
+    digest = hashlib.sha256(lib.read_bytes()).hexdigest()[:8]
+    base, ext = lib.name.split(".", 1)
+    grafted = f"ibw_yaml.libs/{base}-{digest}.{ext}"
+    z = zipfile.ZipFile(repaired)
+    names = z.namelist()
+    assert grafted in names
+    # WHEEL's tags are the new platforms; linux_x86_64 is gone
+    wheel_meta = z.read("ibw_yaml-0.1.dist-info/WHEEL").decode()
+    tags = sorted(l.split(": ")[1] for l in wheel_meta.splitlines() if l.startswith("Tag: "))
+    assert tags == [f"{PYVER}-{PYVER}-manylinux2014_x86_64", f"{PYVER}-{PYVER}-manylinux_2_17_x86_64"]
+    # DT_NEEDED rewritten, RPATH set, the grafted soname changed
+    z.extractall(tmp_path / "x")
+    so = next((tmp_path / "x").glob("ibw_yaml.cpython-*.so"))
+    needed, rpath, _ = readelf_dynamic(so)
+    assert f"{base}-{digest}.{ext}" in needed and "libyaml-0.so.2" not in needed
+    assert rpath == ["$ORIGIN/ibw_yaml.libs"]
+    _, _, soname = readelf_dynamic(tmp_path / "x" / grafted)
+    assert soname == [f"{base}-{digest}.{ext}"]
+    # the grafted bytes are the host's library but for the soname patchelf changed
+    assert (tmp_path / "x" / grafted).stat().st_size >= lib.stat().st_size - 4096
+    # RECORD is right (our audit verifies it), the tag is the requested one,
+    # and auditwheel said the same of this wheel
+    r = audit(repaired, "--json")
+    assert r.rc == 0, r
+    got = json.loads(r.out)
+    assert got["overall_tag"] == "manylinux_2_17_x86_64"
+    if repaired.name in AUDITWHEEL["repaired"]:
+        assert got["overall_tag"] == AUDITWHEEL["repaired"][repaired.name]["overall_tag"]
+        assert got["external_libs"] == AUDITWHEEL["repaired"][repaired.name]["external_libs"] == {}
+    # RECORD checked independently: every member's urlsafe-b64 sha256 and size
+    import base64
+    rec = z.read("ibw_yaml-0.1.dist-info/RECORD").decode().splitlines()
+    for line in rec:
+        path, h, size = line.rsplit(",", 2)
+        if path.endswith("/RECORD"):
+            assert h == "" and size == ""
+            continue
+        data = z.read(path)
+        assert h == "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+        assert int(size) == len(data)
+    assert len(rec) == len(names)
+
+
+def test_repair_is_reproducible(wheels, repaired, tmp_path):
+    r = imgbuild("wheel", "repair", wheels["ibw_yaml"], "--plat", "manylinux_2_17_x86_64",
+                 "-w", tmp_path, store="/x",
+                 env={"SOURCE_DATE_EPOCH": "1700000000", "TZ": "America/New_York"})
+    assert r.rc == 0, r
+    again = Path(r.out.strip())
+    assert again.read_bytes() == repaired.read_bytes()
+    z = zipfile.ZipFile(again)
+    infos = z.infolist()
+    # entry times are SOURCE_DATE_EPOCH in UTC, as bdist_wheel writes them
+    assert {i.date_time for i in infos} == {time.gmtime(1700000000)[:6]}
+    names = [i.filename for i in infos]
+    # sorted, .dist-info last, RECORD the very last
+    assert names[-1] == "ibw_yaml-0.1.dist-info/RECORD"
+    di = [n for n in names if n.startswith("ibw_yaml-0.1.dist-info/")]
+    assert names[-len(di):] == sorted(di[:-1]) + [di[-1]]
+    assert names[:-len(di)] == sorted(names[:-len(di)])
+    modes = {i.filename: (i.external_attr >> 16) & 0o777 for i in infos}
+    assert set(modes.values()) <= {0o644, 0o755}
+    assert modes["ibw_yaml-0.1.dist-info/RECORD"] == 0o644
+
+
+def test_repair_refusals(wheels, tmp_path):
+    # the C++ wheel's symbols need manylinux_2_24 (auditwheel's sym_tag)
+    want = recorded(wheels["ibw_cpp"].name)
+    r = imgbuild("wheel", "repair", wheels["ibw_cpp"], "--plat", "manylinux_2_17_x86_64",
+                 "-w", tmp_path, store="/x")
+    assert r.rc == 1
+    assert "too-recent versioned symbols" in r.err and want["sym_tag"] in r.err
+    assert list(tmp_path.iterdir()) == []
+    # patchelf missing: named in the error
+    r = imgbuild("wheel", "repair", wheels["ibw_yaml"], "--plat", "manylinux_2_17_x86_64",
+                 "-w", tmp_path, "--patchelf", "/nonexistent/patchelf", store="/x")
+    assert r.rc == 1 and "patchelf not found" in r.err
+    # an architecture the wheel is not
+    r = imgbuild("wheel", "repair", wheels["ibw_yaml"], "--plat", "manylinux_2_17_aarch64",
+                 "-w", tmp_path, store="/x")
+    assert r.rc == 1 and "cannot repair a x86_64 wheel" in r.err
+    assert imgbuild("wheel", "repair", wheels["ibw_yaml"], store="/x").rc == 2  # no --plat
+
+
+def test_repair_exclude_keeps_the_library_out(wheels, tmp_path):
+    # as PyTorch's builds exclude the CUDA runtime: never grafted, DT_NEEDED kept
+    r = imgbuild("wheel", "repair", wheels["ibw_yaml"], "--plat", "manylinux_2_17_x86_64",
+                 "-w", tmp_path, "--exclude", "libyaml-0.so.*", store="/x")
+    assert r.rc == 0, r
+    out = Path(r.out.strip())
+    z = zipfile.ZipFile(out)
+    assert not [n for n in z.namelist() if ".libs/" in n]
+    z.extractall(tmp_path / "x")
+    so = next((tmp_path / "x").glob("ibw_yaml.cpython-*.so"))
+    assert "libyaml-0.so.2" in readelf_dynamic(so)[0]
+    # a pattern matching the library's path (as auditwheel's --exclude) does the same
+    r = imgbuild("wheel", "repair", wheels["ibw_yaml"], "--plat", "manylinux_2_17_x86_64",
+                 "-w", tmp_path / "p", "--exclude", "*/" + host_lib("libyaml-0.so.2").name,
+                 store="/x")
+    assert r.rc == 0, r
+    assert not [n for n in zipfile.ZipFile(r.out.strip()).namelist() if ".libs/" in n]
+
+
+def hand_wheel(path, dist, files):
+    """A wheel made here: PEP 427's layout and RECORD around `files`."""
+    import base64
+    files = dict(files)
+    files[f"{dist}-1.0.dist-info/METADATA"] = f"Metadata-Version: 2.1\nName: {dist}\nVersion: 1.0\n".encode()
+    files[f"{dist}-1.0.dist-info/WHEEL"] = (f"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: false\n"
+                                            f"Tag: {PYVER}-{PYVER}-linux_x86_64\n").encode()
+    rec = "".join(f"{n},sha256={base64.urlsafe_b64encode(hashlib.sha256(b).digest()).rstrip(b'=').decode()},{len(b)}\n"
+                  for n, b in sorted(files.items())) + f"{dist}-1.0.dist-info/RECORD,,\n"
+    with zipfile.ZipFile(path, "w") as z:
+        for n, b in sorted(files.items()):
+            z.writestr(n, b)
+        z.writestr(f"{dist}-1.0.dist-info/RECORD", rec)
+    return path
+
+
+def py_include():
+    return sh(PY, "-c", "import sysconfig; print(sysconfig.get_paths()['include'])").stdout.strip()
+
+
+def test_repair_never_grafts_the_nvidia_driver(tmp_path):
+    """An extension linking a libcuda.so.1 (a stub built here) is repaired
+    without grafting it, and without --exclude."""
+    d = tmp_path / "stub"
+    d.mkdir()
+    (d / "cuda.c").write_text("int cuInit(unsigned f) { return (int) f; }\n")
+    sh("gcc", "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o", d / "libcuda.so.1", d / "cuda.c")
+    (d / "ext.c").write_text(
+        "#include <Python.h>\nint cuInit(unsigned);\n"
+        "static struct PyModuleDef m = { PyModuleDef_HEAD_INIT, \"drv\", NULL, -1, NULL };\n"
+        "PyMODINIT_FUNC PyInit_drv(void) { cuInit(0); return PyModule_Create(&m); }\n")
+    inc = py_include()
+    so = f"drv.{PYVER.replace('cp', 'cpython-')}-x86_64-linux-gnu.so"
+    sh("gcc", "-shared", "-fPIC", f"-I{inc}", "-o", d / so, d / "ext.c", f"-L{d}", "-lcuda")
+    whl = hand_wheel(tmp_path / f"drv-1.0-{PYVER}-{PYVER}-linux_x86_64.whl", "drv",
+                     {so: (d / so).read_bytes()})
+    env = {"LD_LIBRARY_PATH": str(d)}
+    r = imgbuild("wheel", "repair", whl, "--plat", "manylinux_2_17_x86_64", "-w", tmp_path / "o",
+                 store="/x", env=env)
+    assert r.rc == 0, r
+    z = zipfile.ZipFile(r.out.strip())
+    assert not [n for n in z.namelist() if "libcuda" in n or ".libs/" in n]
+    z.extractall(tmp_path / "x")
+    assert "libcuda.so.1" in readelf_dynamic(tmp_path / "x" / so)[0]
+
+
+@pytest.fixture(scope="session")
+def clean_rootfs(tmp_path_factory, base_image, store):
+    """The Debian minbase test image unpacked (it has no libyaml)."""
+    d = tmp_path_factory.mktemp("wheelroot") / "r"
+    r = imgbuild("unpack", base_image, d, store=store)
+    assert r.rc == 0, r
+    return d
+
+
+def run_import(rootfs, store, wheel_dir, tmp_path, code):
+    """Run the host's python3 in `rootfs` (its binary, libexpat and stdlib
+    bind-mounted read-only; nothing else of the host) with the unpacked
+    wheel on sys.path."""
+    py = tmp_path / "py"
+    py.mkdir(parents=True)
+    shutil.copy(os.path.realpath("/usr/bin/python3"), py / "python3")
+    libexpat = sh("/sbin/ldconfig", "-p").stdout
+    for line in libexpat.splitlines():
+        if line.strip().startswith("libexpat.so.1 ") and "x86-64" in line:
+            shutil.copy(os.path.realpath(line.split("=>")[1].strip()), py / "libexpat.so.1")
+    stdlib = sh(PY, "-c", "import sysconfig; print(sysconfig.get_paths()['stdlib'])").stdout.strip()
+    return imgbuild("run", "-v", f"{py}:/opt/py:ro", "-v", f"{stdlib}:{stdlib}:ro",
+                    "-v", f"{wheel_dir}:/opt/whl:ro", "-e", "LD_LIBRARY_PATH=/opt/py",
+                    "-e", "PYTHONHOME=/usr", "--rootfs", rootfs, "--",
+                    "/opt/py/python3", "-S", "-c",
+                    "import sys; sys.path.insert(0, '/opt/whl'); " + code,
+                    store=store)
+
+
+def test_repaired_module_imports_in_a_rootfs_without_libyaml(wheels, repaired, clean_rootfs,
+                                                             store, tmp_path):
+    code = "import ibw_yaml; print(ibw_yaml.first_scalar('greeting: hello'))"
+    check = "import os; print(os.path.exists('/usr/lib/x86_64-linux-gnu/libyaml-0.so.2'))"
+    # the original wheel cannot be imported there: libyaml is missing
+    orig = tmp_path / "orig"
+    zipfile.ZipFile(wheels["ibw_yaml"]).extractall(orig)
+    r = run_import(clean_rootfs, store, orig, tmp_path / "a", check)
+    assert r.rc == 0 and r.out.strip() == "False", r
+    r = run_import(clean_rootfs, store, orig, tmp_path / "b", code)
+    assert r.rc == 1 and "libyaml-0.so.2: cannot open shared object file" in r.err, r
+    # the repaired one can, and it works
+    fixed = tmp_path / "fixed"
+    zipfile.ZipFile(repaired).extractall(fixed)
+    r = run_import(clean_rootfs, store, fixed, tmp_path / "c", code)
+    assert r.rc == 0, r
+    assert r.out.strip() == "greeting"
+
+
+def test_build_output_audits_wheels(wheels, tmp_path):
+    """OUTPUT type=local: every *.whl it writes is verified and audited (the
+    tag printed); a corrupt one fails the build.  The wheel is the host-built
+    fixture: the test base image has no compiler or Python to build one in."""
+    w = wheels["ibw_cext"]
+    want = recorded(w.name)
+    c = tmp_path / "ctx"
+    (c / "dist/sub").mkdir(parents=True)
+    shutil.copy(w, c / "dist/sub" / w.name)
+    (c / "dist/notes.txt").write_text("not a wheel\n")
+    (c / "r.recipe").write_text("FROM scratch\nCOPY dist/ /wheels/\n"
+                                "OUTPUT type=local,dest=out,src=/wheels\n")
+    store = tmp_path / "store"
+    r = imgbuild("build", c / "r.recipe", store=store, cwd=c)
+    assert r.rc == 0, r
+    n = len(zipfile.ZipFile(w).namelist())
+    assert f"wheel {w.name}: verified, {n} files; platform tag {want['overall_tag']}" in r.err
+    assert (c / "out/sub" / w.name).read_bytes() == w.read_bytes()
+    # one flipped byte in the extension: the build fails and says why
+    so = next(x for x in zipfile.ZipFile(w).namelist() if x.endswith(".so"))
+    rewrite_zip(w, c / "dist/sub" / w.name,
+                lambda name, d: d[:100] + bytes([d[100] ^ 1]) + d[101:] if name == so else d)
+    r = imgbuild("build", c / "r.recipe", store=store, cwd=c)
+    assert r.rc != 0
+    assert f"wheel {w.name}: RECORD: hash mismatch for {so}" in r.err
+
+
+def test_build_output_repairs_wheels(wheels, tmp_path):
+    """OUTPUT type=local,repair=PLAT: the wheel is repaired in place, the
+    library grafted is the stage's (a stub libyaml built here, not the
+    host's), and the linux_x86_64 original is gone."""
+    w = wheels["ibw_yaml"]
+    c = tmp_path / "ctx"
+    (c / "dist").mkdir(parents=True)
+    shutil.copy(w, c / "dist" / w.name)
+    (c / "stub.c").write_text("int yaml_stub_marker(void) { return 42; }\n")
+    sh("gcc", "-shared", "-fPIC", "-Wl,-soname,libyaml-0.so.2", "-o", c / "libyaml-0.so.2", c / "stub.c")
+    stub_digest = hashlib.sha256((c / "libyaml-0.so.2").read_bytes()).hexdigest()[:8]
+    assert stub_digest != hashlib.sha256(host_lib("libyaml-0.so.2").read_bytes()).hexdigest()[:8]
+    (c / "r.recipe").write_text(
+        "FROM scratch\nCOPY libyaml-0.so.2 /usr/lib/libyaml-0.so.2\nCOPY dist/ /wheels/\n"
+        "OUTPUT type=local,dest=out,src=/wheels,repair=manylinux_2_17_x86_64\n")
+    r = imgbuild("build", c / "r.recipe", store=tmp_path / "store", cwd=c,
+                 env={"SOURCE_DATE_EPOCH": "1700000000"})
+    assert r.rc == 0, r
+    # the stub needs no versioned symbol, and the extension's own are old
+    # enough for manylinux_2_5: as auditwheel does, the higher tag is added
+    plats = "manylinux1_x86_64.manylinux2014_x86_64.manylinux_2_17_x86_64.manylinux_2_5_x86_64"
+    fixed = f"ibw_yaml-0.1-{PYVER}-{PYVER}-{plats}.whl"
+    assert sorted(p.name for p in (c / "out").iterdir()) == [fixed]
+    n = len(zipfile.ZipFile(w).namelist())
+    assert f"wheel {w.name}: verified, {n} files; platform tag linux_x86_64" in r.err
+    assert f"repaired as {fixed}; platform tag manylinux_2_5_x86_64" in r.err
+    z = zipfile.ZipFile(c / "out" / fixed)
+    assert f"ibw_yaml.libs/libyaml-0-{stub_digest}.so.2" in z.namelist()
+    assert imgbuild("wheel", "audit", c / "out" / fixed, store="/x").rc == 0
+
+
+def test_repair_libraries_inside_the_wheel(tmp_path):
+    """An extension loading ibw_int/lib/libinner.so through its RUNPATH
+    $ORIGIN/lib; libinner needs libyaml (outside) and libb.so (beside it, but
+    libinner has no RPATH: found through the extension's tree, auditwheel's
+    _fixup_elf_trees).  Only libyaml is external; the repaired wheel imports."""
+    d = tmp_path / "src"
+    lib = d / "ibw_int/lib"
+    lib.mkdir(parents=True)
+    (d / "b.c").write_text("int bfunc (void) { return 7; }\n")
+    (d / "inner.c").write_text("#include <yaml.h>\nint bfunc (void);\n"
+                               "int inner_version (void) { int a, b, c; yaml_get_version (&a, &b, &c);"
+                               " return a * 100 + b + bfunc (); }\n")
+    (d / "ext.c").write_text(
+        "#include <Python.h>\nint inner_version (void);\n"
+        "static PyObject *v (PyObject *s, PyObject *a) { (void) s; (void) a; return PyLong_FromLong (inner_version ()); }\n"
+        "static PyMethodDef m[] = { { \"v\", v, METH_NOARGS, \"\" }, { NULL, NULL, 0, NULL } };\n"
+        "static struct PyModuleDef md = { PyModuleDef_HEAD_INIT, \"_ext\", NULL, -1, m, NULL, NULL, NULL, NULL };\n"
+        "PyMODINIT_FUNC PyInit__ext (void) { return PyModule_Create (&md); }\n")
+    ext = f"_ext.{PYVER.replace('cp', 'cpython-')}-x86_64-linux-gnu.so"
+    sh("gcc", "-shared", "-fPIC", "-o", lib / "libb.so", d / "b.c", "-Wl,-soname,libb.so")
+    sh("gcc", "-shared", "-fPIC", "-o", lib / "libinner.so", d / "inner.c", "-lyaml", f"-L{lib}", "-lb",
+       "-Wl,-soname,libinner.so")
+    sh("gcc", "-shared", "-fPIC", f"-I{py_include()}", "-o", d / "ibw_int" / ext, d / "ext.c", f"-L{lib}",
+       "-linner", "-Wl,-rpath,$ORIGIN/lib", "-Wl,--no-as-needed", "-lb")
+    whl = hand_wheel(tmp_path / f"ibw_int-1.0-{PYVER}-{PYVER}-linux_x86_64.whl", "ibw_int", {
+        "ibw_int/__init__.py": b"",
+        f"ibw_int/{ext}": (d / "ibw_int" / ext).read_bytes(),
+        "ibw_int/lib/libinner.so": (lib / "libinner.so").read_bytes(),
+        "ibw_int/lib/libb.so": (lib / "libb.so").read_bytes()})
+    r = audit(whl, "--json")
+    assert r.rc == 0, r
+    got = json.loads(r.out)
+    assert got["overall_tag"] == "linux_x86_64"
+    assert got["external_libs"] == {"libyaml-0.so.2": got["external_libs"]["libyaml-0.so.2"]}
+    assert os.path.samefile(got["external_libs"]["libyaml-0.so.2"], host_lib("libyaml-0.so.2"))
+    if whl.name in AUDITWHEEL["show"]:
+        assert got == AUDITWHEEL["show"][whl.name]
+    r = imgbuild("wheel", "repair", whl, "--plat", "manylinux_2_17_x86_64", "-w", tmp_path / "o",
+                 store="/x")
+    assert r.rc == 0, r
+    out = Path(r.out.strip())
+    z = zipfile.ZipFile(out)
+    grafted = [n for n in z.namelist() if n.startswith("ibw_int.libs/")]
+    assert len(grafted) == 1 and grafted[0].startswith("ibw_int.libs/libyaml-0-")
+    z.extractall(tmp_path / "x")
+    needed, rpath, _ = readelf_dynamic(tmp_path / "x/ibw_int/lib/libinner.so")
+    assert needed == [grafted[0].split("/")[1], "libb.so"] and rpath == ["$ORIGIN/../../ibw_int.libs"]
+    needed, rpath, _ = readelf_dynamic(tmp_path / "x/ibw_int" / ext)
+    assert rpath == ["$ORIGIN/lib:$ORIGIN/../ibw_int.libs"]
+    # it loads the grafted copy: the host's libyaml-0.so.2 is no longer named
+    r = subprocess.run([PY, "-S", "-c", "import sys; sys.path.insert(0, sys.argv[1]); "
+                        "import ibw_int._ext as e; print(e.v())", str(tmp_path / "x")],
+                       capture_output=True, text=True, env={"PATH": "/usr/bin:/bin"})
+    assert r.returncode == 0 and r.stdout.strip() == "9", r.stderr
