@@ -284,7 +284,8 @@ created_now (build_t *b)
 }
 
 static void
-add_history (build_t *b, stage_state_t *st, const char *created_by, bool empty_layer)
+add_history_at (build_t *b, stage_state_t *st, const char *created_by, bool empty_layer,
+                const char *when)
 {
   json_t *h = json_object_get (st->config, "history");
   if (!json_is_array (h))
@@ -292,12 +293,18 @@ add_history (build_t *b, stage_state_t *st, const char *created_by, bool empty_l
       h = json_array ();
       json_object_set_new (st->config, "history", h);
     }
-  cleanup_free char *created = created_now (b);
+  cleanup_free char *created = when ? xstrdup (when) : created_now (b);
   json_t *e = json_pack ("{s:s, s:s, s:s}", "created", created, "created_by", created_by,
                          "comment", "imgbuild");
   if (empty_layer)
     json_object_set_new (e, "empty_layer", json_true ());
   json_array_append_new (h, e);
+}
+
+static void
+add_history (build_t *b, stage_state_t *st, const char *created_by, bool empty_layer)
+{
+  add_history_at (b, st, created_by, empty_layer, NULL);
 }
 
 /* ------------------------------------------------------------------ */
@@ -1441,8 +1448,22 @@ do_run (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err)
       return ib_error_set (err, ECHILD, "%s: exit status %d%s%s", shown, status,
                            tail && *tail ? "; last output lines:\n" : "", tail ? tail : "");
     }
-  cleanup_free char *created_by = in->json_form ? xasprintf ("RUN %s", shown)
-                                                : xasprintf ("RUN /bin/sh -c %s", shown);
+  /* BuildKit's history text: the stage's ARGs (an ENV of the same name
+   * wins) as "|N K=V ..." before the command */
+  ib_buf_t hb = { 0 };
+  ib_buf_puts (&hb, "RUN ");
+  if (st->args.n)
+    {
+      ib_buf_printf (&hb, "|%zu ", st->args.n);
+      for (size_t k = 0; k < st->args.n; k++)
+        {
+          const char *ev = config_env_get (st->config, st->args.names[k]);
+          ib_buf_printf (&hb, "%s=%s ", st->args.names[k],
+                         ev ? ev : st->args.values[k] ? st->args.values[k] : "");
+        }
+    }
+  ib_buf_printf (&hb, "%s%s", in->json_form ? "" : "/bin/sh -c ", shown);
+  cleanup_free char *created_by = ib_buf_steal (&hb);
   int r = commit_layer (b, st, before, created_by, err);
   ib_fs_scan_free (before);
   if (r == 0)
@@ -2238,6 +2259,7 @@ is_proxy_arg (const char *name)
 static int
 do_arg (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err)
 {
+  ib_buf_t hist = { 0 };
   for (size_t i = 0; i < in->n_kvs; i++)
     {
       const char *name = in->kvs[i].key;
@@ -2251,10 +2273,28 @@ do_arg (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err)
             found = true;
           }
       cleanup_free char *value = NULL;
+      if (st)
+        {
+          /* history: "ARG NAME" or "ARG NAME=default" as BuildKit writes it */
+          ib_buf_printf (&hist, "%s%s", i ? " " : "ARG ", name);
+          if (in->kvs[i].raw)
+            {
+              cleanup_free char *d = NULL;
+              if (expand (b, st, in->kvs[i].raw, &d, err) < 0)
+                {
+                  ib_buf_free (&hist);
+                  return -1;
+                }
+              ib_buf_printf (&hist, "=%s", d);
+            }
+        }
       if (!found && in->kvs[i].raw)
         {
           if (expand (b, st, in->kvs[i].raw, &value, err) < 0)
-            return -1;
+            {
+              ib_buf_free (&hist);
+              return -1;
+            }
           v = value;
         }
       else if (!found && st)
@@ -2262,6 +2302,19 @@ do_arg (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err)
       if (!found && !in->kvs[i].raw && v == NULL)
         v = vars_get (&b->auto_args, name, NULL); /* ARG TARGETOS: the automatic value */
       vars_set (st ? &st->args : &b->global_args, name, v ? v : "");
+    }
+  if (st)
+    {
+      /* An empty-layer entry, as BuildKit records; its time is the previous
+       * entry's (an ARG makes nothing), so that a rebuild from the cache,
+       * whose steps keep their recorded times, gives the same image. */
+      json_t *h = json_object_get (st->config, "history");
+      size_t n = json_is_array (h) ? json_array_size (h) : 0;
+      const char *prev = n ? json_string_value (json_object_get (json_array_get (h, n - 1),
+                                                                 "created"))
+                           : NULL;
+      cleanup_free char *text = ib_buf_steal (&hist);
+      add_history_at (b, st, text, true, prev);
     }
   return 0;
 }

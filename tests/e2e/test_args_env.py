@@ -136,3 +136,37 @@ def test_run_entrypoint_and_home(tmp_path, base_image):
     r = imgbuild("run", "--mount", "type=tmpfs,target=rel", "ep:1", store=store)
     assert r.rc == 125
     assert "mount target rel: must be an absolute path" in r.err
+
+
+HISTORY = """FROM {base}
+ARG A=1 B
+ARG C=${{A}}x
+ENV B=fromenv
+RUN echo hi > /hi
+ARG LAST=end
+"""
+
+
+def test_history_texts_as_buildkit(tmp_path, base_image):
+    """BuildKit's history: an empty-layer "ARG NAME=default" entry per ARG
+    instruction (the default, not the --build-arg value), and RUN's text
+    prefixed with every ARG of the stage, an ENV of the same name winning:
+    "|3 A=2 B=fromenv C=1x /bin/sh -c ..."."""
+    store = tmp_path / "store"
+    write(tmp_path / "ctx/R", HISTORY.format(base=base_image))
+    r = imgbuild("build", tmp_path / "ctx/R", "--build-arg", "A=2", "-t", "h:1", store=store)
+    assert r.rc == 0, r
+    hist = inspect(store, "h:1")["config"]["history"][-5:]
+    assert [(h["created_by"], h.get("empty_layer", False)) for h in hist] == [
+        ("ARG A=1 B", True),
+        ("ARG C=2x", True),
+        ("ENV B=fromenv", True),
+        ("RUN |3 A=2 B=fromenv C=2x /bin/sh -c echo hi > /hi", False),
+        ("ARG LAST=end", True),
+    ]
+    # an ARG makes nothing: it takes the time of the entry before it, so a
+    # rebuild from the cache gives the same image even with ARG last
+    assert hist[4]["created"] == hist[3]["created"]
+    r = imgbuild("build", tmp_path / "ctx/R", "--build-arg", "A=2", "-t", "h:2", store=store)
+    assert r.rc == 0, r
+    assert inspect(store, "h:2")["digest"] == inspect(store, "h:1")["digest"]
