@@ -92,8 +92,46 @@ put_indented (ib_buf_t *b, const char *s, const char *indent)
     }
 }
 
+/* RUN's ARGs after the first RUN of a stage: those of the previous RUN
+ * (which the text names by line) plus what changed since. */
+typedef struct prev_run
+{
+  const json_t *args;
+  json_int_t line;
+} prev_run_t;
+
 static void
-put_step (ib_buf_t *b, const json_t *step)
+put_run_args (ib_buf_t *b, const json_t *step, prev_run_t *prev)
+{
+  const json_t *args = json_object_get (step, "args");
+  ib_buf_puts (b, "    args:");
+  if (json_object_size (args) == 0)
+    ib_buf_puts (b, " (none)");
+  else if (prev->args == NULL)
+    put_kvs (b, args);
+  else
+    {
+      ib_buf_printf (b, " those of line %lld", (long long) prev->line);
+      const char *k;
+      json_t *v;
+      bool first = true;
+      json_object_foreach ((json_t *) args, k, v)
+      {
+        const char *old = json_string_value (json_object_get (prev->args, k));
+        if (old && strcmp (old, json_string_value (v)) == 0)
+          continue;
+        ib_buf_printf (b, "%s %s=", first ? ", and" : "", k);
+        first = false;
+        put_quoted (b, json_string_value (v));
+      }
+    }
+  ib_buf_puts (b, "\n");
+  prev->args = args;
+  prev->line = json_integer_value (json_object_get (step, "line"));
+}
+
+static void
+put_step (ib_buf_t *b, const json_t *step, prev_run_t *prev)
 {
   const char *ins = str (step, "instruction");
   ib_buf_printf (b, "  line %lld: %s", (long long) json_integer_value (json_object_get (step, "line")),
@@ -126,12 +164,7 @@ put_step (ib_buf_t *b, const json_t *step)
           put_json (b, shell);
           ib_buf_append (b, (char[]){ '\n' }, 1);
         }
-      const json_t *args = json_object_get (step, "args");
-      ib_buf_puts (b, "    args:");
-      if (json_object_size (args) == 0)
-        ib_buf_puts (b, " (none)");
-      put_kvs (b, args);
-      ib_buf_append (b, (char[]){ '\n' }, 1);
+      put_run_args (b, step, prev);
       return;
     }
   else if (strcmp (ins, "COPY") == 0 || strcmp (ins, "ADD") == 0)
@@ -199,8 +232,9 @@ put_stage (ib_buf_t *b, const json_t *plan, const json_t *st)
     put_stage_ref (b, plan, json_integer_value (v));
   }
   ib_buf_append (b, (char[]){ '\n' }, 1);
+  prev_run_t prev = { NULL, 0 };
   json_array_foreach (json_object_get (st, "steps"), i, v)
-    put_step (b, v);
+    put_step (b, v, &prev);
   json_array_foreach (json_object_get (st, "outputs"), i, v)
   {
     ib_buf_printf (b, "  output: type=%s", str (v, "type"));
