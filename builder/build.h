@@ -17,6 +17,8 @@
 #include "rootfs/layer.h"
 #include "rootfs/sandbox.h"
 
+#include <jansson.h>
+
 typedef struct ib_build_opts
 {
   const char *recipe_path;
@@ -56,6 +58,33 @@ typedef struct ib_build_opts
  * "recipes/demo.recipe:12: RUN pip wheel .: exit status 1" followed by the
  * step's last output lines. */
 int ib_build (ib_store_t *store, const ib_build_opts_t *opts, ib_error_t *err);
+
+/* The plan of a build (`imgbuild plan`, builder/plan.h renders it): the
+ * recipe parsed, build args, automatic platform ARGs and global ARGs
+ * resolved and the needed stages marked exactly as ib_build() does, then
+ * each needed stage walked with its ARG/ENV values, without pulling,
+ * running or storing anything (no store, no user namespace).  Reads
+ * opts->recipe_path, build_args, target and platform; the rest is ignored.
+ * *out (owned by the caller, json_decref) is a JSON object:
+ *   recipe, platform (the target's), build_platform, build_args {K: V},
+ *   global_args {NAME: value} (the recipe's, resolved, in order),
+ *   target {index, name|null}, unused_build_args [NAME...] (what ib_build
+ *   warns about), stages [{index, name|null, needed, and for needed stages:
+ *   line, base ({image: REF} | {stage: INDEX, name} | {scratch: true}),
+ *   platform (FROM --platform, expanded; absent without), depends_on
+ *   [INDEX...], steps [{line, instruction, ...}], outputs [{line, type,
+ *   KEY: VALUE...}]}].
+ * Step fields by instruction: ARG args {NAME: value}; ENV env, LABEL labels
+ * {K: V}; RUN form ("shell"|"exec"), shell [...] and command (shell form)
+ * or argv (exec form), flags [expanded], args {every ARG in scope: part of
+ * the step's cache key}; COPY/ADD flags, sources (heredoc words as
+ * written), dest; WORKDIR path (absolute); USER/STOPSIGNAL value;
+ * EXPOSE/VOLUME values; CMD/ENTRYPOINT/SHELL argv; others text as written.
+ * Values come from the recipe only: what the base image's own ENV would
+ * give is unknown here, and expands as unset.  Errors as ib_build's
+ * ("r.recipe: no stage named 'x'", parse and expansion errors naming the
+ * line). */
+int ib_build_plan (const ib_build_opts_t *opts, json_t **out, ib_error_t *err);
 
 /* Paths under a rootfs that are never part of a layer: mount points the
  * sandbox covers. */

@@ -3,6 +3,7 @@
  * needs it, and reports errors.  The only place that calls exit(). */
 #include "builder/artifact.h"
 #include "builder/build.h"
+#include "builder/plan.h"
 #include "builder/prune.h"
 #include "builder/mountspec.h"
 #include "builder/fsops.h"
@@ -49,6 +50,9 @@ static const char usage_text[] =
   "          [--keep-on-failure] [--debug-shell] [--cache-from SPEC] [--cache-to SPEC]\n"
   "          [--annotation KEY=VALUE] [-j N] [--platform OS/ARCH[/VARIANT]]\n"
   "                         build a recipe (a Dockerfile with OUTPUT)\n"
+  "  plan RECIPE [--build-arg K=V] [--target STAGE] [--platform OS/ARCH[/VARIANT]] [--json]\n"
+  "                         print what a build would do (stages, steps after ARG\n"
+  "                         expansion, cache key inputs, outputs) without running it\n"
   "  pull REF [--platform OS/ARCH[/VARIANT]] [--authfile FILE] [--creds USER:PASS]\n"
   "                         pull an image into the store\n"
   "  push SRC DST [DST...] [-t TAG] [--chunk-size SIZE] [--authfile FILE] [--creds USER:PASS]\n"
@@ -390,6 +394,60 @@ cmd_build (int argc, char **argv, ib_error_t *err)
   int r = ib_build (store, &bo, err);
   ib_store_close (store);
   return r;
+}
+
+/* imgbuild plan: the build's plan (build.h, plan.h); no store, no namespace. */
+static int
+cmd_plan (int argc, char **argv, ib_error_t *err)
+{
+  static const struct option opts[] = {
+    { "build-arg", required_argument, NULL, 'a' }, { "target", required_argument, NULL, 'T' },
+    { "platform", required_argument, NULL, 'P' },  { "json", no_argument, NULL, 'J' },
+    { NULL, 0, NULL, 0 },
+  };
+  cleanup_strv char **args = NULL;
+  const char *target = NULL, *platform = NULL;
+  bool as_json = false;
+  int c;
+  optind = 0;
+  while ((c = getopt_long (argc, argv, "", opts, NULL)) != -1)
+    switch (c)
+      {
+      case 'a': ib_strv_push (&args, optarg); break;
+      case 'T': target = optarg; break;
+      case 'J': as_json = true; break;
+      case 'P':
+        {
+          cleanup_free char *os = NULL, *arch = NULL, *variant = NULL;
+          ib_error_t perr = NULL;
+          if (ib_platform_parse (optarg, &os, &arch, &variant, &perr) < 0)
+            {
+              ib_error_free (&perr);
+              usage_error ("--platform: expected OS/ARCH[/VARIANT], got '%s'", optarg);
+            }
+          platform = optarg;
+          break;
+        }
+      default: exit (2);
+      }
+  if (optind >= argc)
+    usage_error ("%s", "plan: missing RECIPE");
+  if (optind + 1 < argc)
+    usage_error ("plan: unexpected argument '%s'", argv[optind + 1]);
+  ib_build_opts_t bo = { .recipe_path = argv[optind], .build_args = args, .target = target,
+                         .platform = platform };
+  json_t *plan = NULL;
+  if (ib_build_plan (&bo, &plan, err) < 0)
+    return -1;
+  char *text = as_json ? json_dumps (plan, JSON_INDENT (2) | JSON_PRESERVE_ORDER) : ib_plan_text (plan);
+  json_decref (plan);
+  if (text == NULL)
+    return ib_error_set (err, ENOMEM, "plan: JSON output");
+  fputs (text, stdout);
+  if (as_json)
+    fputc ('\n', stdout);
+  free (text);
+  return 0;
 }
 
 /* --creds USER:PASSWORD for the registry of `ref_string` (skopeo's option). */
@@ -1369,6 +1427,8 @@ main (int argc, char **argv)
   int r = -1, status = 0;
   if (strcmp (cmd, "build") == 0)
     r = cmd_build (sub_argc, sub_argv, &err);
+  else if (strcmp (cmd, "plan") == 0)
+    r = cmd_plan (sub_argc, sub_argv, &err);
   else if (strcmp (cmd, "pull") == 0)
     r = cmd_pull (sub_argc, sub_argv, &err);
   else if (strcmp (cmd, "push") == 0)
