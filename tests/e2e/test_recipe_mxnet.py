@@ -302,6 +302,7 @@ def standin(base_image, standin_src, tmp_path_factory):
         args += ["--cache-to", f"type=local,dest={cache}"]
     r = imgbuild(work / "standin-base.recipe", "--build-arg", f"BASE={base_image}", *args,
                  store=store, cwd=work)
+    (work / "build.log").write_text(r.out + r.err)
     assert r.rc == 0, r
     build_args = []
     for k, v in {"BASE": STANDIN_BASE, "APT_PACKAGES": "", "PIP_PACKAGES": "",
@@ -316,6 +317,7 @@ def standin(base_image, standin_src, tmp_path_factory):
 def build(standin, name, *extra):
     work = standin["tmp"].mktemp(name)
     r = imgbuild(RECIPE, *standin["args"], *extra, store=standin["store"], cwd=work)
+    (work / "build.log").write_text(r.out + r.err)  # kept with IMGBUILD_KEEP_TMP=1
     return work, r
 
 
