@@ -62,7 +62,9 @@ def test_mxnet_plan_is_pinned(tmp_path):
     assert "global ARG BASE=ubuntu:14.04\n" in out
     assert "stage 0 build\nfrom: image ubuntu:14.04\ndepends on: none\n" in out
     # the toolchain: gcc 4.8 first in PATH, checked
-    assert "--no-install-recommends build-essential gcc-4.8 g++-4.8 gfortran gfortran-4.8 " in out
+    assert ("apt-get install -y -q git libcurl4-openssl-dev unzip gcc-4.8 g++-4.8 gfortran gfortran-4.8 "
+            "binutils nasm libtool curl wget sudo gnupg gnupg2 gnupg-agent pandoc python3-pip automake "
+            "pkg-config make python3-dev python3-setuptools libssl-dev ca-certificates ") in out
     assert 'ln -sf "/usr/bin/${t}-4.8" "/usr/local/bin/${t}"' in out
     assert 'gcc --version | head -1 | grep -F " 4.8."' in out
     # CMake 3.15.2 from source
@@ -75,18 +77,24 @@ def test_mxnet_plan_is_pinned(tmp_path):
             '/src/incubator-mxnet && git clone --branch "master" "https://github.com/tusen-ai/simpledet.git" '
             '/src/simpledet && git clone --branch "master" "https://github.com/RogerChern/cocoapi.git" '
             "/src/cocoapi\n") in out
-    # group_norm out, SimpleDet's operators and cocoapi in, the CUDA archs
-    assert ("RUN ls src/operator/nn/group_norm* >/dev/null && rm -f src/operator/nn/group_norm* "
-            "&& cp -r /src/simpledet/operator_cxx/* src/operator/ && mkdir -p src/coco_api "
+    # pip for python 3.4, then the pins
+    assert ('python3 -m pip install --index-url "https://pypi.org/simple" "pip==19.1.1" && python3 -m pip '
+            'install --no-cache-dir --index-url "https://pypi.org/simple" wheel==0.33.6 numpy==1.15.4 '
+            "requests==2.21.0 graphviz==0.8.4;") in out
+    # SimpleDet's operators and cocoapi in, MXNet's group_norm out, the CUDA archs
+    assert ("RUN cp -r /src/simpledet/operator_cxx/* src/operator/ && mkdir -p src/coco_api "
             "&& cp -r /src/cocoapi/common src/coco_api/ "
-            '&& sed -i "s/^KNOWN_CUDA_ARCHS[[:space:]]*:=.*/KNOWN_CUDA_ARCHS := 35 50 60 70/" Makefile '
-            '&& grep -x "KNOWN_CUDA_ARCHS := 35 50 60 70" Makefile\n') in out
+            "&& ls src/operator/nn/group_norm* >/dev/null && rm src/operator/nn/group_norm* "
+            '&& sed -i "s/KNOWN_CUDA_ARCHS :=.*/KNOWN_CUDA_ARCHS := 35 50 60 70/" Makefile '
+            '&& grep -E "^[[:space:]]*KNOWN_CUDA_ARCHS := 35 50 60 70$" Makefile\n') in out
     # the static build and the wheel
     assert '&& tools/staticbuild/build.sh "cu100" pip\n' in out
-    assert 'RUN case "cu100" in cu100) mxnet_variant=CU100 ;;' in out
-    assert ('export LD_LIBRARY_PATH="/src/incubator-mxnet/staticdeps/lib:'
-            '/src/incubator-mxnet/staticdeps/lib64') in out
-    assert "mxnet_variant=${mxnet_variant} python3 setup.py bdist_wheel" in out
+    assert ('RUN case "cu100" in cu100) mxnet_variant=CU100 cuda=10.0 driver=410 ;; '
+            "cu101) mxnet_variant=CU101 cuda=10.1 driver=418 ;; esac && deps=/src/incubator-mxnet/staticdeps "
+            '&& export LD_LIBRARY_PATH="${deps}/usr/local/cuda-${cuda}/lib64:${deps}/usr/lib/x86_64-linux-gnu:'
+            '${deps}/usr/lib/nvidia-${driver}" && cd tools/pip '
+            "&& { [ -e mxnet-build ] || ln -s /src/incubator-mxnet mxnet-build; } "
+            "&& mxnet_variant=${mxnet_variant} python3 setup.py bdist_wheel") in out
     # outputs: the wheel, held to manylinux2014; libmxnet.so and its licenses
     assert out.rstrip().endswith(
         "output: type=local dest=dist src=/wheels repair=manylinux2014_x86_64\n"
@@ -99,8 +107,8 @@ def test_mxnet_plan_cu101_and_mirrors(tmp_path):
                "--build-arg", "MXNET_REPO=https://git.example/mirror/incubator-mxnet.git",
                "--build-arg", "CMAKE_VERSION=3.15.3", "--build-arg", "ARTIFACT_REPO=s3://bucket")
     assert '&& tools/staticbuild/build.sh "cu101" pip\n' in out
-    assert 'RUN case "cu101" in cu100) mxnet_variant=CU100 ;; cu101) mxnet_variant=CU101 ;;' in out
-    assert "args: those of line 107, and VARIANT=cu101\n" in out
+    assert 'RUN case "cu101" in cu100) mxnet_variant=CU100 cuda=10.0 driver=410 ;;' in out
+    assert "args: those of line 115, and VARIANT=cu101\n" in out
     assert '"https://git.example/mirror/incubator-mxnet.git" /src/incubator-mxnet' in out
     # the URL follows the version
     assert '"https://github.com/Kitware/CMake/releases/download/v3.15.3/cmake-3.15.3.tar.gz"' in out
@@ -143,7 +151,7 @@ cmake = subprocess.run(["sh", "-c", "cmake --version | head -1"], capture_output
 json.dump({
     "argv": sys.argv[1:],
     "cwd": os.getcwd(),
-    "known_cuda_archs": [l.rstrip("\\n") for l in open("Makefile") if l.startswith("KNOWN_CUDA_ARCHS")],
+    "known_cuda_archs": [l.rstrip("\\n") for l in open("Makefile") if "KNOWN_CUDA_ARCHS" in l],
     "operator": files("src/operator"),
     "coco_api": files("src/coco_api"),
     "cmake": cmake.stdout.strip(),
@@ -186,8 +194,11 @@ void *MXStandinAlloc(void *p, size_t n) { return reallocarray(p, n, 16); }
 """
 
 MXNET_FILES = {
-    "Makefile": "# stand-in of MXNet's Makefile\nCUDA_ARCH ?=\n"
-                "KNOWN_CUDA_ARCHS := 30 35 50 52 60 61 70 75\nall:\n\ttrue\n",
+    # MXNet 1.x's line is indented by a tab, inside the CUDA_ARCH test
+    "Makefile": "# stand-in of MXNet's Makefile\nifeq ($(USE_CUDA), 1)\nifeq ($(CUDA_ARCH),)\n"
+                "\tKNOWN_CUDA_ARCHS := 30 35 50 52 60 61 70 75\n"
+                "\tCUDA_ARCH := $(foreach arch,$(KNOWN_CUDA_ARCHS),-gencode arch=compute_$(arch))\n"
+                "endif\nendif\nall:\n\ttrue\n",
     "LICENSE": "Apache License 2.0 (stand-in)\n",
     "NOTICE": "Apache MXNet (incubating) stand-in\n",
     "src/standin.c": STANDIN_C,
@@ -365,7 +376,9 @@ def test_plumbing_standin_tree_given_to_build_sh(cu100):
     assert rec["argv"] == ["cu100", "pip"]
     assert rec["cwd"] == MXDIR
     # the Makefile's line edited
-    assert rec["known_cuda_archs"] == ["KNOWN_CUDA_ARCHS := 35 50 60 70"]
+    assert rec["known_cuda_archs"] == [
+        "\tKNOWN_CUDA_ARCHS := 35 50 60 70",
+        "\tCUDA_ARCH := $(foreach arch,$(KNOWN_CUDA_ARCHS),-gencode arch=compute_$(arch))"]
     # MXNet's group_norm gone, SimpleDet's operators in, cocoapi's common/ in
     assert rec["operator"] == ["contrib/decode_bbox-inl.h", "contrib/decode_bbox.cc",
                                "contrib/roi_align_v2.cc", "nn/batch_norm.cc"]
@@ -380,8 +393,10 @@ def test_plumbing_standin_setup_py_variant_and_staticdeps(cu100):
     work, _ = cu100
     wheel = next((work / "dist").glob("*.whl"))
     env = wheel_json(wheel, "mxnet/setup_env.json")
+    deps = f"{MXDIR}/staticdeps"
     assert env == {"mxnet_variant": "CU100", "lib_variant": "cu100",
-                   "LD_LIBRARY_PATH": f"{MXDIR}/staticdeps/lib:{MXDIR}/staticdeps/lib64"}
+                   "LD_LIBRARY_PATH": f"{deps}/usr/local/cuda-10.0/lib64:{deps}/usr/lib/x86_64-linux-gnu:"
+                                      f"{deps}/usr/lib/nvidia-410"}
 
 
 def test_plumbing_standin_libmxnet_and_artifact_push(cu100, registry, tmp_path):
@@ -424,6 +439,9 @@ def test_plumbing_standin_cu101(standin):
     assert wheel_json(wheels[0], "mxnet/build_record.json")["argv"] == ["cu101", "pip"]
     env = wheel_json(wheels[0], "mxnet/setup_env.json")
     assert env["mxnet_variant"] == "CU101" and env["lib_variant"] == "cu101"
+    deps = f"{MXDIR}/staticdeps"
+    assert env["LD_LIBRARY_PATH"] == (f"{deps}/usr/local/cuda-10.1/lib64:{deps}/usr/lib/x86_64-linux-gnu:"
+                                      f"{deps}/usr/lib/nvidia-418")
     # no ARTIFACT_REPO: no push script
     assert not (work / "lib/artifact-push.sh").exists()
     assert (work / "lib/libmxnet.so").exists()
