@@ -2598,12 +2598,22 @@ typedef struct output_check
   char **exclude;
 } output_check_t;
 
+/* A wheel the output copied that fails its check or repair does not stay
+ * in the destination: a CD step uploading dist/ wheels must not find it. */
+static int
+reject_wheel (const char *path, ib_error_t *err)
+{
+  if (unlink (path) == 0)
+    return ib_error_prefix (err, "%s (removed)", path);
+  return -1;
+}
+
 static int
 check_or_repair (const char *path, const output_check_t *o, ib_error_t *err)
 {
   bool pure = false;
   if (check_one (path, o->root, &pure, err) < 0)
-    return -1;
+    return reject_wheel (path, err);
   if (!o->plat || pure)
     return 0;
   cleanup_free char *dir = xstrdup (path);
@@ -2614,7 +2624,7 @@ check_or_repair (const char *path, const output_check_t *o, ib_error_t *err)
                                 .exclude = o->exclude, .root = o->root };
   cleanup_free char *out = NULL;
   if (ib_wheel_repair (path, &ro, &out, err) < 0)
-    return -1;
+    return reject_wheel (path, err);
   if (strcmp (out, path) != 0 && unlink (path) < 0)
     return ib_error_sys (err, errno, "remove %s (repaired as %s)", path, out);
   return 0;

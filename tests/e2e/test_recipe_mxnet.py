@@ -472,8 +472,6 @@ def test_plumbing_standin_not_manylinux2014_fails_the_build(too_new):
             "(the symbols allow manylinux_2_26_x86_64 at most") in log, log
 
 
-@pytest.mark.xfail(strict=True, reason="imgbuild gap: an OUTPUT type=local whose wheel audit or "
-                   "repair fails leaves the rejected wheel (named manylinux2014 here) in dest")
 def test_plumbing_standin_rejected_wheel_not_left_in_dist(too_new):
     work, r = too_new
     assert r.rc != 0, r

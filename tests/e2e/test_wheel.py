@@ -380,6 +380,9 @@ def test_build_output_audits_wheels(wheels, tmp_path):
     r = imgbuild("build", c / "r.recipe", store=store, cwd=c)
     assert r.rc != 0
     assert f"wheel {w.name}: RECORD: hash mismatch for {so}" in r.err
+    # and the rejected wheel does not stay in the destination
+    assert "(removed)" in r.err
+    assert not (c / "out/sub" / w.name).exists()
 
 
 def test_build_output_repairs_wheels(wheels, tmp_path):
