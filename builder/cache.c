@@ -396,7 +396,28 @@ ib_cache_put (ib_store_t *store, const char *key, json_t *config, const ib_descr
   cleanup_free char *text = json_dumps (rec, JSON_COMPACT | JSON_SORT_KEYS);
   json_decref (rec);
   cleanup_free char *path = record_path (store, key);
-  if (ib_write_file_atomic (path, text, strlen (text), 0644, err) < 0)
+  /* Written in the store's tmp/ (which prune empties) and renamed into
+   * place: a process killed while writing leaves nothing in cache/steps. */
+  cleanup_free char *tmp = NULL;
+  int fd = ib_store_tmp_file (store, "record", &tmp, err);
+  if (fd < 0)
+    return ib_error_prefix (err, "build cache");
+  if (ib_write_all (fd, text, strlen (text), path, err) < 0 || fchmod (fd, 0644) < 0
+      || fsync (fd) < 0)
+    {
+      if (*err == NULL)
+        ib_error_sys (err, errno, "write %s", tmp);
+      close (fd);
+      unlink (tmp);
+      return ib_error_prefix (err, "build cache");
+    }
+  if (close (fd) < 0 || rename (tmp, path) < 0)
+    {
+      ib_error_sys (err, errno, "write %s", path);
+      unlink (tmp);
+      return ib_error_prefix (err, "build cache");
+    }
+  if (ib_fsync_dir (dir, err) < 0)
     return ib_error_prefix (err, "build cache");
   return 0;
 }

@@ -96,11 +96,21 @@ RUN ls /opt/out > /listing
 OUTPUT type=image,name=robust-kill:latest
 """)
     rng = random.Random(20261123)
+    # How long a build takes here (a pull, then a build without the cache,
+    # in a store of its own): the kills fall within that, so that they hit
+    # builds in every phase on slow and fast machines alike.
+    t0 = time.monotonic()
+    r = imgbuild("build", "--no-cache", ctx / "r.recipe", store=tmp_path / "calib")
+    assert r.rc == 0, r
+    t1 = time.monotonic()
+    r = imgbuild("build", "--no-cache", ctx / "r.recipe", store=tmp_path / "calib")
+    assert r.rc == 0, r
+    pull_and_build, build = t1 - t0, time.monotonic() - t1
     cmd = [str(IMGBUILD), "--store", str(store), "build", "--no-cache", str(ctx / "r.recipe")]
     # the first build pulls: kill during the pull too
     kills = 0
     for i in range(20):
-        delay = rng.uniform(0.02, 4.0)
+        delay = rng.uniform(0.02, 0.9 * (pull_and_build if i == 0 else build))
         p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                              start_new_session=True)
         time.sleep(delay)
