@@ -10,7 +10,7 @@ cd "$(dirname "$0")/../.."
 secs=${FUZZ_SECONDS:-60}
 out=build-fuzz
 san="-fsanitize=address,undefined -fno-sanitize-recover=undefined"
-make -s CC=clang BUILD=$out BIN=$out/bin CFLAGS="-O1 -g -fno-omit-frame-pointer -fsanitize=fuzzer-no-link $san" \
+make -s CC=clang BUILD=$out BIN=$out/bin CFLAGS="-O1 -g -Wno-missing-field-initializers -fno-omit-frame-pointer -fsanitize=fuzzer-no-link $san" \
   LDFLAGS="$san" $out/libimgbuild.a
 pkgs="libcurl jansson libarchive libcrypto libzstd libseccomp zlib libisal yaml-0.1 libelf"
 mkdir -p $out/crashes
