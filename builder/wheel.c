@@ -8,6 +8,7 @@
  * Android policies are not shipped.
  */
 #include "builder/wheel.h"
+#include "rootfs/unpack.h"
 #include "common/util.h"
 
 #include <archive.h>
@@ -20,6 +21,7 @@
 #include <gelf.h>
 #include <glob.h>
 #include <libelf.h>
+#include <inttypes.h>
 #include <limits.h>
 #include <openssl/evp.h>
 #include <stdlib.h>
@@ -276,6 +278,7 @@ struct ib_wheel
   char **wheel_tags; /* Tag lines of WHEEL */
   bool extract_all;  /* every member; else ELF objects and .dist-info only */
   char *last_parent; /* the directory last made while extracting */
+  uint64_t unpacked; /* uncompressed bytes read so far (ib_unpack_max_bytes) */
 };
 
 static void
@@ -451,6 +454,16 @@ extract_entry (ib_wheel_t *w, struct archive *a, member_t *m, ib_error_t *err)
         }
       EVP_DigestUpdate (c, buf + have, (size_t) n);
       total += (uint64_t) n;
+      w->unpacked += (uint64_t) n;
+      if (w->unpacked > ib_unpack_max_bytes ())
+        {
+          /* a decompression bomb: the same limit as a layer's */
+          r = ib_error_set (err, EFBIG,
+                            "wheel %s: more than %" PRIu64 " bytes uncompressed (the limit; "
+                            "IMGBUILD_MAX_LAYER_BYTES sets it)",
+                            w->base, ib_unpack_max_bytes ());
+          break;
+        }
       have += (size_t) n;
       if (!decided && (have >= 4 || n == 0))
         {

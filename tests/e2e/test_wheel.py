@@ -96,6 +96,24 @@ def rewrite_zip(src, dst, change):
                 zout.writestr(info, data)
 
 
+def test_audit_stops_at_the_uncompressed_size_limit(wheels, tmp_path):
+    """A decompression bomb: a member of 64 MiB of zeros (about 64 kB in
+    the zip) against a limit of 16 MiB, which IMGBUILD_MAX_LAYER_BYTES sets
+    as for layers; the same wheel passes the size check without the limit."""
+    w = wheels["ibw_cext"]
+    bomb = tmp_path / w.name
+    rewrite_zip(w, bomb, lambda n, d: d)
+    with zipfile.ZipFile(bomb, "a", compression=zipfile.ZIP_DEFLATED) as z:
+        z.writestr("ibw_cext/zeros.bin", bytes(64 << 20))
+    r = audit(bomb, env={"IMGBUILD_MAX_LAYER_BYTES": str(16 << 20)})
+    assert r.rc == 1 and r.out == "", r
+    assert r.err.strip() == (f"imgbuild: wheel {w.name}: more than {16 << 20} bytes uncompressed "
+                             "(the limit; IMGBUILD_MAX_LAYER_BYTES sets it)")
+    # without that limit it is read to the end, and fails on RECORD instead
+    r = audit(bomb)
+    assert r.rc == 1 and "ibw_cext/zeros.bin" in r.err and "RECORD" in r.err, r
+
+
 def test_audit_refuses_corrupt_wheels(wheels, tmp_path):
     w = wheels["ibw_cext"]
     so = next(n for n in zipfile.ZipFile(w).namelist() if n.endswith(".so"))
