@@ -12,6 +12,8 @@ whether overlayfs could be used."""
 import json
 import os
 
+import pytest
+
 from conftest import imgbuild
 
 RECIPE = """FROM {base} AS one
@@ -40,6 +42,17 @@ COPY --from=three /three /three
 """
 
 
+def require_overlay(err):
+    """The trees must be overlays.  Where this kernel or file system cannot
+    make them (imgbuild says why in its debug output and copies instead),
+    the test is reported as skipped with that reason, never as passed."""
+    if "overlay on" in err:
+        return
+    why = [l for l in err.splitlines() if "overlayfs" in l and "copied" in l]
+    assert why, "neither an overlay nor a reason for copying:\n" + err[-3000:]
+    pytest.skip(why[0])
+
+
 def build(tmp_path, base, store, env, tag):
     ctx = tmp_path / "ctx"
     ctx.mkdir(exist_ok=True)
@@ -61,7 +74,7 @@ def digest(store, ref):
 def test_overlay_gives_the_same_images_as_copies(tmp_path, base_image):
     ovl, cp = tmp_path / "ovl", tmp_path / "copy"
     r = build(tmp_path, base_image, ovl, {}, "t:1")
-    assert "overlay on" in r.err, r  # the trees really were overlays
+    require_overlay(r.err)  # the trees really were overlays
     r = build(tmp_path, base_image, cp, {"IMGBUILD_OVERLAY": "0"}, "t:1")
     assert "overlay on" not in r.err, r
     assert digest(ovl, "t:1") == digest(cp, "t:1")
@@ -84,6 +97,8 @@ def test_run_changes_stay_in_the_overlay(tmp_path, base_image):
     store = tmp_path / "store"
     r = imgbuild("run", base_image, "--", "true", store=store)  # pulls, records the snapshot
     assert r.rc == 0, r
+    r = imgbuild("-v", "run", base_image, "--", "true", store=store)
+    require_overlay(r.err)
     r = imgbuild("-v", "run", base_image, "--", "sh", "-c",
                  "rm -rf /usr/bin/apt && echo x > /etc/hostname.new && grep -c ' / / .* - overlay ' "
                  "/proc/self/mountinfo", store=store)
@@ -115,6 +130,9 @@ RUN echo changed >> /h2 && cat /h1 /h2 > /seen
     for env, tag in (({}, "hl:1"), ({"IMGBUILD_OVERLAY": "0"}, "hl:2")):
         r = imgbuild("-v", "build", ctx / "R", "-t", tag, store=store, env=env)
         assert r.rc == 0, r
-        assert ("overlay on" in r.err) == (tag == "hl:1"), r
+        if tag == "hl:1":
+            require_overlay(r.err)
+        else:
+            assert "overlay on" not in r.err, r
         r = imgbuild("run", tag, "--", "cat", "/seen", store=store)
         assert (r.rc, r.out) == (0, "h\nh\nchanged\n"), r
