@@ -3131,6 +3131,66 @@ cli_outputs (build_t *b, stage_state_t *target, ib_error_t *err)
   return 0;
 }
 
+/* --build-arg values, the automatic platform ARGs, the global ARGs (in
+ * recipe order), and a stage_state_t per stage: what a build and a plan
+ * start from. */
+static int
+resolve_args (build_t *b, ib_error_t *err)
+{
+  for (char **a = b->opts->build_args; a && *a; a++)
+    {
+      const char *eq = strchr (*a, '=');
+      if (eq == NULL)
+        {
+          const char *env = getenv (*a); /* docker build --build-arg NAME takes it from env */
+          vars_set (&b->build_args, *a, env ? env : "");
+          continue;
+        }
+      cleanup_free char *k = xstrndup (*a, (size_t) (eq - *a));
+      vars_set (&b->build_args, k, eq + 1);
+    }
+  b->build_arg_used = xmalloc ((b->build_args.n + 1) * sizeof (bool));
+  platform_args (b);
+  for (size_t i = 0; i < b->recipe->n_global_args; i++)
+    if (do_arg (b, NULL, &b->recipe->global_args[i], err) < 0)
+      return instr_error (b, &b->recipe->global_args[i], err);
+  b->n_stages = b->recipe->n_stages;
+  b->stages = xmalloc (b->n_stages * sizeof (stage_state_t));
+  for (size_t i = 0; i < b->n_stages; i++)
+    b->stages[i].def = &b->recipe->stages[i];
+  return 0;
+}
+
+/* The target stage: --target, else the last one. */
+static int
+resolve_target (build_t *b, size_t *target, ib_error_t *err)
+{
+  *target = b->n_stages - 1;
+  if (b->opts->target == NULL)
+    return 0;
+  const ib_stage_t *t = ib_recipe_stage (b->recipe, b->opts->target);
+  if (t == NULL)
+    return ib_error_set (err, ENOENT, "%s: no stage named '%s'", b->recipe->path,
+                         b->opts->target);
+  *target = (size_t) t->index;
+  return 0;
+}
+
+/* The target and what it reads; without --target also every stage with
+ * an OUTPUT and what those read. */
+static int
+mark_stages_needed (build_t *b, size_t target, ib_error_t *err)
+{
+  if (mark_needed (b, target, err) < 0)
+    return -1;
+  if (b->opts->target == NULL)
+    for (size_t i = 0; i < b->n_stages; i++)
+      for (size_t k = 0; k < b->stages[i].def->n_instrs; k++)
+        if (b->stages[i].def->instrs[k].kind == IB_I_OUTPUT && mark_needed (b, i, err) < 0)
+          return -1;
+  return 0;
+}
+
 int
 ib_build (ib_store_t *store, const ib_build_opts_t *opts, ib_error_t *err)
 {
@@ -3188,42 +3248,9 @@ ib_build (ib_store_t *store, const ib_build_opts_t *opts, ib_error_t *err)
       }
     b.ignore = ib_ignore_parse (itext);
   }
-  for (char **a = opts->build_args; a && *a; a++)
-    {
-      const char *eq = strchr (*a, '=');
-      if (eq == NULL)
-        {
-          const char *env = getenv (*a); /* docker build --build-arg NAME takes it from env */
-          vars_set (&b.build_args, *a, env ? env : "");
-          continue;
-        }
-      cleanup_free char *k = xstrndup (*a, (size_t) (eq - *a));
-      vars_set (&b.build_args, k, eq + 1);
-    }
-  b.build_arg_used = xmalloc ((b.build_args.n + 1) * sizeof (bool));
-  platform_args (&b);
-  for (size_t i = 0; i < b.recipe->n_global_args; i++)
-    if (do_arg (&b, NULL, &b.recipe->global_args[i], err) < 0)
-      {
-        instr_error (&b, &b.recipe->global_args[i], err);
-        goto out;
-      }
-  b.n_stages = b.recipe->n_stages;
-  b.stages = xmalloc (b.n_stages * sizeof (stage_state_t));
-  for (size_t i = 0; i < b.n_stages; i++)
-    b.stages[i].def = &b.recipe->stages[i];
-
-  size_t target = b.n_stages - 1;
-  if (opts->target)
-    {
-      const ib_stage_t *t = ib_recipe_stage (b.recipe, opts->target);
-      if (t == NULL)
-        {
-          ib_error_set (err, ENOENT, "%s: no stage named '%s'", b.recipe->path, opts->target);
-          goto out;
-        }
-      target = (size_t) t->index;
-    }
+  size_t target;
+  if (resolve_args (&b, err) < 0 || resolve_target (&b, &target, err) < 0)
+    goto out;
   for (char **a = opts->annotations; a && *a; a++)
     if (strchr (*a, '=') == NULL || **a == '=')
       {
@@ -3239,13 +3266,8 @@ ib_build (ib_store_t *store, const ib_build_opts_t *opts, ib_error_t *err)
       }
   if (cli_outputs (&b, &b.stages[target], err) < 0)
     goto out;
-  if (mark_needed (&b, target, err) < 0)
+  if (mark_stages_needed (&b, target, err) < 0)
     goto out;
-  if (opts->target == NULL)
-    for (size_t i = 0; i < b.n_stages; i++)
-      for (size_t k = 0; k < b.stages[i].def->n_instrs; k++)
-        if (b.stages[i].def->instrs[k].kind == IB_I_OUTPUT && mark_needed (&b, i, err) < 0)
-          goto out;
   /* Refuse output types we cannot produce before doing any work. */
   for (size_t i = 0; i < b.n_stages; i++)
     for (size_t k = 0; b.stages[i].needed && k < b.stages[i].def->n_instrs; k++)
@@ -3688,23 +3710,10 @@ ib_build_plan (const ib_build_opts_t *opts, json_t **out, ib_error_t *err)
     return ib_error_prefix (err, "read recipe");
   if (ib_recipe_parse (opts->recipe_path, text, &b.recipe, err) < 0)
     return -1;
-  /* From here on as ib_build: build args, platform ARGs, global ARGs, the
-   * stages needed. */
-  for (char **a = opts->build_args; a && *a; a++)
-    {
-      const char *eq = strchr (*a, '=');
-      if (eq == NULL)
-        {
-          const char *env = getenv (*a);
-          vars_set (&b.build_args, *a, env ? env : "");
-          continue;
-        }
-      cleanup_free char *k = xstrndup (*a, (size_t) (eq - *a));
-      vars_set (&b.build_args, k, eq + 1);
-    }
-  b.build_arg_used = xmalloc ((b.build_args.n + 1) * sizeof (bool));
-  memset (b.build_arg_used, 0, (b.build_args.n + 1) * sizeof (bool));
-  platform_args (&b);
+  /* As ib_build: build args, platform ARGs, global ARGs, the stages needed. */
+  size_t target;
+  if (resolve_args (&b, err) < 0 || resolve_target (&b, &target, err) < 0)
+    goto out;
   plan = json_object ();
   json_object_set_new (plan, "recipe", json_string (b.recipe->path));
   json_object_set_new (plan, "platform", json_string (vars_get (&b.auto_args, "TARGETPLATFORM", NULL)));
@@ -3716,38 +3725,12 @@ ib_build_plan (const ib_build_opts_t *opts, json_t **out, ib_error_t *err)
   for (size_t i = 0; i < b.recipe->n_global_args; i++)
     {
       const ib_instr_t *in = &b.recipe->global_args[i];
-      if (do_arg (&b, NULL, in, err) < 0)
-        {
-          instr_error (&b, in, err);
-          goto out;
-        }
       for (size_t k = 0; k < in->n_kvs; k++)
         json_object_set_new (globals, in->kvs[k].key,
                              json_string (vars_get (&b.global_args, in->kvs[k].key, NULL)));
     }
-  b.n_stages = b.recipe->n_stages;
-  b.stages = xmalloc (b.n_stages * sizeof (stage_state_t));
-  memset (b.stages, 0, b.n_stages * sizeof (stage_state_t));
-  for (size_t i = 0; i < b.n_stages; i++)
-    b.stages[i].def = &b.recipe->stages[i];
-  size_t target = b.n_stages - 1;
-  if (opts->target)
-    {
-      const ib_stage_t *t = ib_recipe_stage (b.recipe, opts->target);
-      if (t == NULL)
-        {
-          ib_error_set (err, ENOENT, "%s: no stage named '%s'", b.recipe->path, opts->target);
-          goto out;
-        }
-      target = (size_t) t->index;
-    }
-  if (mark_needed (&b, target, err) < 0)
+  if (mark_stages_needed (&b, target, err) < 0)
     goto out;
-  if (opts->target == NULL)
-    for (size_t i = 0; i < b.n_stages; i++)
-      for (size_t k = 0; k < b.stages[i].def->n_instrs; k++)
-        if (b.stages[i].def->instrs[k].kind == IB_I_OUTPUT && mark_needed (&b, i, err) < 0)
-          goto out;
   json_t *tj = json_object ();
   json_object_set_new (tj, "index", json_integer ((json_int_t) target));
   json_object_set_new (tj, "name", b.stages[target].def->name

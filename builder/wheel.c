@@ -1507,6 +1507,31 @@ add_dir (char ***v, const char *d)
     strv_add_unique (v, d);
 }
 
+/* An RPATH/RUNPATH entry with $ORIGIN and ${ORIGIN} replaced by `dir`
+ * (the directory of the object that holds it), as ld.so does; caller frees. */
+static char *
+expand_origin (const char *entry, const char *dir)
+{
+  ib_buf_t b = { 0 };
+  const char *s = entry;
+  while (*s)
+    {
+      if (strncmp (s, "${ORIGIN}", 9) == 0)
+        {
+          ib_buf_puts (&b, dir);
+          s += 9;
+        }
+      else if (strncmp (s, "$ORIGIN", 7) == 0)
+        {
+          ib_buf_puts (&b, dir);
+          s += 7;
+        }
+      else
+        ib_buf_append (&b, s++, 1);
+    }
+  return ib_buf_steal (&b);
+}
+
 /* parse_ld_paths: $ORIGIN relative to `origin_file`'s directory; an empty
  * entry is the current directory; only existing directories kept. */
 static void
@@ -1522,26 +1547,7 @@ expand_paths (char *const *in, const char *origin_file, const char *sysroot, cha
       if (!*in[i])
         p = getcwd (NULL, 0);
       else if (strstr (in[i], "$ORIGIN") || strstr (in[i], "${ORIGIN}"))
-        {
-          ib_buf_t b = { 0 };
-          const char *s = in[i];
-          while (*s)
-            {
-              if (strncmp (s, "${ORIGIN}", 9) == 0)
-                {
-                  ib_buf_puts (&b, dir);
-                  s += 9;
-                }
-              else if (strncmp (s, "$ORIGIN", 7) == 0)
-                {
-                  ib_buf_puts (&b, dir);
-                  s += 7;
-                }
-              else
-                ib_buf_append (&b, s++, 1);
-            }
-          p = ib_buf_steal (&b);
-        }
+        p = expand_origin (in[i], dir);
       else
         p = xasprintf ("%s%s", in[i][0] == '/' ? sysroot : "", in[i]);
       if (!p)
@@ -2836,24 +2842,7 @@ rpath_within (const char *entry, const char *abs, const char *wheel_dir)
       cleanup_free char *np = normpath (entry);
       return entry[0] == '/' && is_subdir (np, wheel_dir);
     }
-  ib_buf_t b = { 0 };
-  const char *s = entry;
-  while (*s)
-    {
-      if (strncmp (s, "${ORIGIN}", 9) == 0)
-        {
-          ib_buf_puts (&b, dir);
-          s += 9;
-        }
-      else if (strncmp (s, "$ORIGIN", 7) == 0)
-        {
-          ib_buf_puts (&b, dir);
-          s += 7;
-        }
-      else
-        ib_buf_append (&b, s++, 1);
-    }
-  cleanup_free char *full = ib_buf_steal (&b);
+  cleanup_free char *full = expand_origin (entry, dir);
   cleanup_free char *np = normpath (full);
   return is_subdir (np, wheel_dir);
 }
