@@ -1392,16 +1392,7 @@ do_run (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err)
     }
   for (char **kv = gpu.env; kv && *kv; kv++)
     env_set (&env, *kv);
-  bool has_home = false;
-  for (char **kv = env; kv && *kv; kv++)
-    has_home |= ib_str_has_prefix (*kv, "HOME=");
-  if (!has_home)
-    {
-      /* runc (so Docker, BuildKit, buildah) sets HOME from /etc/passwd */
-      cleanup_free char *home = ib_lookup_home (st->rootfs, uid);
-      cleanup_free char *kv = xasprintf ("HOME=%s", home);
-      ib_strv_push (&env, kv);
-    }
+  ib_env_default_home (&env, st->rootfs, uid); /* as runc, so Docker, BuildKit, buildah */
   ib_fs_scan_t *before = NULL;
   if (ib_fs_scan (st->rootfs, ib_layer_exclude, &before, err) < 0)
     {

@@ -334,6 +334,17 @@ ib_lookup_home (const char *root, uid_t uid)
   return home ? home : xstrdup (uid == 0 ? "/root" : "/");
 }
 
+void
+ib_env_default_home (char ***env, const char *root, uid_t uid)
+{
+  for (char **kv = *env; kv && *kv; kv++)
+    if (ib_str_has_prefix (*kv, "HOME="))
+      return;
+  cleanup_free char *home = ib_lookup_home (root, uid);
+  cleanup_free char *kv = xasprintf ("HOME=%s", home);
+  ib_strv_push (env, kv);
+}
+
 int
 ib_lookup_user (const char *root, const char *spec, uid_t *uid, gid_t *gid, ib_error_t *err)
 {

@@ -53,4 +53,9 @@ int ib_lookup_user (const char *root, const char *spec, uid_t *uid, gid_t *gid,
  * caller frees. */
 char *ib_lookup_home (const char *root, uid_t uid);
 
+/* Append HOME=<ib_lookup_home (root, uid)> to the NULL-terminated `*env`
+ * (ib_strv_push) unless it has a HOME already: what RUN and `imgbuild run`
+ * give a command, as runc does. */
+void ib_env_default_home (char ***env, const char *root, uid_t uid);
+
 #endif

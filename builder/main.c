@@ -1133,16 +1133,7 @@ cmd_run (int argc, char **argv, int *exit_status, ib_error_t *err)
       free (mounts);
       goto out;
     }
-  bool has_home = false;
-  for (char **kv = env; kv && *kv; kv++)
-    has_home |= ib_str_has_prefix (*kv, "HOME=");
-  if (!has_home)
-    {
-      /* as runc: HOME from the image's /etc/passwd */
-      cleanup_free char *home = ib_lookup_home (rootfs, uid);
-      cleanup_free char *kv = xasprintf ("HOME=%s", home);
-      ib_strv_push (&env, kv);
-    }
+  ib_env_default_home (&env, rootfs, uid); /* as runc: HOME from the image's /etc/passwd */
   const char *wd = workdir ? workdir : json_string_value (json_object_get (cc, "WorkingDir"));
   ib_sandbox_opts_t so = { .rootfs = rootfs, .argv = cmd, .env = env,
                            .cwd = wd && *wd ? wd : "/", .uid = uid, .gid = gid,
