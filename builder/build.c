@@ -840,6 +840,22 @@ commit_layer (build_t *b, stage_state_t *st, const ib_fs_scan_t *before, const c
     }
   json_array_append_new (json_object_get (rootfs, "diff_ids"), json_string (res.diff_id));
   add_history (b, st, created_by, false);
+  /* An overlay tree keeps this step's changes as a layered snapshot (its
+   * upper directory, moved, not copied): a later build that misses after
+   * this step (the edit loop) mounts it instead of unpacking the layers. */
+  {
+    cleanup_strv char **diff_ids = NULL;
+    ib_error_t e = NULL;
+    if (ib_config_diff_ids (st->config, &diff_ids, &e) < 0)
+      ib_error_free (&e);
+    else
+      {
+        char chain[IB_DIGEST_LEN];
+        ib_chain_id (diff_ids, ib_strv_len (diff_ids) - 1, chain);
+        if (ib_rootfs_freeze (b->store, st->rootfs, ib_digest_hex (chain), err) < 0)
+          return -1;
+      }
+  }
   ib_info ("  layer %.19s  %llu entries, %.1f kB, written in %.2f s", res.digest,
            (unsigned long long) res.entries, (double) res.size / 1000.0,
            (double) (t1.tv_sec - t0.tv_sec) + (double) (t1.tv_nsec - t0.tv_nsec) / 1e9);

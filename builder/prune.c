@@ -308,7 +308,12 @@ ib_prune (ib_store_t *store, const ib_prune_opts_t *opts, ib_prune_result_t *res
     goto out;
   for (char **n = names; n && *n; n++)
     {
-      if (!opts->all && set_has (&chains, *n))
+      /* a layered snapshot (ib_rootfs_freeze) is <chain>.ovl; the
+       * snapshots under it are its chain's prefixes, kept with it */
+      size_t nl = strlen (*n);
+      cleanup_free char *chain = nl > 4 && strcmp (*n + nl - 4, ".ovl") == 0
+                                     ? xstrndup (*n, nl - 4) : xstrdup (*n);
+      if (!opts->all && set_has (&chains, chain))
         continue;
       cleanup_free char *p = ib_path_join (snaps, *n);
       int64_t sz = disk_usage (p);

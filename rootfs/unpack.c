@@ -2142,51 +2142,97 @@ ovl_path_ok (const char *p)
   return p[0] == '/' && strpbrk (p, ",:\\=") == NULL;
 }
 
-int
-ib_rootfs_overlay_from (const char *src, const char *dest, ib_error_t *err)
+/* The lower layers an overlay on `src` stacks, top first, into *out:
+ * src's own upper directory and lower layers when src is an overlay made
+ * here (or a layered snapshot, which has only src.ovl/), else src itself.
+ * An upper directory holding nothing but its root (a tree just frozen,
+ * ib_rootfs_freeze) is left out: the new upper gives the root. */
+static void
+ovl_lowers (const char *src, char ***out)
 {
-  if (!overlay_allowed || overlay_state < 0)
-    return 0;
-  /* The lower layers: src's own (upper first) when src is itself an
-   * overlay made here, else src. */
   cleanup_free char *sovl = ovl_dir (src);
   cleanup_free char *lfile = ib_path_join (sovl, "lowers");
   cleanup_free char *ltext = NULL;
-  cleanup_strv char **lowers = NULL;
   ib_error_t e = NULL;
-  if (ib_read_file (lfile, &ltext, NULL, &e) == 0)
-    {
-      cleanup_free char *up = ib_path_join (sovl, "upper");
-      ib_strv_push (&lowers, up);
-      char *save = NULL;
-      for (char *l = strtok_r (ltext, "\n", &save); l; l = strtok_r (NULL, "\n", &save))
-        ib_strv_push (&lowers, l);
-    }
-  else
+  if (ib_read_file (lfile, &ltext, NULL, &e) < 0)
     {
       ib_error_free (&e);
-      ib_strv_push (&lowers, src);
+      ib_strv_push (out, src);
+      return;
     }
+  cleanup_free char *up = ib_path_join (sovl, "upper");
+  bool empty = true;
+  DIR *d = opendir (up);
+  if (d)
+    {
+      struct dirent *de;
+      while (empty && (de = readdir (d)) != NULL)
+        empty = strcmp (de->d_name, ".") == 0 || strcmp (de->d_name, "..") == 0;
+      closedir (d);
+    }
+  if (!empty || !is_dir (src))
+    ib_strv_push (out, up);
+  char *save = NULL;
+  for (char *l = strtok_r (ltext, "\n", &save); l; l = strtok_r (NULL, "\n", &save))
+    ib_strv_push (out, l);
+}
+
+/* "lowerdir=...,upperdir=...,workdir=..." for dest over `lowers`, or NULL
+ * when a path needs escaping or the stack does not fit one page of mount
+ * data (the caller copies instead). */
+static char *
+ovl_options (const char *dest, char *const *lowers)
+{
   ib_buf_t o = { 0 };
   ib_buf_puts (&o, "lowerdir=");
   bool ok = ovl_path_ok (dest);
-  for (char **l = lowers; *l; l++)
+  for (char *const *l = lowers; *l; l++)
     {
       ok = ok && ovl_path_ok (*l);
       ib_buf_printf (&o, "%s%s", l == lowers ? "" : ":", *l);
     }
   cleanup_free char *ovl = ovl_dir (dest);
   ib_buf_printf (&o, ",upperdir=%s/upper,workdir=%s/work", ovl, ovl);
-  cleanup_free char *opts = ib_buf_steal (&o);
-  /* One page of mount data; a deeper stack is copied instead. */
-  if (!ok || strlen (opts) + sizeof ",userxattr" > 4000 || ib_strv_len (lowers) > 128)
+  char *opts = ib_buf_steal (&o);
+  if (!ok || strlen (opts) + sizeof ",userxattr" > 4000 || ib_strv_len ((char **) lowers) > 128)
+    {
+      free (opts);
+      return NULL;
+    }
+  return opts;
+}
+
+/* Mount dest (an existing directory) as an overlay with `opts`: userxattr
+ * first (an unprivileged mount needs it, Linux 5.11+), then without. */
+static int
+ovl_mount (const char *dest, const char *opts)
+{
+  cleanup_free char *ux = xasprintf ("%s,userxattr", opts);
+  if (mount ("overlay", dest, "overlay", 0, ux) == 0)
+    return 0;
+  return mount ("overlay", dest, "overlay", 0, opts);
+}
+
+int
+ib_rootfs_overlay_from (const char *src, const char *dest, ib_error_t *err)
+{
+  if (!overlay_allowed || overlay_state < 0)
+    return 0;
+  cleanup_strv char **lowers = NULL;
+  ovl_lowers (src, &lowers);
+  ib_error_t e = NULL;
+  cleanup_free char *opts = ovl_options (dest, lowers);
+  if (opts == NULL)
     {
       ib_debug ("%s: not stacked on %s (paths or depth): copying", dest, src);
       return 0;
     }
+  /* The merged root's owner, mode and times: src's (the top lower's root
+   * for a layered snapshot, which has no directory of its own). */
   struct stat sst;
-  if (stat (src, &sst) < 0)
+  if (stat (src, &sst) < 0 && stat (lowers[0], &sst) < 0)
     return ib_error_sys (err, errno, "overlay %s: stat %s", dest, src);
+  cleanup_free char *ovl = ovl_dir (dest);
   cleanup_free char *upper = ib_path_join (ovl, "upper");
   cleanup_free char *work = ib_path_join (ovl, "work");
   if (mkdir (ovl, 0700) < 0 || mkdir (upper, 0755) < 0 || mkdir (work, 0700) < 0
@@ -2217,10 +2263,7 @@ ib_rootfs_overlay_from (const char *src, const char *dest, ib_error_t *err)
       return 0;
     }
   removexattr (upper, "user.imgbuild.probe");
-  /* userxattr: the overlay's own xattrs (opaque directories) in the user.*
-   * namespace, as an unprivileged mount needs (Linux 5.11+). */
-  cleanup_free char *ux = xasprintf ("%s,userxattr", opts);
-  if (mount ("overlay", dest, "overlay", 0, ux) < 0 && mount ("overlay", dest, "overlay", 0, opts) < 0)
+  if (ovl_mount (dest, opts) < 0)
     {
       ib_debug ("overlayfs is not usable here (%s): rootfs trees are copied", strerror (errno));
       overlay_state = -1;
@@ -2245,6 +2288,123 @@ ib_rootfs_overlay_from (const char *src, const char *dest, ib_error_t *err)
       return ib_error_prefix (err, "overlay %s", dest);
     }
   ib_debug ("%s: overlay on %zu lower layer(s), top %s", dest, ib_strv_len (lowers), lowers[0]);
+  return 1;
+}
+
+/* A layered snapshot: snapshots/<chain>.ovl/{upper,lowers}, an overlay
+ * upper directory over the snapshots its lowers file names.  Usable when
+ * overlays are, and every lower is there. */
+static bool
+layered_snapshot_ok (const char *snap)
+{
+  if (!overlay_allowed || overlay_state < 0)
+    return false;
+  cleanup_free char *ovl = ovl_dir (snap);
+  cleanup_free char *up = ib_path_join (ovl, "upper");
+  cleanup_free char *lfile = ib_path_join (ovl, "lowers");
+  cleanup_free char *ltext = NULL;
+  ib_error_t e = NULL;
+  if (!is_dir (up) || ib_read_file (lfile, &ltext, NULL, &e) < 0)
+    {
+      ib_error_free (&e);
+      return false;
+    }
+  char *save = NULL;
+  for (char *l = strtok_r (ltext, "\n", &save); l; l = strtok_r (NULL, "\n", &save))
+    if (!is_dir (l))
+      return false;
+  return true;
+}
+
+int
+ib_rootfs_freeze (ib_store_t *store, const char *dest, const char *chain_hex, ib_error_t *err)
+{
+  if (!ib_rootfs_is_overlay (dest))
+    return 0;
+  cleanup_free char *snaps = ib_path_join (store->root, "snapshots");
+  cleanup_free char *snap = ib_path_join (snaps, chain_hex);
+  cleanup_free char *snap_ovl = ovl_dir (snap);
+  if (is_dir (snap) || is_dir (snap_ovl))
+    return 0;
+  cleanup_free char *ovl = ovl_dir (dest);
+  cleanup_free char *upper = ib_path_join (ovl, "upper");
+  cleanup_free char *lfile = ib_path_join (ovl, "lowers");
+  cleanup_free char *ltext = NULL;
+  ib_error_t e = NULL;
+  if (ib_read_file (lfile, &ltext, NULL, &e) < 0)
+    {
+      ib_error_free (&e);
+      return 0;
+    }
+  /* Only trees whose lowers are all snapshots: a stage stacked on another
+   * stage's tree (in tmp/, gone after the build) is not frozen. */
+  cleanup_strv char **lowers = NULL;
+  ib_strv_push (&lowers, snap_ovl); /* placeholder for the new top */
+  char *save = NULL;
+  size_t slen = strlen (snaps);
+  for (char *l = strtok_r (ltext, "\n", &save); l; l = strtok_r (NULL, "\n", &save))
+    {
+      if (strncmp (l, snaps, slen) != 0 || l[slen] != '/')
+        return 0;
+      ib_strv_push (&lowers, l);
+    }
+  free (lowers[0]);
+  lowers[0] = ib_path_join (snap_ovl, "upper");
+  cleanup_free char *new_opts = ovl_options (dest, lowers);
+  if (new_opts == NULL)
+    return 0; /* too deep to stack once more: the tree stays as it is */
+  cleanup_free char *old_opts = ovl_options (dest, lowers + 1);
+  if (old_opts == NULL)
+    return 0;
+  struct stat rst;
+  if (stat (dest, &rst) < 0)
+    return ib_error_sys (err, errno, "freeze %s: stat", dest);
+
+  cleanup_free char *tmproot = ib_path_join (store->root, "tmp");
+  cleanup_free char *tmpl = ib_path_join (tmproot, "snap-XXXXXX");
+  if (ib_mkdir_p (snaps, 0700, err) < 0)
+    return -1;
+  if (mkdtemp (tmpl) == NULL)
+    return ib_error_sys (err, errno, "freeze %s: create %s", dest, tmpl);
+  cleanup_free char *tup = ib_path_join (tmpl, "upper");
+  cleanup_free char *tlow = ib_path_join (tmpl, "lowers");
+  ib_buf_t lb = { 0 };
+  for (char **l = lowers + 1; *l; l++)
+    ib_buf_printf (&lb, "%s\n", *l);
+  int r = ib_write_file_atomic (tlow, lb.data, lb.len, 0600, err);
+  ib_buf_free (&lb);
+  if (r < 0 || umount2 (dest, 0) < 0)
+    {
+      if (r == 0)
+        ib_error_sys (err, errno, "freeze %s: unmount", dest);
+      if (ib_rm_rf (tmpl, &e) < 0)
+        ib_error_free (&e);
+      return -1;
+    }
+  /* From here the tree is unmounted: it must be mounted again, on the new
+   * snapshot, or as it was when the snapshot could not be kept. */
+  bool kept = rename (upper, tup) == 0 && rename (tmpl, snap_ovl) == 0;
+  if (!kept)
+    {
+      int en = errno;
+      if (access (tup, F_OK) == 0 && rename (tup, upper) < 0)
+        return ib_error_sys (err, errno, "freeze %s: put back %s", dest, upper);
+      if (ib_rm_rf (tmpl, &e) < 0)
+        ib_error_free (&e);
+      cleanup_free char *work = ib_path_join (ovl, "work");
+      if (ib_rm_rf (work, err) < 0 || mkdir (work, 0700) < 0 || ovl_mount (dest, old_opts) < 0)
+        return ib_error_sys (err, errno, "freeze %s: mount again", dest);
+      ib_debug ("%s: snapshot %s not kept (%s)", dest, chain_hex, strerror (en));
+      return 0;
+    }
+  if (ib_rm_rf (ovl, err) < 0 || rmdir (dest) < 0)
+    return ib_error_prefix (err, "freeze %s", dest);
+  int o = ib_rootfs_overlay_from (snap, dest, err);
+  if (o <= 0)
+    return o < 0 ? -1 : ib_error_set (err, EIO, "freeze %s: overlay on %s failed", dest, snap);
+  struct timespec ts[2] = { rst.st_atim, rst.st_mtim };
+  utimensat (AT_FDCWD, dest, ts, 0);
+  ib_debug ("%s: frozen as snapshot %s (%zu lower layers)", dest, snap_ovl, ib_strv_len (lowers));
   return 1;
 }
 
@@ -2312,12 +2472,15 @@ ib_rootfs_prepare (ib_store_t *store, char *const *layer_digests, char *const *d
   cleanup_free char *snaps = ib_path_join (store->root, "snapshots");
   size_t have = 0;
   cleanup_free char *base_snap = NULL;
+  /* The longest stored prefix: a snapshot directory, or a layered one
+   * (ib_rootfs_freeze) while overlays can be made. */
+again:
   for (size_t k = n; k > 0; k--)
     {
       char chain[IB_DIGEST_LEN];
       ib_chain_id (diff_ids, k - 1, chain);
       cleanup_free char *p = ib_path_join (snaps, ib_digest_hex (chain));
-      if (is_dir (p))
+      if (is_dir (p) || layered_snapshot_ok (p))
         {
           have = k;
           base_snap = steal_pointer (&p);
@@ -2329,6 +2492,13 @@ ib_rootfs_prepare (ib_store_t *store, char *const *layer_digests, char *const *d
     {
       ib_debug ("rootfs %s: from snapshot %s (%zu of %zu layers)", dest, base_snap, have, n);
       int o = ib_rootfs_overlay_from (base_snap, dest, err);
+      if (o == 0 && !is_dir (base_snap))
+        {
+          /* overlays turned out unusable: a layered snapshot cannot be copied */
+          free (steal_pointer (&base_snap));
+          have = 0;
+          goto again;
+        }
       if (o < 0 || (o == 0 && ib_copy_rootfs (base_snap, dest, err) < 0))
         return ib_error_prefix (err, "prepare %s", dest);
     }
@@ -2364,7 +2534,14 @@ ib_rootfs_prepare (ib_store_t *store, char *const *layer_digests, char *const *d
       cleanup_free char *snap = ib_path_join (snaps, ib_digest_hex (chain));
       if (have == 0)
         return keep_snapshot (store, dest, snap, err);
-      record_snapshot (store, dest, snap);
+      /* an overlay on a snapshot: its upper directory becomes a layered
+       * snapshot, no copy; else the tree is copied */
+      int f = ib_rootfs_freeze (store, dest, ib_digest_hex (chain), err);
+      if (f < 0)
+        return ib_error_prefix (err, "prepare %s", dest);
+      cleanup_free char *snap_ovl = ovl_dir (snap);
+      if (f == 0 && !is_dir (snap) && !is_dir (snap_ovl))
+        record_snapshot (store, dest, snap);
     }
   return 0;
 }

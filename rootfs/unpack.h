@@ -111,6 +111,20 @@ int ib_unpack_layer_stream (const char *name, ib_layer_read_fn read_fn, void *ud
  * or ib_rootfs_overlay_from: unmounted first when an overlay, with its
  * .ovl directory.  ib_rootfs_is_overlay: whether `dest` is such an overlay
  * (rename() of it fails: copy it instead). */
+/* ib_rootfs_freeze: make the changes of overlay tree `dest` (its upper
+ * directory) the layered snapshot STORE/snapshots/<chain_hex>.ovl/ (upper/
+ * plus a `lowers` file naming the snapshots under it), and mount dest again
+ * as an overlay on it with an empty upper directory: the tree's content is
+ * unchanged, nothing is copied, and a later build that needs the tree of
+ * chain id `chain_hex` (hex, no algorithm) mounts it instead of unpacking
+ * layers (ib_rootfs_prepare).  dest must not be in use (no process inside
+ * it, no mount under it).  Returns 1 when frozen; 0 when dest is not an
+ * overlay, a snapshot of that chain exists, a lower layer is not a snapshot
+ * (a stage stacked on another stage's tree) or the stack would be too deep:
+ * dest is left as it was; -1 on an error, after which dest may be
+ * unmounted (the caller removes it with ib_rootfs_remove). */
+int ib_rootfs_freeze (ib_store_t *store, const char *dest, const char *chain_hex, ib_error_t *err);
+
 void ib_rootfs_allow_overlay (bool on);
 int ib_rootfs_overlay_from (const char *src, const char *dest, ib_error_t *err);
 int ib_rootfs_remove (const char *dest, ib_error_t *err);

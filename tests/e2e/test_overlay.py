@@ -9,6 +9,7 @@ write through one name of a file hard-linked in a lower tree copies that
 name up alone, as with Docker's overlay2 and buildah's overlay driver; the
 copied trees do the same (ib_copy_rootfs), so images do not depend on
 whether overlayfs could be used."""
+import hashlib
 import json
 import os
 
@@ -136,3 +137,73 @@ RUN echo changed >> /h2 && cat /h1 /h2 > /seen
             assert "overlay on" not in r.err, r
         r = imgbuild("run", tag, "--", "cat", "/seen", store=store)
         assert (r.rc, r.out) == (0, "h\nh\nchanged\n"), r
+
+
+def chain_ids(diff_ids):
+    """OCI image-spec config.md's ChainID of each layer prefix, hex."""
+    out, chain = [], None
+    for d in diff_ids:
+        chain = d if chain is None else \
+            "sha256:" + hashlib.sha256(f"{chain} {d}".encode()).hexdigest()
+        out.append(chain.split(":", 1)[1])
+    return out
+
+
+EDIT_RECIPE = """FROM {base}
+RUN mkdir -p /d /o/x && echo a > /d/a && echo b > /d/b && touch /o/x/f
+RUN rm /d/b && rm -rf /o && mkdir -p /o/y
+COPY f /f
+RUN find /d /o | sort > /listing && cat /f >> /listing
+"""
+
+
+def test_edit_rebuild_mounts_the_steps_frozen_tree(tmp_path, base_image):
+    """Each step's changes are kept as a layered snapshot (the overlay's
+    upper directory, moved): a rebuild that misses after cached steps mounts
+    it instead of unpacking the layers, and gives the image copies give."""
+    ctx = tmp_path / "ctx"
+    ctx.mkdir()
+    (ctx / "R").write_text(EDIT_RECIPE.format(base=base_image))
+    ovl, cp = tmp_path / "ovl", tmp_path / "copy"
+    digests = {}
+    for store, env in ((ovl, {}), (cp, {"IMGBUILD_OVERLAY": "0"})):
+        (ctx / "f").write_text("one\n")
+        r = imgbuild("-v", "build", "--reproducible", ctx / "R", "-t", "e:1", store=store, env=env)
+        assert r.rc == 0, r
+        if store == ovl:
+            require_overlay(r.err)
+            diff_ids = inspect_config(store, "e:1")["rootfs"]["diff_ids"]
+            chains = chain_ids(diff_ids)
+            # the base's snapshot, then one layered snapshot per step
+            names = sorted(os.listdir(store / "snapshots"))
+            assert names == sorted([chains[0]] + [c + ".ovl" for c in chains[1:]]), names
+        (ctx / "f").write_text("two\n")
+        r = imgbuild("-v", "build", "--reproducible", ctx / "R", "-t", "e:2", store=store, env=env)
+        assert r.rc == 0, r
+        if store == ovl:
+            # COPY missed: its tree is the frozen tree of the 3 layers before it
+            snap = store / "snapshots" / chains[2]
+            assert f"from snapshot {snap} (3 of 3 layers)" in r.err, r.err[-3000:]
+        r = imgbuild("run", "e:2", "--", "cat", "/listing", store=store)
+        assert (r.rc, r.out) == (0, "/d\n/d/a\n/o\n/o/y\ntwo\n"), r
+        digests[store] = digest(store, "e:2")
+    assert digests[ovl] == digests[cp]
+    # prune keeps what the records use; --all removes the layered snapshots
+    # too, and the next miss unpacks the layers again
+    r = imgbuild("prune", store=ovl)
+    assert r.rc == 0 and "snapshots:            0 removed" in r.out, r
+    r = imgbuild("prune", "--all", store=ovl)
+    assert r.rc == 0, r
+    assert os.listdir(ovl / "snapshots") == []
+    (ctx / "f").write_text("three\n")
+    r = imgbuild("build", ctx / "R", "-t", "e:3", store=ovl)
+    assert r.rc == 0, r
+    r = imgbuild("run", "e:3", "--", "cat", "/listing", store=ovl)
+    assert (r.rc, r.out) == (0, "/d\n/d/a\n/o\n/o/y\nthree\n"), r
+    assert os.listdir(ovl / "tmp") == []
+
+
+def inspect_config(store, ref):
+    r = imgbuild("inspect", ref, store=store)
+    assert r.rc == 0, r
+    return json.loads(r.out)["config"]
