@@ -3434,11 +3434,11 @@ plan_strv_json (char **v)
 
 /* Lookup for the plan's preview of a RUN command: the step's ENV and
  * ARGs as `lookup`; a name the recipe does not set (a shell variable, one
- * of the base image's ENV) stays as written, "${NAME}". */
+ * of the base image's ENV) stays as written, with its operator and word
+ * ("${NAME:+w}" would otherwise show w for a name that may be unset). */
 typedef struct plan_lookup_ctx
 {
   lookup_ctx_t inner;
-  char **kept; /* the "${NAME}" strings returned */
 } plan_lookup_ctx_t;
 
 static const char *
@@ -3446,11 +3446,7 @@ plan_lookup (void *p, const char *name)
 {
   plan_lookup_ctx_t *c = p;
   const char *v = lookup (&c->inner, name);
-  if (v)
-    return v;
-  cleanup_free char *lit = xasprintf ("${%s}", name);
-  ib_strv_push (&c->kept, lit);
-  return c->kept[ib_strv_len (c->kept) - 1];
+  return v ? v : IB_LOOKUP_KEEP; /* the shell's business: shown as written */
 }
 
 /* The flags of `in`, values expanded with the stage's variables. */
@@ -3520,12 +3516,11 @@ plan_instr (build_t *b, stage_state_t *st, const ib_instr_t *in, json_t *step, i
             json_object_set_new (step, "shell", plan_strv_json (st->shell));
             json_object_set_new (step, "command", json_string (in->text ? in->text : ""));
             /* A preview: the shell expands the command when it runs */
-            plan_lookup_ctx_t pc = { { st, &st->args }, NULL };
+            plan_lookup_ctx_t pc = { { st, &st->args } };
             cleanup_free char *x = NULL;
             ib_error_t e2 = NULL;
             if (ib_expand (in->text ? in->text : "", '\\', plan_lookup, &pc, &x, &e2) < 0)
               ib_error_free (&e2); /* not the builder's syntax to check: the shell's */
-            ib_strv_free (pc.kept);
             json_object_set_new (step, "expanded", json_string (x ? x : in->text ? in->text : ""));
           }
         json_object_set_new (step, "args", plan_vars_json (&st->args));

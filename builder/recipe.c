@@ -193,6 +193,8 @@ put_char (ib_buf_t *out, char c)
   ib_buf_append (out, &c, 1);
 }
 
+const char IB_LOOKUP_KEEP[] = "";
+
 static const char *
 lex_get (struct lex *l, const char *name)
 {
@@ -261,6 +263,7 @@ lex_dollar (struct lex *l, ib_buf_t *out)
 {
   cleanup_free char *name = NULL;
   const char *value;
+  size_t start = l->i;
 
   l->i++; /* '$' */
   if (l->i >= l->n || (l->s[l->i] != '{' && !is_name_start (l->s[l->i])
@@ -274,7 +277,9 @@ lex_dollar (struct lex *l, ib_buf_t *out)
     {
       name = lex_name (l);
       value = lex_get (l, name);
-      if (value)
+      if (value == IB_LOOKUP_KEEP)
+        ib_buf_append (out, l->s + start, l->i - start);
+      else if (value)
         ib_buf_puts (out, value);
       return 0;
     }
@@ -296,7 +301,9 @@ lex_dollar (struct lex *l, ib_buf_t *out)
   char op = l->s[l->i++];
   if (op == '}')
     {
-      if (value)
+      if (value == IB_LOOKUP_KEEP)
+        ib_buf_append (out, l->s + start, l->i - start);
+      else if (value)
         ib_buf_puts (out, value);
       return 0;
     }
@@ -342,6 +349,12 @@ lex_dollar (struct lex *l, ib_buf_t *out)
       return lex_fail (l, "expected '}', got end of text");
     }
   l->i++; /* '}' */
+  if (value == IB_LOOKUP_KEEP)
+    {
+      ib_buf_free (&word);
+      ib_buf_append (out, l->s + start, l->i - start);
+      return 0;
+    }
 
   bool set = value != NULL;
   bool nonempty = value != NULL && value[0] != '\0';

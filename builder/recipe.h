@@ -165,8 +165,12 @@ void ib_recipe_free (ib_recipe_t *r);
 /* Find a stage by name (case-insensitive) or decimal index; NULL if none. */
 const ib_stage_t *ib_recipe_stage (const ib_recipe_t *r, const char *name_or_index);
 
-/* Variable lookup for expansion: returns the value or NULL if unset. */
+/* Variable lookup for expansion: returns the value or NULL if unset, or
+ * IB_LOOKUP_KEEP: the name is unknown here (a preview, `imgbuild plan`), so
+ * the whole expression that names it ($V, ${V}, ${V:-w}, ...) is copied to
+ * the output as written, its word unexpanded. */
 typedef const char *(*ib_lookup_fn) (void *ctx, const char *name);
+extern const char IB_LOOKUP_KEEP[];
 
 /* Expand $VAR, ${VAR}, ${VAR:-word}, ${VAR:+word}, ${VAR-word}, ${VAR+word}
  * and `escape`-escaped '$' in `word` (Dockerfile "Environment replacement").

@@ -66,7 +66,7 @@ def test_mxnet_plan_is_pinned(tmp_path):
     assert ("apt-get install -y -q git libcurl4-openssl-dev unzip gcc-4.8 g++-4.8 gfortran gfortran-4.8 "
             "binutils nasm libtool curl wget sudo gnupg gnupg2 gnupg-agent pandoc python3-pip automake "
             "pkg-config make python3-dev python3-setuptools libssl-dev ca-certificates ") in out
-    assert 'ln -sf "/usr/bin/${t}-4.8" "/usr/local/bin/${t}"' in out
+    assert 'ln -sf "/usr/bin/$t-4.8" "/usr/local/bin/$t"' in out
     assert 'gcc --version | head -1 | grep -F " 4.8."' in out
     # CMake 3.15.2 from source
     assert ('curl -fsSL "https://github.com/Kitware/CMake/releases/download/v3.15.2/cmake-3.15.2.tar.gz"'
@@ -92,8 +92,8 @@ def test_mxnet_plan_is_pinned(tmp_path):
     assert '&& tools/staticbuild/build.sh "cu100" pip\n' in out
     assert ('RUN case "cu100" in cu100) mxnet_variant=CU100 cuda=10.0 driver=410 ;; '
             "cu101) mxnet_variant=CU101 cuda=10.1 driver=418 ;; esac && deps=/src/incubator-mxnet/staticdeps "
-            '&& export LD_LIBRARY_PATH="${deps}/usr/local/cuda-${cuda}/lib64:${deps}/usr/lib/x86_64-linux-gnu:'
-            '${deps}/usr/lib/nvidia-${driver}" && cd tools/pip '
+            '&& export LD_LIBRARY_PATH="$deps/usr/local/cuda-$cuda/lib64:$deps/usr/lib/x86_64-linux-gnu:'
+            '$deps/usr/lib/nvidia-$driver" && cd tools/pip '
             "&& { [ -e mxnet-build ] || ln -s /src/incubator-mxnet mxnet-build; } "
             "&& mxnet_variant=${mxnet_variant} python3 setup.py bdist_wheel") in out
     # outputs: the wheel, held to manylinux2014; libmxnet.so and its licenses

@@ -23,7 +23,7 @@ static const char recipe_text[]
       "ARG TARGETARCH\n"
       "ENV P=/opt/x-${VER}\n"
       "WORKDIR src\n"
-      "RUN --mount=type=cache,target=/c-${VER} echo \"$VER\" '$VER' $P $UNSET\n"
+      "RUN --mount=type=cache,target=/c-${VER} echo \"$VER\" '$VER' $P $UNSET ${UNSET:+w} ${UNSET:-d}\n"
       "OUTPUT type=local,dest=out-${VER},src=/w\n"
       "FROM build AS unused\n"
       "RUN true\n"
@@ -93,10 +93,10 @@ test_resolution (void **state)
   assert_string_equal (jstr (plan, "stages.0.steps.4.path"), "/src");
   assert_string_equal (jstr (plan, "stages.0.steps.5.instruction"), "RUN");
   assert_string_equal (jstr (plan, "stages.0.steps.5.flags.0"), "--mount=type=cache,target=/c-2.0");
-  assert_string_equal (jstr (plan, "stages.0.steps.5.command"), "echo \"$VER\" '$VER' $P $UNSET");
+  assert_string_equal (jstr (plan, "stages.0.steps.5.command"), "echo \"$VER\" '$VER' $P $UNSET ${UNSET:+w} ${UNSET:-d}");
   /* the preview: ENV and ARGs in, single quotes kept, unknown names as written */
   assert_string_equal (jstr (plan, "stages.0.steps.5.expanded"),
-                       "echo \"2.0\" '$VER' /opt/x-2.0 ${UNSET}");
+                       "echo \"2.0\" '$VER' /opt/x-2.0 $UNSET ${UNSET:+w} ${UNSET:-d}");
   json_t *rargs = json_object_get (json_array_get (json_object_get (json_array_get (stages, 0), "steps"), 5), "args");
   assert_int_equal (json_object_size (rargs), 3); /* VER, REG, TARGETARCH */
   assert_string_equal (jstr (plan, "stages.0.outputs.0.type"), "local");
@@ -117,7 +117,7 @@ test_resolution (void **state)
   cleanup_free char *text = ib_plan_text (plan);
   assert_non_null (strstr (text, "\nstage 1 unused: skipped (not needed)\n"));
   assert_non_null (strstr (text, "  from: image r.example/deb:12\n"));
-  assert_non_null (strstr (text, "  line 9: RUN --mount=type=cache,target=/c-2.0 echo \"2.0\" '$VER' /opt/x-2.0 ${UNSET}\n"
+  assert_non_null (strstr (text, "  line 9: RUN --mount=type=cache,target=/c-2.0 echo \"2.0\" '$VER' /opt/x-2.0 $UNSET ${UNSET:+w} ${UNSET:-d}\n"
                                  "    args: VER=2.0 REG=r.example TARGETARCH=arm64\n"));
   assert_non_null (strstr (text, "  output: type=local dest=out-2.0 src=/w\n"));
   assert_non_null (strstr (text, "  depends on: 0 build\n"));
