@@ -424,7 +424,7 @@ export_registry (ib_store_t *store, const char *ref_string, json_t *layers, cons
     ret = ib_error_set (err, EINVAL, "ref=%s: a cache is pushed under a tag, not a digest",
                         ref_string);
   if (ret == 0)
-    ret = ib_registry_new (&ref, &r, err);
+    ret = ib_registry_open_push (&ref, &r, err); /* registries.conf's location */
   size_t i;
   json_t *l;
   json_array_foreach (layers, i, l)
@@ -760,24 +760,21 @@ import_registry (import_src_t *s, const char *spec, const char *ref_string, size
   ib_ref_t ref;
   if (ib_ref_parse (ref_string, &ref, err) < 0)
     return -1;
-  int ret = ib_registry_new (&ref, &s->r, err);
-  s->repo = ref.repository;
   cleanup_free char *mdata = NULL;
   size_t mlen = 0;
-  if (ret == 0)
+  /* registries.conf applies as for a pull: mirrors, then the location */
+  ib_error_t e = NULL;
+  int ret = ib_registry_open_pull (&ref, ref.digest ? ref.digest : ref.tag, &s->r, &mdata, &mlen,
+                                   &e);
+  s->repo = ref.repository;
+  if (ret < 0 && e->status == ENOENT)
     {
-      ib_error_t e = NULL;
-      ret = ib_registry_get_manifest (s->r, ref.repository, ref.digest ? ref.digest : ref.tag,
-                                      &mdata, &mlen, NULL, NULL, &e);
-      if (ret < 0 && e->status == ENOENT)
-        {
-          not_found (spec, e->msg);
-          ib_error_free (&e);
-          ret = 1;
-        }
-      else if (ret < 0)
-        *err = e;
+      not_found (spec, e->msg);
+      ib_error_free (&e);
+      ret = 1;
     }
+  else if (ret < 0)
+    *err = e;
   if (ret == 0)
     ret = import_manifest (s, mdata, mlen, n, err);
   ib_registry_free (s->r);

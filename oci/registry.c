@@ -3536,6 +3536,24 @@ push_target (ib_ref_t *ref, ib_error_t *err)
 }
 
 int
+ib_registry_open_pull (ib_ref_t *ref, const char *reference, ib_registry_t **r, char **data,
+                       size_t *len, ib_error_t *err)
+{
+  cleanup_free char *shown = xasprintf ("%s/%s", ref->registry, ref->repository);
+  char md[IB_DIGEST_LEN];
+  return pull_open (ref, reference, shown, r, data, len, NULL, md, err);
+}
+
+int
+ib_registry_open_push (ib_ref_t *ref, ib_registry_t **r, ib_error_t *err)
+{
+  *r = NULL;
+  if (push_target (ref, err) < 0)
+    return -1;
+  return ib_registry_new (ref, r, err);
+}
+
+int
 ib_push_refs (ib_store_t *store, const char *src_name, char *const *dst_refs, ib_error_t *err)
 {
   ib_descriptor_t d = { 0 };

@@ -90,6 +90,21 @@ int ib_registry_get_manifest (ib_registry_t *r, const char *repo, const char *re
                               char **data, size_t *len, char **content_type,
                               char digest[IB_DIGEST_LEN], ib_error_t *err);
 
+/* Through the registries configuration (oci/regconf.h,
+ * ib_registry_conf), as pull and push go.
+ * ib_registry_open_pull: GET the manifest `reference` (ref's tag or
+ * digest) from the first source that serves it: the mirrors in order, then
+ * the primary location; blocked registries refused (EACCES).  On success
+ * *r is a client for that source (caller frees, ib_registry_free), ref's
+ * registry and repository become the source's, and *data (NUL-terminated,
+ * *len bytes) is the manifest, caller frees; on failure the last source's
+ * error (ENOENT when it has no such manifest).
+ * ib_registry_open_push: a client for ref's push location (never a mirror;
+ * ref's registry and repository replaced by it). */
+int ib_registry_open_pull (ib_ref_t *ref, const char *reference, ib_registry_t **r, char **data,
+                           size_t *len, ib_error_t *err);
+int ib_registry_open_push (ib_ref_t *ref, ib_registry_t **r, ib_error_t *err);
+
 /* GET /v2/<repo>/blobs/<digest> streamed into a store temp file, sha256
  * computed on the fly, committed with ib_store_commit_blob (mismatch ->
  * deleted, error).  No-op when the store already has it. */

@@ -134,3 +134,42 @@ def test_registry_artifact_is_readable_by_skopeo(exported):
     # every layer of the image built is among the blobs
     image_layers = {l["digest"] for l in exported["digest"][1]["layers"]}
     assert image_layers <= {l["digest"] for l in m["layers"]}
+
+
+def test_registry_cache_goes_through_registries_conf(exported, registry, tmp_path):
+    """A cache reference is a registry reference like any other: the
+    registries configuration's location rewrite applies to --cache-to and
+    --cache-from (the name below exists only in that file), and a mirror
+    that lacks the cache hands over to the location, as for pulls."""
+    conf = tmp_path / "registries.conf"
+    conf.write_text(f"""
+[[registry]]
+prefix = "cache.example/team"
+location = "{registry}/rewritten"
+
+[[registry.mirror]]
+location = "{registry}/empty-mirror"
+""")
+    env = {"IMGBUILD_REGISTRIES_CONF": str(conf)}
+    ref = "cache.example/team/cache:1"
+    r = imgbuild("build", exported["ctx"] / "r.recipe", "--cache-from", f"type=local,src={exported['local']}",
+                 "--cache-to", f"type=registry,ref={ref}", store=tmp_path / "store-f", env=env)
+    assert r.rc == 0, r
+    assert f"cache exported to type=registry,ref={ref}: " in r.err, r.err
+    # it landed where the configuration sends it
+    out = subprocess.run(["skopeo", "inspect", "--raw", "--tls-verify=false",
+                          f"docker://{registry}/rewritten/cache:1"],
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["artifactType"] == ARTIFACT_TYPE
+    store = tmp_path / "store-g"
+    spec = f"type=registry,ref={ref}"
+    r = imgbuild("build", exported["ctx"] / "r.recipe", "--cache-from", spec, store=store, env=env)
+    assert r.rc == 0, r
+    assert re.search(rf"cache imported from {re.escape(spec)}: \d+ records", r.err), r.err
+    check_all_cached(r, exported)
+    assert digest(store) == exported["digest"]
+    # without the configuration the name means a registry that does not exist
+    r = imgbuild("build", exported["ctx"] / "r.recipe", "--cache-from", spec,
+                 store=tmp_path / "store-h", env={"IMGBUILD_REGISTRIES_CONF": ""})
+    assert "cache.example" in r.err, r
