@@ -18,6 +18,7 @@
 #include "rootfs/sandbox.h"
 #include "rootfs/unpack.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <glob.h>
@@ -971,6 +972,36 @@ run_mounts_free (run_mounts_t *r)
 static int
 stage_index (build_t *b, const char *name);
 
+/* Does `filter` leave out anything below directory `dir` (`rel`: its path
+ * relative to the walked source, "" for the source)?  A walk of names
+ * only; unreadable directories count as nothing left out. */
+static bool
+filter_leaves_out (const char *dir, const char *rel, const ib_path_filter_t *filter)
+{
+  DIR *d = opendir (dir);
+  if (d == NULL)
+    return false;
+  bool found = false;
+  struct dirent *de;
+  while (!found && (de = readdir (d)) != NULL)
+    {
+      if (strcmp (de->d_name, ".") == 0 || strcmp (de->d_name, "..") == 0)
+        continue;
+      cleanup_free char *r2 = *rel ? xasprintf ("%s/%s", rel, de->d_name) : xstrdup (de->d_name);
+      if (ib_path_filter_skip (filter, r2, NULL))
+        found = true;
+      else if (de->d_type == DT_DIR || de->d_type == DT_UNKNOWN)
+        {
+          cleanup_free char *sub = ib_path_join (dir, de->d_name);
+          struct stat sb;
+          if (lstat (sub, &sb) == 0 && S_ISDIR (sb.st_mode))
+            found = filter_leaves_out (sub, r2, filter);
+        }
+    }
+  closedir (d);
+  return found;
+}
+
 static int
 run_mount_one (build_t *b, stage_state_t *st, const char *flag, run_mounts_t *r,
                ib_error_t *err)
@@ -1024,7 +1055,25 @@ run_mount_one (build_t *b, stage_state_t *st, const char *flag, run_mounts_t *r,
           ib_error_sys (err, errno, "--mount=%s: source %s", value, ms.source ? ms.source : ".");
           goto out;
         }
-      if (ms.rw)
+      /* From the context, what .dockerignore leaves out is not there (the
+       * context BuildKit receives lacks it): the mount shows a filtered copy
+       * when the source holds any such name. */
+      const char *crel = ms.from ? NULL : src + strlen (root);
+      while (crel && *crel == '/')
+        crel++;
+      ib_path_filter_t filter = { .ignore = b->ignore, .ignore_base = crel };
+      bool filtered = false;
+      if (crel && !ib_ignore_empty (b->ignore))
+        {
+          if (*crel && ib_ignore_excluded (b->ignore, crel))
+            {
+              ib_error_set (err, ENOENT, "--mount=%s: source %s is excluded by .dockerignore",
+                            value, ms.source ? ms.source : ".");
+              goto out;
+            }
+          filtered = S_ISDIR (sst.st_mode) && filter_leaves_out (src, "", &filter);
+        }
+      if (ms.rw || filtered)
         {
           /* BuildKit: writes to a bind mount are discarded; they go to a
            * copy made for this step. */
@@ -1033,7 +1082,8 @@ run_mount_one (build_t *b, stage_state_t *st, const char *flag, run_mounts_t *r,
             goto out;
           ib_strv_push (&r->copies, tmp);
           cleanup_free char *dst = ib_path_join (tmp, "src");
-          if (ib_copy_tree (src, dst, err) < 0)
+          ib_copy_opts_t co = { .chmod = -1, .filter = &filter };
+          if ((filtered ? ib_copy_into (src, dst, true, &co, err) : ib_copy_tree (src, dst, err)) < 0)
             {
               ib_error_prefix (err, "--mount=%s: copy the source", value);
               goto out;

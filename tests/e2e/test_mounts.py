@@ -94,6 +94,41 @@ OUTPUT type=local,dest={out}
     assert "test-ccache" in [p.read_text() for p in ids]
 
 
+def test_bind_from_the_context_leaves_out_what_dockerignore_excludes(mstore, base_image, tmp_path):
+    """BuildKit binds the context it received, which lacks what
+    .dockerignore excludes: so does a RUN --mount=type=bind from the
+    context, read-only or rw, and an excluded source is not found."""
+    ctx = tmp_path / "ctx"
+    write(ctx / "src/main.c", "int main;\n")
+    write(ctx / "src/secret.key", "do not ship\n")
+    write(ctx / "src/logs/a.log", "a\n")
+    write(ctx / "src/logs/keep.log", "keep\n")
+    write(ctx / "notes/x", "x\n")
+    write(ctx / ".dockerignore", "**/*.key\nsrc/logs\n!src/logs/keep.log\nnotes\n")
+    out = tmp_path / "out"
+    recipe = write(ctx / "r.recipe", f"""
+FROM {base_image}
+RUN --mount=type=bind,target=/ctx cd /ctx && find . | sort > /listing-root
+RUN --mount=type=bind,source=src,target=/s,rw cd /s && touch new && find . | sort > /listing-rw
+OUTPUT type=local,dest={out}
+""")
+    r = imgbuild("build", recipe, store=mstore, cwd=ctx)
+    assert r.rc == 0, r
+    assert (out / "listing-root").read_text() == "\n".join([
+        ".", "./.dockerignore", "./r.recipe", "./src", "./src/logs", "./src/logs/keep.log",
+        "./src/main.c"]) + "\n"
+    assert (out / "listing-rw").read_text() == "\n".join([
+        ".", "./logs", "./logs/keep.log", "./main.c", "./new"]) + "\n"
+    # the context is as it was
+    assert (ctx / "src/secret.key").read_text() == "do not ship\n"
+    assert not (ctx / "src/new").exists()
+    recipe.write_text(f"FROM {base_image}\nRUN --mount=type=bind,source=notes,target=/n ls /n\n")
+    r = imgbuild("build", recipe, store=mstore, cwd=ctx)
+    assert r.rc == 1, r
+    assert "--mount=type=bind,source=notes,target=/n: source notes is excluded by .dockerignore" \
+        in r.err, r.err
+
+
 @pytest.mark.parametrize("flag,message", [
     ("--security=insecure", "--security=insecure is not supported"),
     ("--mount=type=secret,id=x,target=/s", "type=secret is not supported"),
