@@ -274,10 +274,9 @@ static char *
 strv_join (char **v, const char *sep)
 {
   ib_buf_t b = { 0 };
-  ib_buf_puts (&b, "");
   for (size_t i = 0; v && v[i]; i++)
     ib_buf_printf (&b, "%s%s", i ? sep : "", v[i]);
-  return b.data;
+  return ib_buf_steal (&b); /* "" when v is empty */
 }
 
 static int
