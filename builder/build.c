@@ -2512,13 +2512,17 @@ run_output (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err
 {
   /* Expand every option value first. */
   const char *type = kv_get (in, "type");
-  cleanup_free char *dest = NULL, *name = NULL, *src = NULL;
+  cleanup_free char *dest = NULL, *name = NULL, *src = NULL, *repair = NULL, *repair_excl = NULL;
   const char *v;
   if ((v = kv_get (in, "dest")) && expand (b, st, v, &dest, err) < 0)
     return -1;
   if ((v = kv_get (in, "name")) && expand (b, st, v, &name, err) < 0)
     return -1;
   if ((v = kv_get (in, "src")) && expand (b, st, v, &src, err) < 0)
+    return -1;
+  if ((v = kv_get (in, "repair")) && expand (b, st, v, &repair, err) < 0)
+    return -1;
+  if ((v = kv_get (in, "repair-exclude")) && expand (b, st, v, &repair_excl, err) < 0)
     return -1;
   if (store_stage_image (b, st, err) < 0)
     return -1;
@@ -2537,8 +2541,8 @@ run_output (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err
         return -1;
       ib_copy_opts_t co = { .chmod = -1 };
       if (ib_copy_into (from, dest, true, &co, err) < 0
-          || ib_wheel_check_copied (from, dest, st->rootfs, kv_get (in, "repair"),
-                                    kv_get (in, "repair-exclude"), err) < 0) /* wheel.h */
+          || ib_wheel_check_copied (from, dest, st->rootfs, repair, repair_excl,
+                                    err) < 0) /* wheel.h */
         return -1;
       ib_info ("[%s] OUTPUT local %s -> %s", stage_label (st),
                src ? src : "/", dest);
@@ -3724,8 +3728,10 @@ plan_stage (build_t *b, stage_state_t *st, json_t *js, ib_error_t *err)
               const char *key = in->kvs[k].key;
               const char *raw = kv_get (in, key);
               cleanup_free char *x = NULL;
-              /* run_output expands dest, name and src; the others are read as written */
-              if (strcmp (key, "dest") == 0 || strcmp (key, "name") == 0 || strcmp (key, "src") == 0)
+              /* run_output expands dest, name, src, repair and repair-exclude; the
+               * others are read as written */
+              if (strcmp (key, "dest") == 0 || strcmp (key, "name") == 0 || strcmp (key, "src") == 0
+                  || strcmp (key, "repair") == 0 || strcmp (key, "repair-exclude") == 0)
                 {
                   if (expand (b, st, raw, &x, err) < 0)
                     {
@@ -3781,7 +3787,8 @@ ib_build_plan (const ib_build_opts_t *opts, json_t **out, ib_error_t *err)
         json_object_set_new (globals, in->kvs[k].key,
                              json_string (vars_get (&b.global_args, in->kvs[k].key, NULL)));
     }
-  if (mark_stages_needed (&b, target, err) < 0)
+  /* as ib_build: --output and -t are OUTPUTs at the end of the target */
+  if (cli_outputs (&b, &b.stages[target], err) < 0 || mark_stages_needed (&b, target, err) < 0)
     goto out;
   json_t *tj = json_object ();
   json_object_set_new (tj, "index", json_integer ((json_int_t) target));

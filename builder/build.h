@@ -64,7 +64,9 @@ int ib_build (ib_store_t *store, const ib_build_opts_t *opts, ib_error_t *err);
  * resolved and the needed stages marked exactly as ib_build() does, then
  * each needed stage walked with its ARG/ENV values, without pulling,
  * running or storing anything (no store, no user namespace).  Reads
- * opts->recipe_path, build_args, target and platform; the rest is ignored.
+ * opts->recipe_path, build_args, target, platform, outputs and tags (those
+ * two are OUTPUTs at the end of the target stage, as in ib_build); the
+ * rest is ignored.
  * *out (owned by the caller, json_decref) is a JSON object:
  *   recipe, platform (the target's), build_platform, build_args {K: V},
  *   global_args {NAME: value} (the recipe's, resolved, in order),

@@ -7,6 +7,7 @@
 #include "builder/prune.h"
 #include "builder/mountspec.h"
 #include "builder/fsops.h"
+#include "builder/matrix.h"
 #include "builder/wheel.h"
 #include "common/progress.h"
 #include "common/util.h"
@@ -21,6 +22,7 @@
 #include "rootfs/unpack.h"
 
 #include <ctype.h>
+#include <dirent.h>
 #include <errno.h>
 #include <getopt.h>
 #include <jansson.h>
@@ -44,13 +46,16 @@ static const char usage_text[] =
   "Usage: imgbuild [GLOBAL OPTIONS] COMMAND [ARGS]\n"
   "\n"
   "Commands:\n"
-  "  [build] RECIPE [--build-arg K=V] [--target STAGE] [--output SPEC] [-t REF] [--context DIR]\n"
+  "  [build] RECIPE [--build-arg K=V] [--matrix K=V1,V2...] [--fail-fast] [--target STAGE]\n"
+  "          [--output SPEC] [-t REF] [--context DIR]\n"
   "          [--compression gzip|zstd|none] [--compression-level N] [--reproducible]\n"
   "          [--device CDI-NAME] [--cdi-spec-dir DIR] [--no-cache] [--no-cache-filter STAGE]\n"
   "          [--keep-on-failure] [--debug-shell] [--cache-from SPEC] [--cache-to SPEC]\n"
   "          [--annotation KEY=VALUE] [-j N] [--platform OS/ARCH[/VARIANT]]\n"
-  "                         build a recipe (a Dockerfile with OUTPUT)\n"
-  "  plan RECIPE [--build-arg K=V] [--target STAGE] [--platform OS/ARCH[/VARIANT]] [--json]\n"
+  "                         build a recipe (a Dockerfile with OUTPUT); --matrix: once\n"
+  "                         per combination of the values, then a summary\n"
+  "  plan RECIPE [--build-arg K=V] [--matrix K=V1,V2...] [--target STAGE]\n"
+  "       [--platform OS/ARCH[/VARIANT]] [--json]\n"
   "                         print what a build would do (stages, steps after ARG\n"
   "                         expansion, cache key inputs, outputs) without running it\n"
   "  pull REF [--platform OS/ARCH[/VARIANT]] [--authfile FILE] [--creds USER:PASS]\n"
@@ -264,6 +269,175 @@ image_rootfs (ib_store_t *store, const char *name, const char *dest, bool snapsh
   return ret;
 }
 
+/* The strings of `v` joined by `sep` (caller frees). */
+static char *
+strv_join (char **v, const char *sep)
+{
+  ib_buf_t b = { 0 };
+  for (size_t i = 0; v && v[i]; i++)
+    ib_buf_printf (&b, "%s%s", i ? sep : "", v[i]);
+  return ib_buf_steal (&b); /* "" when v is empty */
+}
+
+static int
+cmp_str (const void *a, const void *b)
+{
+  return strcmp (*(char *const *) a, *(char *const *) b);
+}
+
+/* --matrix SPEC: a usage error (exit 2) when it does not parse. */
+static void
+matrix_option (ib_matrix_t *m, const char *spec)
+{
+  ib_error_t e = NULL;
+  if (ib_matrix_add (m, spec, &e) < 0)
+    {
+      cleanup_free char *msg = xstrdup (e->msg);
+      ib_error_free (&e);
+      usage_error ("%s", msg);
+    }
+}
+
+static void
+matrix_check_args (const ib_matrix_t *m, char **args)
+{
+  ib_error_t e = NULL;
+  if (ib_matrix_check_args (m, args, &e) < 0)
+    {
+      cleanup_free char *msg = xstrdup (e->msg);
+      ib_error_free (&e);
+      usage_error ("%s", msg);
+    }
+}
+
+/* Every *.whl under `dir` (recursively), as DIR/REL paths, sorted. */
+static void
+list_wheels (const char *dir, char ***out)
+{
+  DIR *d = opendir (dir);
+  if (d == NULL)
+    return;
+  cleanup_strv char **found = NULL;
+  struct dirent *de;
+  while ((de = readdir (d)))
+    {
+      if (strcmp (de->d_name, ".") == 0 || strcmp (de->d_name, "..") == 0)
+        continue;
+      cleanup_free char *p = ib_path_join (dir, de->d_name);
+      struct stat st;
+      if (lstat (p, &st) < 0)
+        continue;
+      if (S_ISDIR (st.st_mode))
+        list_wheels (p, &found);
+      else if (S_ISREG (st.st_mode) && ib_str_has_suffix (de->d_name, ".whl"))
+        ib_strv_push (&found, p);
+    }
+  closedir (d);
+  size_t n = ib_strv_len (found);
+  if (n > 1)
+    qsort (found, n, sizeof (char *), cmp_str);
+  for (size_t i = 0; i < n; i++)
+    ib_strv_push (out, found[i]);
+}
+
+/* One combination's lines of the matrix summary: its outputs as the plan
+ * names them (needed stages, ARGs expanded), the wheels now in each
+ * type=local dest, the images tagged. */
+static void
+matrix_summary_outputs (const ib_build_opts_t *bo, ib_buf_t *sum)
+{
+  json_t *plan = NULL;
+  ib_error_t e = NULL;
+  if (ib_build_plan (bo, &plan, &e) < 0)
+    {
+      ib_buf_printf (sum, "  (outputs unknown: %s)\n", e->msg);
+      ib_error_free (&e);
+      return;
+    }
+  size_t si, oi;
+  json_t *stage, *o;
+  json_array_foreach (json_object_get (plan, "stages"), si, stage)
+    json_array_foreach (json_object_get (stage, "outputs"), oi, o)
+    {
+      const char *type = json_string_value (json_object_get (o, "type"));
+      const char *dest = json_string_value (json_object_get (o, "dest"));
+      const char *name = json_string_value (json_object_get (o, "name"));
+      if (type && strcmp (type, "local") == 0 && dest)
+        {
+          cleanup_strv char **wheels = NULL;
+          list_wheels (dest, &wheels);
+          if (wheels == NULL)
+            ib_buf_printf (sum, "  local %s (no wheels)\n", dest);
+          for (char **w = wheels; w && *w; w++)
+            ib_buf_printf (sum, "  wheel %s\n", *w);
+        }
+      else if (type && (strcmp (type, "image") == 0 || strcmp (type, "registry") == 0) && name)
+        ib_buf_printf (sum, "  image %s\n", name);
+      else if (type && dest)
+        ib_buf_printf (sum, "  %s %s\n", type, dest);
+    }
+  json_decref (plan);
+}
+
+/* imgbuild build --matrix: ib_build once per combination (matrix.h's
+ * order), each with the --build-args plus the combination's values, all
+ * in one store (so steps that do not read a matrix ARG are cache hits
+ * after the first combination).  A failed combination is reported and
+ * the next one built (--fail-fast: none after it); at the end a summary
+ * on stdout lists per combination its outcome, the wheels in each
+ * type=local dest and the images tagged.  Fails when any combination did. */
+static int
+build_matrix (ib_store_t *store, const ib_build_opts_t *base, const ib_matrix_t *m,
+              bool fail_fast, ib_error_t *err)
+{
+  size_t n = ib_matrix_count (m), failed = 0, built = 0;
+  ib_buf_t sum = { 0 };
+  ib_buf_puts (&sum, "");
+  for (size_t i = 0; i < n; i++)
+    {
+      cleanup_strv char **combo = ib_matrix_combination (m, i);
+      cleanup_strv char **args = ib_strv_dup (base->build_args);
+      for (char **c = combo; *c; c++)
+        ib_strv_push (&args, *c);
+      cleanup_free char *label = strv_join (combo, " ");
+      ib_build_opts_t bo = *base;
+      bo.build_args = args;
+      ib_info ("==> matrix %zu/%zu: %s", i + 1, n, label);
+      ib_error_t e = NULL;
+      if (ib_build (store, &bo, &e) < 0)
+        {
+          failed++;
+          const char *nl = strchr (e->msg, '\n');
+          ib_buf_printf (&sum, "matrix %zu/%zu: %s: FAILED: %.*s\n", i + 1, n, label,
+                         nl ? (int) (nl - e->msg) : (int) strlen (e->msg), e->msg);
+          ib_error_prefix (&e, "matrix %s", label);
+          ib_error_report (&e);
+          if (fail_fast)
+            {
+              for (size_t k = i + 1; k < n; k++)
+                {
+                  cleanup_strv char **rest = ib_matrix_combination (m, k);
+                  cleanup_free char *rl = strv_join (rest, " ");
+                  ib_buf_printf (&sum, "matrix %zu/%zu: %s: not built (--fail-fast)\n", k + 1, n,
+                                 rl);
+                }
+              break;
+            }
+          continue;
+        }
+      built++;
+      ib_buf_printf (&sum, "matrix %zu/%zu: %s: ok\n", i + 1, n, label);
+      matrix_summary_outputs (&bo, &sum);
+    }
+  printf ("matrix summary: %zu of %zu combinations built, %zu failed\n%s", built, n, failed,
+          sum.data);
+  fflush (stdout);
+  ib_buf_free (&sum);
+  if (failed)
+    return ib_error_set (err, EIO, "matrix: %zu of %zu combinations failed", failed, n);
+  return 0;
+}
+
 static int
 cmd_build (int argc, char **argv, ib_error_t *err)
 {
@@ -279,14 +453,16 @@ cmd_build (int argc, char **argv, ib_error_t *err)
     { "keep-on-failure", no_argument, NULL, 'K' }, { "debug-shell", no_argument, NULL, 'H' },
     { "cache-from", required_argument, NULL, 'I' }, { "cache-to", required_argument, NULL, 'E' },
     { "annotation", required_argument, NULL, 'A' }, { "jobs", required_argument, NULL, 'j' },
-    { "platform", required_argument, NULL, 'P' },
+    { "platform", required_argument, NULL, 'P' },  { "matrix", required_argument, NULL, 'M' },
+    { "fail-fast", no_argument, NULL, 'X' },
     REGISTRY_OPTIONS,                              { NULL, 0, NULL, 0 },
   };
   cleanup_strv char **args = NULL, **outputs = NULL, **tags = NULL, **devices = NULL,
                     **cdi_dirs = NULL, **no_cache_filter = NULL, **cache_from = NULL,
                     **cache_to = NULL, **annotations = NULL;
-  bool no_cache = false, keep_on_failure = false, debug_shell = false;
+  bool no_cache = false, keep_on_failure = false, debug_shell = false, fail_fast = false;
   const char *target = NULL, *context = NULL, *file = NULL, *platform = NULL;
+  __attribute__ ((cleanup (ib_matrix_clear))) ib_matrix_t matrix = { 0 };
   ib_compression_t compression = IB_COMPRESSION_GZIP;
   int level = -1;
   bool reproducible = false;
@@ -298,6 +474,8 @@ cmd_build (int argc, char **argv, ib_error_t *err)
     switch (c)
       {
       case 'a': ib_strv_push (&args, optarg); break;
+      case 'M': matrix_option (&matrix, optarg); break;
+      case 'X': fail_fast = true; break;
       case 'T': target = optarg; break;
       case 'o': ib_strv_push (&outputs, optarg); break;
       case 't': ib_strv_push (&tags, optarg); break;
@@ -370,6 +548,9 @@ cmd_build (int argc, char **argv, ib_error_t *err)
     usage_error ("%s", "build: missing RECIPE");
   if (optind < argc)
     usage_error ("build: unexpected argument '%s'", argv[optind]);
+  matrix_check_args (&matrix, args);
+  if (fail_fast && matrix.n_axes == 0)
+    usage_error ("%s", "build: --fail-fast goes with --matrix");
   if (!ib_compression_level_ok (compression, level))
     {
       static const char *const ranges[] = { "0-9 for gzip", "1-19 for zstd", "none for none" };
@@ -391,7 +572,8 @@ cmd_build (int argc, char **argv, ib_error_t *err)
                          .no_cache_filter = no_cache_filter, .platform = platform, .keep_on_failure = keep_on_failure,
                          .debug_shell = debug_shell, .cache_from = cache_from,
                          .cache_to = cache_to, .annotations = annotations, .jobs = jobs };
-  int r = ib_build (store, &bo, err);
+  int r = matrix.n_axes ? build_matrix (store, &bo, &matrix, fail_fast, err)
+                        : ib_build (store, &bo, err);
   ib_store_close (store);
   return r;
 }
@@ -403,9 +585,10 @@ cmd_plan (int argc, char **argv, ib_error_t *err)
   static const struct option opts[] = {
     { "build-arg", required_argument, NULL, 'a' }, { "target", required_argument, NULL, 'T' },
     { "platform", required_argument, NULL, 'P' },  { "json", no_argument, NULL, 'J' },
-    { NULL, 0, NULL, 0 },
+    { "matrix", required_argument, NULL, 'M' },    { NULL, 0, NULL, 0 },
   };
   cleanup_strv char **args = NULL;
+  __attribute__ ((cleanup (ib_matrix_clear))) ib_matrix_t matrix = { 0 };
   const char *target = NULL, *platform = NULL;
   bool as_json = false;
   int c;
@@ -414,6 +597,7 @@ cmd_plan (int argc, char **argv, ib_error_t *err)
     switch (c)
       {
       case 'a': ib_strv_push (&args, optarg); break;
+      case 'M': matrix_option (&matrix, optarg); break;
       case 'T': target = optarg; break;
       case 'J': as_json = true; break;
       case 'P':
@@ -434,19 +618,67 @@ cmd_plan (int argc, char **argv, ib_error_t *err)
     usage_error ("%s", "plan: missing RECIPE");
   if (optind + 1 < argc)
     usage_error ("plan: unexpected argument '%s'", argv[optind + 1]);
-  ib_build_opts_t bo = { .recipe_path = argv[optind], .build_args = args, .target = target,
-                         .platform = platform };
-  json_t *plan = NULL;
-  if (ib_build_plan (&bo, &plan, err) < 0)
-    return -1;
-  char *text = as_json ? json_dumps (plan, JSON_INDENT (2) | JSON_PRESERVE_ORDER) : ib_plan_text (plan);
-  json_decref (plan);
-  if (text == NULL)
-    return ib_error_set (err, ENOMEM, "plan: JSON output");
-  fputs (text, stdout);
-  if (as_json)
-    fputc ('\n', stdout);
-  free (text);
+  matrix_check_args (&matrix, args);
+  /* With --matrix: one plan per combination, in the build's order; text
+   * plans under a "matrix I/N: K=V ..." line, JSON ones as an array of
+   * {"matrix": {K: V}, "plan": PLAN}. */
+  size_t n = ib_matrix_count (&matrix);
+  json_t *all = matrix.n_axes && as_json ? json_array () : NULL;
+  for (size_t i = 0; i < n; i++)
+    {
+      cleanup_strv char **combo = ib_matrix_combination (&matrix, i);
+      cleanup_strv char **cargs = ib_strv_dup (args);
+      for (char **c = combo; *c; c++)
+        ib_strv_push (&cargs, *c);
+      ib_build_opts_t bo = { .recipe_path = argv[optind], .build_args = cargs, .target = target,
+                             .platform = platform };
+      json_t *plan = NULL;
+      if (ib_build_plan (&bo, &plan, err) < 0)
+        {
+          json_decref (all);
+          if (matrix.n_axes)
+            {
+              cleanup_free char *label = strv_join (combo, " ");
+              ib_error_prefix (err, "matrix %s", label);
+            }
+          return -1;
+        }
+      if (all)
+        {
+          json_t *m = json_object ();
+          for (char **c = combo; *c; c++)
+            {
+              char *eq = strchr (*c, '=');
+              cleanup_free char *k = xstrndup (*c, (size_t) (eq - *c));
+              json_object_set_new (m, k, json_string (eq + 1));
+            }
+          json_array_append_new (all, json_pack ("{s:o, s:o}", "matrix", m, "plan", plan));
+          continue;
+        }
+      if (matrix.n_axes)
+        {
+          cleanup_free char *label = strv_join (combo, " ");
+          printf ("%smatrix %zu/%zu: %s\n\n", i ? "\n" : "", i + 1, n, label);
+        }
+      char *text = as_json ? json_dumps (plan, JSON_INDENT (2) | JSON_PRESERVE_ORDER)
+                           : ib_plan_text (plan);
+      json_decref (plan);
+      if (text == NULL)
+        return ib_error_set (err, ENOMEM, "plan: JSON output");
+      fputs (text, stdout);
+      if (as_json)
+        fputc ('\n', stdout);
+      free (text);
+    }
+  if (all)
+    {
+      char *text = json_dumps (all, JSON_INDENT (2) | JSON_PRESERVE_ORDER);
+      json_decref (all);
+      if (text == NULL)
+        return ib_error_set (err, ENOMEM, "plan: JSON output");
+      puts (text);
+      free (text);
+    }
   return 0;
 }
 

@@ -149,3 +149,32 @@ def stored_names(store):
         return []
     return [m.get("annotations", {}).get("org.opencontainers.image.ref.name")
             for m in json.loads(p.read_text()).get("manifests", [])]
+
+
+def tiny_wheel(dest, name, version, tag="py3-none-any", files=None):
+    """Write a minimal PEP 427 wheel DEST/NAME-VERSION-TAG.whl holding the
+    package NAME (__init__.py with __version__, plus `files`: {path: str or
+    bytes})
+    and its .dist-info (METADATA, WHEEL, RECORD with sha256 digests), as
+    bdist_wheel would; returns its path."""
+    import base64
+    import hashlib
+    import zipfile
+    pure = tag.endswith("-any")
+    info = f"{name}-{version}.dist-info"
+    members = {f"{name}/__init__.py": f'__version__ = "{version}"\n', **(files or {})}
+    members[f"{info}/METADATA"] = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
+    members[f"{info}/WHEEL"] = ("Wheel-Version: 1.0\nGenerator: imgbuild-tests\n"
+                                f"Root-Is-Purelib: {'true' if pure else 'false'}\nTag: {tag}\n")
+    record = []
+    for path, text in members.items():
+        data = text if isinstance(text, bytes) else text.encode()
+        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+        record.append(f"{path},sha256={digest},{len(data)}")
+    record.append(f"{info}/RECORD,,")
+    members[f"{info}/RECORD"] = "\n".join(record) + "\n"
+    path = Path(dest) / f"{name}-{version}-{tag}.whl"
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
+        for p, text in members.items():
+            z.writestr(p, text)
+    return path

@@ -196,11 +196,44 @@ test_quote (void **state)
     }
 }
 
+/* OUTPUT's repair= and repair-exclude= are expanded like dest (an ARG picks
+ * the platform); --output and -t are OUTPUTs at the end of the target,
+ * expanded with its variables. */
+static void
+test_output_values_and_cli_outputs (void **state)
+{
+  (void) state;
+  cleanup_free char *path = write_recipe ("FROM scratch AS w\n"
+                                          "ARG ARCH=x86_64\n"
+                                          "ARG V=1\n"
+                                          "OUTPUT type=local,dest=d-${V},src=/w,repair=manylinux_2_31_${ARCH},"
+                                          "repair-exclude=libx-${V}.so,compression=${V}\n");
+  char *args[] = { "ARCH=aarch64", NULL };
+  char *outputs[] = { "type=local,dest=cli-${V}", NULL };
+  char *tags[] = { "app:${V}-${ARCH}", NULL };
+  ib_build_opts_t o = { .recipe_path = path, .build_args = args, .outputs = outputs, .tags = tags };
+  json_t *plan = NULL;
+  ib_error_t err = NULL;
+  assert_int_equal (ib_build_plan (&o, &plan, &err), 0);
+  assert_string_equal (jstr (plan, "stages.0.outputs.0.dest"), "d-1");
+  assert_string_equal (jstr (plan, "stages.0.outputs.0.repair"), "manylinux_2_31_aarch64");
+  assert_string_equal (jstr (plan, "stages.0.outputs.0.repair-exclude"), "libx-1.so");
+  assert_string_equal (jstr (plan, "stages.0.outputs.0.compression"), "${V}"); /* as written */
+  assert_string_equal (jstr (plan, "stages.0.outputs.1.dest"), "cli-1");
+  assert_string_equal (jstr (plan, "stages.0.outputs.2.type"), "image");
+  assert_string_equal (jstr (plan, "stages.0.outputs.2.name"), "app:1-aarch64");
+  assert_int_equal (json_array_size (json_object_get (json_array_get (json_object_get (plan, "stages"), 0),
+                                                      "outputs")), 3);
+  json_decref (plan);
+  unlink (path);
+}
+
 int
 main (void)
 {
   const struct CMUnitTest tests[] = {
     cmocka_unit_test (test_resolution),
+    cmocka_unit_test (test_output_values_and_cli_outputs),
     cmocka_unit_test (test_target_and_stage_base),
     cmocka_unit_test (test_errors),
     cmocka_unit_test (test_quote),
