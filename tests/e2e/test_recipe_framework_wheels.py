@@ -85,7 +85,7 @@ def test_framework_wheels_plan_is_pinned(tmp_path):
             'vision=torchvision==0.15.0; audio=torchaudio==2.0.0; text=torchtext==0.15.0; '
             'data=torchdata==0.6.0 ;;') in out
     assert 'index="https://download.pytorch.org/whl/${channel}${variant}";' in out
-    assert ('--index-url "${index}" --extra-index-url "https://pypi.org/simple" ${pkgs};') in out
+    assert ('--index-url "$index" --extra-index-url "https://pypi.org/simple" $pkgs;') in out
     assert "args: those of line 61, and PYTORCH_VERSION=1.13.1 CUDA_VERSION=11.7 ENABLE_CUDA=0 " \
            "IS_ARM64=0 ENABLE_MKLDNN=1 TORCH_ONLY=0 " \
            "TORCH_INDEX=https://download.pytorch.org/whl PIP_INDEX=https://pypi.org/simple\n" in out
