@@ -2750,9 +2750,19 @@ stage_child (build_t *b, stage_state_t *st, int wfd)
         }
       ib_error_free (&e);
     }
+  /* JSON: each stage's process emits its own step events (one line per
+   * write, ids "[stage i/n] ..." unique across stages); a TTY display
+   * would be redrawn by several processes at once, so TTY stays plain. */
+  if (ib_progress_resolved_mode () == IB_PROGRESS_JSON)
+    {
+      cleanup_free char *title = xasprintf ("build %s", b->recipe->path);
+      b->prog = ib_progress_begin (title);
+    }
   size_t h0 = b->hits, m0 = b->misses, k0 = ib_strv_len (b->keys);
   ib_error_t e = NULL;
   int r = run_stage (b, st, &e);
+  ib_progress_end (b->prog);
+  b->prog = NULL;
   json_t *keys = json_array ();
   for (size_t k = k0; b->keys && b->keys[k]; k++)
     json_array_append_new (keys, json_string (b->keys[k]));

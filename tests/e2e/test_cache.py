@@ -402,6 +402,17 @@ OUTPUT type=image,name=cache-jobs:latest
     assert inspect(store, "cache-jobs:latest") == first
     r = imgbuild("build", "-j", "4", c / "r.recipe", store=store)
     assert r.rc == 0 and "(4 steps cached, 0 run)" in r.err, r.err
+    # JSON progress with -j: each stage's process emits its own events,
+    # whole lines, one add and one done per step, ids unique across stages
+    r = imgbuild("--progress", "json", "build", "-j", "2", "--no-cache", c / "r.recipe", store=store)
+    assert r.rc == 0, r
+    events = [json.loads(l) for l in r.err.splitlines() if l.startswith("{")]
+    added = [e["id"] for e in events if e["event"] == "add"]
+    done = [e["id"] for e in events if e["event"] == "done"]
+    assert sorted(added) == sorted(done) and len(set(added)) == len(added), events
+    assert {i.split(" ")[0] for i in added} == {"[a", "[b", "[final"}, added
+    assert sum(1 for i in added if " RUN " in i) == 2, added
+    assert all(e["ok"] for e in events if e["event"] == "done"), events
     # a failing stage fails the build with its own message; the final stage
     # never starts
     write(c / "bad.recipe", f"""
