@@ -1736,6 +1736,24 @@ ib_sandbox_run (const ib_sandbox_opts_t *opts, int *exit_status, ib_error_t *err
       placeholder_create (rootfs, "resolv.conf", &placeholders[0]);
       placeholder_create (rootfs, "hosts", &placeholders[1]);
     }
+  /* A rootfs without /dev or /proc (FROM scratch plus a static binary)
+   * gets them as mount points for this run only, as runc makes them: they
+   * are removed afterwards and the root's times put back, so the step's
+   * layer does not hold them. */
+  {
+    cleanup_close int rfd = open (rootfs, O_PATH | O_DIRECTORY | O_CLOEXEC);
+    static const char *const points[] = { "dev", "proc" };
+    for (size_t i = 0; rfd >= 0 && i < sizeof points / sizeof *points; i++)
+      {
+        struct stat sb;
+        if (fstatat (rfd, points[i], &sb, AT_SYMLINK_NOFOLLOW) == 0 || errno != ENOENT)
+          continue;
+        made_note_parent (&made, rfd);
+        cleanup_free char *p = ib_path_join (rootfs, points[i]);
+        if (mkdir (p, 0755) == 0)
+          made_add (&made, p);
+      }
+  }
   struct extras x = { .ldcache_fd = -1 };
   int ret = prepare_extras (opts, rootfs, &made, &x, err);
   made_snapshot (&made);

@@ -179,3 +179,34 @@ def test_imgbuild_run_option_errors(mstore, rootfs, args, message):
     r = imgbuild("run", *args, "--rootfs", rootfs, "--", "true", store=mstore)
     assert r.rc in (2, 125), r
     assert message in r.err, r
+
+
+def test_scratch_rootfs_gets_dev_and_proc_for_the_run_only(mstore, tmp_path):
+    """FROM scratch plus a static binary: RUN (and a heredoc's #! script,
+    run as /dev/pipes/NAME) gets /dev and /proc as mount points made for
+    the run, as runc makes them; the layers hold only what the step wrote."""
+    import json
+    import subprocess
+    ctx = tmp_path / "ctx"
+    write(ctx / "prog.c", r'''#include <stdio.h>
+#include <unistd.h>
+int main (int argc, char **argv) {
+  FILE *f = fopen ("/out", "a");
+  fprintf (f, "%s dev-null=%d proc-self=%d\n", argc > 1 ? argv[1] : "-",
+           access ("/dev/null", W_OK) == 0, access ("/proc/self/exe", F_OK) == 0);
+  return fclose (f);
+}
+''')
+    subprocess.run(["cc", "-static", "-O2", "-o", str(ctx / "prog"), str(ctx / "prog.c")], check=True)
+    recipe = write(ctx / "r.recipe", 'FROM scratch\nCOPY prog /prog\nRUN ["/prog"]\nRUN <<EOF\n#!/prog\nEOF\n')
+    r = imgbuild("build", recipe, "-t", "scratch-dev:1", store=mstore, cwd=ctx)
+    assert r.rc == 0, r
+    m = json.loads(imgbuild("inspect", "scratch-dev:1", store=mstore).out)
+    layers = [l["digest"].split(":")[1] for l in m["manifest"]["layers"]]
+    assert len(layers) == 3
+    for digest in layers[1:]:
+        with tarfile.open(Path(mstore) / "blobs/sha256" / digest) as t:
+            assert t.getnames() == ["out"], t.getnames()
+    with tarfile.open(Path(mstore) / "blobs/sha256" / layers[2]) as t:
+        assert t.extractfile("out").read().decode() == \
+            "- dev-null=1 proc-self=1\n/dev/pipes/EOF dev-null=1 proc-self=1\n"
