@@ -64,7 +64,7 @@ e2e-realworld: all
 	bash tests/realworld/run.sh
 
 asan:
-	LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp $(MAKE) BUILD=build-asan BIN=bin-asan CFLAGS="-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer" LDFLAGS="-fsanitize=address,undefined" all unit
+	ASAN_OPTIONS=fast_unwind_on_malloc=0 $(MAKE) BUILD=build-asan BIN=bin-asan CFLAGS="-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer" LDFLAGS="-fsanitize=address,undefined" all unit
 
 # libFuzzer targets (clang): ref, manifest/index/config, layer unpack; each
 # runs FUZZ_SECONDS (default 60).  tests/fuzz/run.sh says more.

@@ -471,6 +471,7 @@ struct pipe
   bool closing;        /* producer done: finish the stream after the last slot */
   bool failed;         /* consumer failed: s->status and s->msg say why */
   bool finished;       /* pipe_finish was called */
+  bool sink_failed;    /* producer's side: a commit failed, the rest is swallowed */
 };
 
 static void *
@@ -585,6 +586,13 @@ sink_write_cb (struct archive *a, void *ud, const void *buf, size_t len)
       archive_set_error (a, EIO, "the layer stream is closed");
       return -1;
     }
+  /* A failed output is not reported to libarchive (-1 would put the
+   * archive in its FATAL state, and libarchive 3.6's archive_write_free
+   * then never frees the client buffer: 10 KiB per failed layer, found by
+   * LeakSanitizer).  The bytes are swallowed, write_items stops at the next
+   * entry (sink_failed), and pipe_finish reports the error. */
+  if (p->sink_failed)
+    return (la_ssize_t) len;
   ib_sha256_update (p->s->tar_hash, buf, len);
   const unsigned char *b = buf;
   size_t left = len;
@@ -599,8 +607,8 @@ sink_write_cb (struct archive *a, void *ud, const void *buf, size_t len)
       left -= n;
       if (p->len[t] == PIPE_CHUNK && pipe_commit (p) < 0)
         {
-          archive_set_error (a, p->s->status, "%s", p->s->msg);
-          return -1;
+          p->sink_failed = true;
+          return (la_ssize_t) len;
         }
     }
   return (la_ssize_t) len;
@@ -895,10 +903,12 @@ add_xattrs (struct archive_entry *ae, const char *rootfs, const struct scan_ent 
 
 static int
 write_items (struct archive *a, const char *rootfs, int rootfd, struct item *items, size_t n,
-             int64_t sde, ib_error_t *err)
+             int64_t sde, const bool *stop, ib_error_t *err)
 {
   for (size_t i = 0; i < n; i++)
     {
+      if (*stop)
+        return ib_error_set (err, EIO, "the layer's output failed");
       struct item *it = &items[i];
       struct archive_entry *ae = archive_entry_new ();
       if (ae == NULL)
@@ -1082,7 +1092,7 @@ write_diff (const char *rootfs, const ib_fs_scan_t *before, const ib_fs_scan_t *
       ib_error_set (err, EIO, "write %s: %s", out_path, archive_error_string (a));
       goto out;
     }
-  if (write_items (a, rootfs, rootfd, items, n_items, o->sde, err) < 0)
+  if (write_items (a, rootfs, rootfd, items, n_items, o->sde, &pp.sink_failed, err) < 0)
     {
       /* the output's failure (a full disk) is the one to report, not the
        * entry that was being written when it surfaced */
