@@ -2469,6 +2469,9 @@ run_output (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err
       struct stat sb;
       if (output_src (st, src, &from, &sb, err) < 0)
         return -1;
+      const char *require = kv_get (in, "require");
+      if (require && *require && ib_wheel_check_required (from, st->rootfs, require, err) < 0)
+        return -1; /* nothing copied: dest holds no wheel that falls short */
       ib_copy_opts_t co = { .chmod = -1 };
       if (ib_copy_into (from, dest, true, &co, err) < 0
           || ib_wheel_check_copied (from, dest, st->rootfs, kv_get (in, "repair"),
@@ -3270,6 +3273,20 @@ ib_build (ib_store_t *store, const ib_build_opts_t *opts, ib_error_t *err)
           {
             ib_error_set (err, ENOTSUP, "%s:%d: OUTPUT type=%s is not supported yet",
                           b.recipe->path, in->line, type);
+            goto out;
+          }
+        const char *req = type && strcmp (type, "local") == 0 ? kv_get (in, "require") : NULL;
+        const char *rep = type && strcmp (type, "local") == 0 ? kv_get (in, "repair") : NULL;
+        if (req && *req && rep && *rep)
+          {
+            ib_error_set (err, EINVAL, "%s:%d: OUTPUT require= and repair= together: repair= "
+                          "already fails for a wheel it cannot bring to its policy; require= "
+                          "is for wheels left as built", b.recipe->path, in->line);
+            goto out;
+          }
+        if (req && *req && ib_wheel_policy_check (req, err) < 0)
+          {
+            ib_error_prefix (err, "%s:%d: OUTPUT require", b.recipe->path, in->line);
             goto out;
           }
         const char *comp = type && strcmp (type, "tar") == 0 ? kv_get (in, "compression") : NULL;

@@ -2710,6 +2710,206 @@ ib_wheel_check_copied (const char *src, const char *dest, const char *root, cons
   return check_or_repair (out, &o, err);
 }
 
+/* ---- require= ----------------------------------------------------------- */
+
+static size_t
+policy_index (const ib_wheel_audit_t *a, const char *name)
+{
+  for (size_t k = 0; k < a->npol; k++)
+    if (strcmp (a->pol[k].name, name) == 0 || strv_has (a->pol[k].aliases, name))
+      return k;
+  return SIZE_MAX;
+}
+
+int
+ib_wheel_policy_check (const char *plat, ib_error_t *err)
+{
+  const char *arch = name_arch (plat);
+  if (!arch)
+    return ib_error_set (err, EINVAL, "%s names no architecture (like manylinux_2_17_x86_64)",
+                         plat);
+  json_t *root = NULL;
+  policy_t *p = NULL;
+  size_t n = 0;
+  if (load_policies (arch, &root, &p, &n, err) < 0)
+    return -1;
+  bool found = false;
+  for (size_t k = 1; k < n; k++) /* 0 is linux_<arch>: not a policy to satisfy */
+    if (strcmp (p[k].name, plat) == 0 || strv_has (p[k].aliases, plat))
+      found = true;
+  for (size_t k = 0; k < n; k++)
+    {
+      free (p[k].name);
+      ib_strv_free (p[k].aliases);
+    }
+  free (p);
+  json_decref (root);
+  if (!found)
+    return ib_error_set (err, EINVAL, "%s: no manylinux policy of that name", plat);
+  return 0;
+}
+
+/* Why the audited wheel `a` does not satisfy policy `req` (a->overall <
+ * req): the versioned symbols above it, the libraries off its whitelist,
+ * its black-listed symbols, and the other criteria, in auditwheel's terms. */
+static char *
+unmet_reasons (const ib_wheel_audit_t *a, size_t req)
+{
+  ib_buf_t b = { 0 };
+  const policy_t *p = &a->pol[req];
+  if (req > a->sym)
+    {
+      ib_buf_printf (&b, "versioned symbols need %s (", a->pol[a->sym].name);
+      bool first = true;
+      cleanup_strv char **keys = NULL;
+      for (size_t i = 0; i < a->versioned.n; i++)
+        ib_strv_push (&keys, a->versioned.e[i].key);
+      strv_sort (keys);
+      for (size_t i = 0; keys && keys[i]; i++)
+        {
+          cleanup_strv char **vals = ib_strv_dup (smap_find (&a->versioned, keys[i])->vals);
+          strv_sort (vals);
+          for (size_t j = 0; vals && vals[j]; j++)
+            {
+              const char *us = strchr (vals[j], '_');
+              cleanup_free char *prefix
+                  = us ? xstrndup (vals[j], (size_t) (us - vals[j])) : xstrdup (vals[j]);
+              json_t *arr = p->symvers ? json_object_get (p->symvers, prefix) : NULL;
+              if (!arr || (us && json_array_has (arr, us + 1)))
+                continue;
+              ib_buf_printf (&b, "%s%s %s", first ? "" : ", ", keys[i], vals[j]);
+              first = false;
+            }
+        }
+      ib_buf_puts (&b, ")");
+    }
+  const extref_t *r = &a->refs[req];
+  if (r->libs.n)
+    {
+      ib_buf_printf (&b, "%sexternal libraries off its whitelist:", b.len ? "; " : "");
+      cleanup_strv char **names = NULL;
+      for (size_t i = 0; i < r->libs.n; i++)
+        ib_strv_push (&names, r->libs.e[i].key);
+      strv_sort (names);
+      for (size_t i = 0; names[i]; i++)
+        ib_buf_printf (&b, "%s %s", i ? "," : "", names[i]);
+    }
+  if (r->blacklist.n)
+    {
+      ib_buf_printf (&b, "%sblack-listed symbols:", b.len ? "; " : "");
+      for (size_t i = 0; i < r->blacklist.n; i++)
+        {
+          cleanup_strv char **syms = ib_strv_dup (r->blacklist.e[i].vals);
+          strv_sort (syms);
+          for (size_t j = 0; syms && syms[j]; j++)
+            ib_buf_printf (&b, "%s %s %s", i || j ? "," : "", r->blacklist.e[i].key, syms[j]);
+        }
+    }
+  if (req > a->ucs)
+    ib_buf_printf (&b, "%sa UCS2 build of Python", b.len ? "; " : "");
+  if (req > a->pyfpe)
+    ib_buf_printf (&b, "%sthe PyFPE_jbuf symbol", b.len ? "; " : "");
+  if (req > a->machine)
+    ib_buf_printf (&b, "%sunsupported ISA extensions", b.len ? "; " : "");
+  if (!b.len)
+    ib_buf_printf (&b, "the audit's tag is %s", a->pol[a->overall].name);
+  return ib_buf_steal (&b);
+}
+
+/* Collect the regular *.whl files under `dir`/`rel` (relative paths). */
+static int
+collect_wheels (const char *dir, const char *rel, char ***out, ib_error_t *err)
+{
+  cleanup_free char *path = rel ? ib_path_join (dir, rel) : xstrdup (dir);
+  DIR *d = opendir (path);
+  if (!d)
+    return ib_error_sys (err, errno, "opendir %s", path);
+  cleanup_strv char **names = NULL;
+  struct dirent *de;
+  while ((de = readdir (d)))
+    if (strcmp (de->d_name, ".") && strcmp (de->d_name, ".."))
+      ib_strv_push (&names, de->d_name);
+  closedir (d);
+  strv_sort (names);
+  for (size_t i = 0; names && names[i]; i++)
+    {
+      cleanup_free char *sub = rel ? xasprintf ("%s/%s", rel, names[i]) : xstrdup (names[i]);
+      cleanup_free char *full = ib_path_join (dir, sub);
+      struct stat st;
+      if (lstat (full, &st) < 0)
+        return ib_error_sys (err, errno, "stat %s", full);
+      if (S_ISDIR (st.st_mode))
+        {
+          if (collect_wheels (dir, sub, out, err) < 0)
+            return -1;
+        }
+      else if (S_ISREG (st.st_mode) && ib_str_has_suffix (names[i], ".whl"))
+        ib_strv_push (out, sub);
+    }
+  return 0;
+}
+
+int
+ib_wheel_check_required (const char *src, const char *root, const char *plat, ib_error_t *err)
+{
+  if (ib_wheel_policy_check (plat, err) < 0)
+    return ib_error_prefix (err, "OUTPUT require");
+  struct stat st;
+  if (lstat (src, &st) < 0)
+    return ib_error_sys (err, errno, "stat %s", src);
+  cleanup_strv char **rels = NULL;
+  cleanup_free char *dir = NULL;
+  if (S_ISDIR (st.st_mode))
+    {
+      dir = xstrdup (src);
+      if (collect_wheels (src, NULL, &rels, err) < 0)
+        return -1;
+    }
+  else if (S_ISREG (st.st_mode) && ib_str_has_suffix (src, ".whl"))
+    {
+      const char *sl = strrchr (src, '/');
+      dir = !sl ? xstrdup (".") : sl == src ? xstrdup ("/") : xstrndup (src, (size_t) (sl - src));
+      ib_strv_push (&rels, sl ? sl + 1 : src);
+    }
+  ib_buf_t why = { 0 };
+  size_t failed = 0, total = ib_strv_len (rels);
+  for (size_t i = 0; i < total; i++)
+    {
+      cleanup_free char *full = ib_path_join (dir, rels[i]);
+      ib_wheel_t *w = NULL;
+      ib_wheel_audit_t *a = NULL;
+      ib_wheel_audit_opts_t ao = { .root = root };
+      if (ib_wheel_open (full, &w, err) < 0 || ib_wheel_audit (w, &ao, &a, err) < 0)
+        {
+          ib_wheel_close (w);
+          ib_buf_free (&why);
+          return -1;
+        }
+      size_t req = a->pure ? SIZE_MAX : policy_index (a, plat);
+      if (!a->pure && req == SIZE_MAX)
+        ib_buf_printf (&why, "%swheel %s: not a %s wheel", failed++ ? "; " : "", w->base,
+                       name_arch (plat));
+      else if (!a->pure && a->overall < req)
+        {
+          cleanup_free char *reasons = unmet_reasons (a, req);
+          ib_buf_printf (&why, "%swheel %s: platform tag %s, not %s: %s", failed++ ? "; " : "",
+                         w->base, a->pol[a->overall].name, plat, reasons);
+        }
+      else
+        ib_info ("wheel %s: satisfies %s", w->base, plat);
+      ib_wheel_audit_free (a);
+      ib_wheel_close (w);
+    }
+  if (failed)
+    {
+      ib_error_set (err, EINVAL, "require=%s: %zu of %zu wheels do not satisfy it (nothing "
+                    "copied): %s", plat, failed, total, why.data);
+      ib_buf_free (&why);
+      return -1;
+    }
+  return 0;
+}
+
 /* ---- repair ------------------------------------------------------------- */
 
 /* Find `prog` in $PATH (or take it as given when it holds a '/'). */
@@ -2806,15 +3006,6 @@ sha256_hex8 (const char *path, char out[9], ib_error_t *err)
     return ib_error_sys (err, errno, "read %s", path);
   snprintf (out, 9, "%02x%02x%02x%02x", d[0], d[1], d[2], d[3]);
   return 0;
-}
-
-static size_t
-policy_index (const ib_wheel_audit_t *a, const char *name)
-{
-  for (size_t k = 0; k < a->npol; k++)
-    if (strcmp (a->pol[k].name, name) == 0 || strv_has (a->pol[k].aliases, name))
-      return k;
-  return SIZE_MAX;
 }
 
 /* "$ORIGIN/<path from dir(rel) to dest>", both relative to the wheel root. */
