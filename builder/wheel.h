@@ -140,8 +140,10 @@ typedef struct ib_wheel_repair_opts
  * (patchelf, one change per call); replace the linux_<arch> platform
  * tag by the policy's name and aliases in the file name and WHEEL; rewrite
  * RECORD; write the zip (entries sorted, .dist-info last, RECORD the very
- * last; mode 0644 or 0755; times from SOURCE_DATE_EPOCH when set, so the
- * output is reproducible).  *out_path (caller frees) is the new wheel's
+ * last; mode 0644 or 0755; the MS-DOS time fields in UTC, whatever TZ says:
+ * SOURCE_DATE_EPOCH's when set, so the output is reproducible, else each
+ * member's as the wheel stored them and the current time for grafted
+ * libraries; TZ is neither read for this nor set).  *out_path (caller frees) is the new wheel's
  * path.  A wheel that needs no grafting is still retagged and rewritten. */
 int ib_wheel_repair (const char *path, const ib_wheel_repair_opts_t *opts, char **out_path,
                      ib_error_t *err);

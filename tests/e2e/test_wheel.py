@@ -8,6 +8,7 @@ build.recipe runs `python3 setup.py bdist_wheel` there, the wheels coming
 out through OUTPUT type=local with the build's own audit.  auditwheel's
 answers for those wheels are recorded in tests/fixtures/wheels/auditwheel.json
 (with how they were obtained)."""
+import calendar
 import hashlib
 import io
 import json
@@ -284,6 +285,30 @@ def test_repair_is_reproducible(wheels, repaired, tmp_path):
     modes = {i.filename: (i.external_attr >> 16) & 0o777 for i in infos}
     assert set(modes.values()) <= {0o644, 0o755}
     assert modes["ibw_yaml-0.1.dist-info/RECORD"] == 0o644
+
+
+def test_repair_without_epoch_keeps_member_times_whatever_tz(wheels, tmp_path):
+    """No SOURCE_DATE_EPOCH: each member keeps the MS-DOS time fields the
+    wheel stored (bdist_wheel's, in UTC), read and written without the
+    local time zone; the grafted library gets the current time, in UTC."""
+    orig = {i.filename: i.date_time for i in zipfile.ZipFile(wheels["ibw_yaml"]).infolist()}
+    outs = []
+    for tz in ("Asia/Kolkata", "America/New_York"):
+        t0 = time.time()
+        r = imgbuild("wheel", "repair", wheels["ibw_yaml"], "--plat", "manylinux_2_17_x86_64",
+                     "-w", tmp_path / tz.replace("/", "_"), store="/x", env={"TZ": tz})
+        t1 = time.time()
+        assert r.rc == 0, r
+        infos = zipfile.ZipFile(r.out.strip()).infolist()
+        for i in infos:
+            if i.filename in orig:
+                assert i.date_time == orig[i.filename], (tz, i.filename)
+            else:
+                assert i.filename.startswith("ibw_yaml.libs/")
+                got = calendar.timegm(i.date_time + (0, 0, 0))
+                assert t0 - 2 <= got <= t1 + 2, (tz, i.date_time)
+        outs.append({i.filename: i.date_time for i in infos if i.filename in orig})
+    assert outs[0] == outs[1]
 
 
 def test_repair_refusals(wheels, tmp_path):
