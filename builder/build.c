@@ -2512,7 +2512,8 @@ run_output (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err
 {
   /* Expand every option value first. */
   const char *type = kv_get (in, "type");
-  cleanup_free char *dest = NULL, *name = NULL, *src = NULL, *repair = NULL, *repair_excl = NULL;
+  cleanup_free char *dest = NULL, *name = NULL, *src = NULL, *repair = NULL, *repair_excl = NULL,
+                    *require = NULL;
   const char *v;
   if ((v = kv_get (in, "dest")) && expand (b, st, v, &dest, err) < 0)
     return -1;
@@ -2523,6 +2524,8 @@ run_output (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err
   if ((v = kv_get (in, "repair")) && expand (b, st, v, &repair, err) < 0)
     return -1;
   if ((v = kv_get (in, "repair-exclude")) && expand (b, st, v, &repair_excl, err) < 0)
+    return -1;
+  if ((v = kv_get (in, "require")) && expand (b, st, v, &require, err) < 0)
     return -1;
   if (store_stage_image (b, st, err) < 0)
     return -1;
@@ -2539,6 +2542,8 @@ run_output (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err
       struct stat sb;
       if (output_src (st, src, &from, &sb, err) < 0)
         return -1;
+      if (require && *require && ib_wheel_check_required (from, st->rootfs, require, err) < 0)
+        return -1; /* nothing copied: dest holds no wheel that falls short */
       ib_copy_opts_t co = { .chmod = -1 };
       if (ib_copy_into (from, dest, true, &co, err) < 0
           || ib_wheel_check_copied (from, dest, st->rootfs, repair, repair_excl,
@@ -3352,6 +3357,21 @@ ib_build (ib_store_t *store, const ib_build_opts_t *opts, ib_error_t *err)
                           b.recipe->path, in->line, type);
             goto out;
           }
+        const char *req = type && strcmp (type, "local") == 0 ? kv_get (in, "require") : NULL;
+        const char *rep = type && strcmp (type, "local") == 0 ? kv_get (in, "repair") : NULL;
+        if (req && *req && rep && *rep)
+          {
+            ib_error_set (err, EINVAL, "%s:%d: OUTPUT require= and repair= together: repair= "
+                          "already fails for a wheel it cannot bring to its policy; require= "
+                          "is for wheels left as built", b.recipe->path, in->line);
+            goto out;
+          }
+        /* a value naming ARGs is checked once expanded, when the stage ends */
+        if (req && *req && !strchr (req, '$') && ib_wheel_policy_check (req, err) < 0)
+          {
+            ib_error_prefix (err, "%s:%d: OUTPUT require", b.recipe->path, in->line);
+            goto out;
+          }
         const char *comp = type && strcmp (type, "tar") == 0 ? kv_get (in, "compression") : NULL;
         ib_compression_t c;
         if (comp && ib_compression_parse (comp, &c) < 0)
@@ -3738,10 +3758,11 @@ plan_stage (build_t *b, stage_state_t *st, json_t *js, ib_error_t *err)
               const char *key = in->kvs[k].key;
               const char *raw = kv_get (in, key);
               cleanup_free char *x = NULL;
-              /* run_output expands dest, name, src, repair and repair-exclude; the
-               * others are read as written */
+              /* run_output expands dest, name, src, repair, repair-exclude and
+               * require; the others are read as written */
               if (strcmp (key, "dest") == 0 || strcmp (key, "name") == 0 || strcmp (key, "src") == 0
-                  || strcmp (key, "repair") == 0 || strcmp (key, "repair-exclude") == 0)
+                  || strcmp (key, "repair") == 0 || strcmp (key, "repair-exclude") == 0
+                  || strcmp (key, "require") == 0)
                 {
                   if (expand (b, st, raw, &x, err) < 0)
                     {

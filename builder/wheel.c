@@ -257,6 +257,8 @@ typedef struct member
   uint64_t size;
   mode_t mode;    /* permission bits as stored (0644 when none) */
   int64_t mtime;
+  unsigned char dos[4]; /* MS-DOS time and date fields as stored, when has_dos */
+  bool has_dos;
   char *sha256;   /* urlsafe base64, no padding */
   bool extracted; /* written under the wheel's directory */
   int alt_bits;   /* 384 or 512: RECORD names sha384 / sha512 ... */
@@ -2710,6 +2712,206 @@ ib_wheel_check_copied (const char *src, const char *dest, const char *root, cons
   return check_or_repair (out, &o, err);
 }
 
+/* ---- require= ----------------------------------------------------------- */
+
+static size_t
+policy_index (const ib_wheel_audit_t *a, const char *name)
+{
+  for (size_t k = 0; k < a->npol; k++)
+    if (strcmp (a->pol[k].name, name) == 0 || strv_has (a->pol[k].aliases, name))
+      return k;
+  return SIZE_MAX;
+}
+
+int
+ib_wheel_policy_check (const char *plat, ib_error_t *err)
+{
+  const char *arch = name_arch (plat);
+  if (!arch)
+    return ib_error_set (err, EINVAL, "%s names no architecture (like manylinux_2_17_x86_64)",
+                         plat);
+  json_t *root = NULL;
+  policy_t *p = NULL;
+  size_t n = 0;
+  if (load_policies (arch, &root, &p, &n, err) < 0)
+    return -1;
+  bool found = false;
+  for (size_t k = 1; k < n; k++) /* 0 is linux_<arch>: not a policy to satisfy */
+    if (strcmp (p[k].name, plat) == 0 || strv_has (p[k].aliases, plat))
+      found = true;
+  for (size_t k = 0; k < n; k++)
+    {
+      free (p[k].name);
+      ib_strv_free (p[k].aliases);
+    }
+  free (p);
+  json_decref (root);
+  if (!found)
+    return ib_error_set (err, EINVAL, "%s: no manylinux policy of that name", plat);
+  return 0;
+}
+
+/* Why the audited wheel `a` does not satisfy policy `req` (a->overall <
+ * req): the versioned symbols above it, the libraries off its whitelist,
+ * its black-listed symbols, and the other criteria, in auditwheel's terms. */
+static char *
+unmet_reasons (const ib_wheel_audit_t *a, size_t req)
+{
+  ib_buf_t b = { 0 };
+  const policy_t *p = &a->pol[req];
+  if (req > a->sym)
+    {
+      ib_buf_printf (&b, "versioned symbols need %s (", a->pol[a->sym].name);
+      bool first = true;
+      cleanup_strv char **keys = NULL;
+      for (size_t i = 0; i < a->versioned.n; i++)
+        ib_strv_push (&keys, a->versioned.e[i].key);
+      strv_sort (keys);
+      for (size_t i = 0; keys && keys[i]; i++)
+        {
+          cleanup_strv char **vals = ib_strv_dup (smap_find (&a->versioned, keys[i])->vals);
+          strv_sort (vals);
+          for (size_t j = 0; vals && vals[j]; j++)
+            {
+              const char *us = strchr (vals[j], '_');
+              cleanup_free char *prefix
+                  = us ? xstrndup (vals[j], (size_t) (us - vals[j])) : xstrdup (vals[j]);
+              json_t *arr = p->symvers ? json_object_get (p->symvers, prefix) : NULL;
+              if (!arr || (us && json_array_has (arr, us + 1)))
+                continue;
+              ib_buf_printf (&b, "%s%s %s", first ? "" : ", ", keys[i], vals[j]);
+              first = false;
+            }
+        }
+      ib_buf_puts (&b, ")");
+    }
+  const extref_t *r = &a->refs[req];
+  if (r->libs.n)
+    {
+      ib_buf_printf (&b, "%sexternal libraries off its whitelist:", b.len ? "; " : "");
+      cleanup_strv char **names = NULL;
+      for (size_t i = 0; i < r->libs.n; i++)
+        ib_strv_push (&names, r->libs.e[i].key);
+      strv_sort (names);
+      for (size_t i = 0; names[i]; i++)
+        ib_buf_printf (&b, "%s %s", i ? "," : "", names[i]);
+    }
+  if (r->blacklist.n)
+    {
+      ib_buf_printf (&b, "%sblack-listed symbols:", b.len ? "; " : "");
+      for (size_t i = 0; i < r->blacklist.n; i++)
+        {
+          cleanup_strv char **syms = ib_strv_dup (r->blacklist.e[i].vals);
+          strv_sort (syms);
+          for (size_t j = 0; syms && syms[j]; j++)
+            ib_buf_printf (&b, "%s %s %s", i || j ? "," : "", r->blacklist.e[i].key, syms[j]);
+        }
+    }
+  if (req > a->ucs)
+    ib_buf_printf (&b, "%sa UCS2 build of Python", b.len ? "; " : "");
+  if (req > a->pyfpe)
+    ib_buf_printf (&b, "%sthe PyFPE_jbuf symbol", b.len ? "; " : "");
+  if (req > a->machine)
+    ib_buf_printf (&b, "%sunsupported ISA extensions", b.len ? "; " : "");
+  if (!b.len)
+    ib_buf_printf (&b, "the audit's tag is %s", a->pol[a->overall].name);
+  return ib_buf_steal (&b);
+}
+
+/* Collect the regular *.whl files under `dir`/`rel` (relative paths). */
+static int
+collect_wheels (const char *dir, const char *rel, char ***out, ib_error_t *err)
+{
+  cleanup_free char *path = rel ? ib_path_join (dir, rel) : xstrdup (dir);
+  DIR *d = opendir (path);
+  if (!d)
+    return ib_error_sys (err, errno, "opendir %s", path);
+  cleanup_strv char **names = NULL;
+  struct dirent *de;
+  while ((de = readdir (d)))
+    if (strcmp (de->d_name, ".") && strcmp (de->d_name, ".."))
+      ib_strv_push (&names, de->d_name);
+  closedir (d);
+  strv_sort (names);
+  for (size_t i = 0; names && names[i]; i++)
+    {
+      cleanup_free char *sub = rel ? xasprintf ("%s/%s", rel, names[i]) : xstrdup (names[i]);
+      cleanup_free char *full = ib_path_join (dir, sub);
+      struct stat st;
+      if (lstat (full, &st) < 0)
+        return ib_error_sys (err, errno, "stat %s", full);
+      if (S_ISDIR (st.st_mode))
+        {
+          if (collect_wheels (dir, sub, out, err) < 0)
+            return -1;
+        }
+      else if (S_ISREG (st.st_mode) && ib_str_has_suffix (names[i], ".whl"))
+        ib_strv_push (out, sub);
+    }
+  return 0;
+}
+
+int
+ib_wheel_check_required (const char *src, const char *root, const char *plat, ib_error_t *err)
+{
+  if (ib_wheel_policy_check (plat, err) < 0)
+    return ib_error_prefix (err, "OUTPUT require");
+  struct stat st;
+  if (lstat (src, &st) < 0)
+    return ib_error_sys (err, errno, "stat %s", src);
+  cleanup_strv char **rels = NULL;
+  cleanup_free char *dir = NULL;
+  if (S_ISDIR (st.st_mode))
+    {
+      dir = xstrdup (src);
+      if (collect_wheels (src, NULL, &rels, err) < 0)
+        return -1;
+    }
+  else if (S_ISREG (st.st_mode) && ib_str_has_suffix (src, ".whl"))
+    {
+      const char *sl = strrchr (src, '/');
+      dir = !sl ? xstrdup (".") : sl == src ? xstrdup ("/") : xstrndup (src, (size_t) (sl - src));
+      ib_strv_push (&rels, sl ? sl + 1 : src);
+    }
+  ib_buf_t why = { 0 };
+  size_t failed = 0, total = ib_strv_len (rels);
+  for (size_t i = 0; i < total; i++)
+    {
+      cleanup_free char *full = ib_path_join (dir, rels[i]);
+      ib_wheel_t *w = NULL;
+      ib_wheel_audit_t *a = NULL;
+      ib_wheel_audit_opts_t ao = { .root = root };
+      if (ib_wheel_open (full, &w, err) < 0 || ib_wheel_audit (w, &ao, &a, err) < 0)
+        {
+          ib_wheel_close (w);
+          ib_buf_free (&why);
+          return -1;
+        }
+      size_t req = a->pure ? SIZE_MAX : policy_index (a, plat);
+      if (!a->pure && req == SIZE_MAX)
+        ib_buf_printf (&why, "%swheel %s: not a %s wheel", failed++ ? "; " : "", w->base,
+                       name_arch (plat));
+      else if (!a->pure && a->overall < req)
+        {
+          cleanup_free char *reasons = unmet_reasons (a, req);
+          ib_buf_printf (&why, "%swheel %s: platform tag %s, not %s: %s", failed++ ? "; " : "",
+                         w->base, a->pol[a->overall].name, plat, reasons);
+        }
+      else
+        ib_info ("wheel %s: satisfies %s", w->base, plat);
+      ib_wheel_audit_free (a);
+      ib_wheel_close (w);
+    }
+  if (failed)
+    {
+      ib_error_set (err, EINVAL, "require=%s: %zu of %zu wheels do not satisfy it (nothing "
+                    "copied): %s", plat, failed, total, why.data);
+      ib_buf_free (&why);
+      return -1;
+    }
+  return 0;
+}
+
 /* ---- repair ------------------------------------------------------------- */
 
 /* Find `prog` in $PATH (or take it as given when it holds a '/'). */
@@ -2808,15 +3010,6 @@ sha256_hex8 (const char *path, char out[9], ib_error_t *err)
   return 0;
 }
 
-static size_t
-policy_index (const ib_wheel_audit_t *a, const char *name)
-{
-  for (size_t k = 0; k < a->npol; k++)
-    if (strcmp (a->pol[k].name, name) == 0 || strv_has (a->pol[k].aliases, name))
-      return k;
-  return SIZE_MAX;
-}
-
 /* "$ORIGIN/<path from dir(rel) to dest>", both relative to the wheel root. */
 static char *
 origin_rpath (const char *rel, const char *dest)
@@ -2883,14 +3076,187 @@ cmp_zip_item (const void *x, const void *y)
   return strcmp (a->rel, b->rel);
 }
 
-static void
-restore_tz (const char *old)
+static uint16_t
+get16 (const unsigned char *p)
 {
-  if (old)
-    setenv ("TZ", old, 1);
-  else
-    unsetenv ("TZ");
-  tzset ();
+  return (uint16_t) (p[0] | p[1] << 8);
+}
+
+static uint32_t
+get32 (const unsigned char *p)
+{
+  return (uint32_t) p[0] | (uint32_t) p[1] << 8 | (uint32_t) p[2] << 16 | (uint32_t) p[3] << 24;
+}
+
+static uint64_t
+get64 (const unsigned char *p)
+{
+  return (uint64_t) get32 (p) | (uint64_t) get32 (p + 4) << 32;
+}
+
+/* The MS-DOS time and date fields of `t` in UTC (APPNOTE.TXT 4.4.6; two
+ * seconds resolution; 1980-01-01 00:00:00 for anything earlier). */
+static void
+dos_time_utc (time_t t, unsigned char out[4])
+{
+  struct tm tm;
+  if (t < 315532800 || !gmtime_r (&t, &tm))
+    {
+      t = 315532800;
+      gmtime_r (&t, &tm);
+    }
+  unsigned tv = (unsigned) (tm.tm_hour << 11 | tm.tm_min << 5 | tm.tm_sec / 2);
+  unsigned dv = (unsigned) ((tm.tm_year - 80) << 9 | (tm.tm_mon + 1) << 5 | tm.tm_mday);
+  out[0] = (unsigned char) tv;
+  out[1] = (unsigned char) (tv >> 8);
+  out[2] = (unsigned char) dv;
+  out[3] = (unsigned char) (dv >> 8);
+}
+
+/* The central directory of the zip open as `fd` (`size` bytes), as its end
+ * of central directory record (or, when a field overflowed, the zip64
+ * record) places it (APPNOTE.TXT 4.3.12-4.3.16): *cd (caller frees) holds
+ * *cd_size bytes read from *cd_off, *count entries.  A zip with a comment
+ * is not looked for: libarchive and bdist_wheel write none. */
+static int
+zip_cd_load (int fd, const char *path, off_t size, unsigned char **cd, uint64_t *cd_size,
+             uint64_t *cd_off, uint64_t *count, ib_error_t *err)
+{
+  unsigned char eocd[22], z[56];
+  if (size < 22 || pread (fd, eocd, 22, size - 22) != 22 || get32 (eocd) != 0x06054b50)
+    return ib_error_set (err, EIO, "%s: no end of central directory record", path);
+  *count = get16 (eocd + 10);
+  *cd_size = get32 (eocd + 12);
+  *cd_off = get32 (eocd + 16);
+  if (*count == 0xffff || *cd_size == 0xffffffff || *cd_off == 0xffffffff)
+    {
+      unsigned char loc[20];
+      if (size < 42 || pread (fd, loc, 20, size - 42) != 20 || get32 (loc) != 0x07064b50
+          || pread (fd, z, 56, (off_t) get64 (loc + 8)) != 56 || get32 (z) != 0x06064b50)
+        return ib_error_set (err, EIO, "%s: no zip64 end of central directory record", path);
+      *count = get64 (z + 32);
+      *cd_size = get64 (z + 40);
+      *cd_off = get64 (z + 48);
+    }
+  if (*cd_off > (uint64_t) size || *cd_size > (uint64_t) size - *cd_off)
+    return ib_error_set (err, EIO, "%s: central directory beyond the end", path);
+  *cd = xmalloc (*cd_size ? *cd_size : 1);
+  if (pread (fd, *cd, *cd_size, (off_t) *cd_off) != (ssize_t) *cd_size)
+    {
+      free (*cd);
+      *cd = NULL;
+      return ib_error_set (err, EIO, "%s: short read of its central directory", path);
+    }
+  return 0;
+}
+
+/* The central directory entry at cd[*pos] (APPNOTE.TXT 4.3.12): returns
+ * it and moves *pos to the next one, or NULL when it is damaged. */
+static unsigned char *
+zip_cd_next (unsigned char *cd, uint64_t cd_size, uint64_t *pos)
+{
+  if (*pos + 46 > cd_size || get32 (cd + *pos) != 0x02014b50)
+    return NULL;
+  unsigned char *e = cd + *pos;
+  uint64_t len = 46 + (uint64_t) get16 (e + 28) + get16 (e + 30) + get16 (e + 32);
+  if (*pos + len > cd_size)
+    return NULL;
+  *pos += len;
+  return e;
+}
+
+/* The offset of entry e's local file header: its 4-byte field, or the
+ * zip64 extra field's value when that holds 0xffffffff (the 8-byte values
+ * present there are the sizes that overflowed, then the offset). */
+static uint64_t
+zip_cd_local (const unsigned char *e)
+{
+  uint64_t local = get32 (e + 42);
+  if (local != 0xffffffff)
+    return local;
+  const unsigned char *x = e + 46 + get16 (e + 28), *xe = x + get16 (e + 30);
+  while (x + 4 <= xe)
+    {
+      size_t len = get16 (x + 2);
+      if (x + 4 + len > xe)
+        break;
+      if (get16 (x) == 0x0001)
+        {
+          size_t skip = (get32 (e + 24) == 0xffffffff ? 8 : 0)
+                        + (get32 (e + 20) == 0xffffffff ? 8 : 0);
+          return skip + 8 <= len ? get64 (x + 4 + skip) : UINT64_MAX;
+        }
+      x += 4 + len;
+    }
+  return UINT64_MAX;
+}
+
+/* Note in each member of `w` its MS-DOS time and date fields (4 bytes, as
+ * stored), read from the central directory of w->file, not through
+ * libarchive, which converts them with the local time zone. */
+static int
+zip_dos_times (ib_wheel_t *w, ib_error_t *err)
+{
+  cleanup_close int fd = open (w->file, O_RDONLY | O_CLOEXEC);
+  struct stat st;
+  if (fd < 0 || fstat (fd, &st) < 0)
+    return ib_error_sys (err, errno, "open %s", w->file);
+  cleanup_free unsigned char *cd = NULL;
+  uint64_t cd_size, cd_off, count, pos = 0;
+  if (zip_cd_load (fd, w->file, st.st_size, &cd, &cd_size, &cd_off, &count, err) < 0)
+    return -1;
+  for (uint64_t i = 0; i < count; i++)
+    {
+      unsigned char *e = zip_cd_next (cd, cd_size, &pos);
+      if (!e)
+        return ib_error_set (err, EIO, "%s: central directory entry %llu is damaged", w->file,
+                             (unsigned long long) i);
+      cleanup_free char *name = xstrndup ((const char *) e + 46, get16 (e + 28));
+      member_t *m = find_member (w, name);
+      if (m)
+        {
+          memcpy (m->dos, e + 12, 4);
+          m->has_dos = true;
+        }
+    }
+  return 0;
+}
+
+/* libarchive writes a zip entry's MS-DOS time fields in local time (it
+ * calls localtime_r); bdist_wheel writes them in UTC.  Set them, in the
+ * local file header and the central directory entry of the i-th entry of
+ * the zip libarchive just wrote at `path`, to dos[i] (4 bytes as stored),
+ * so that the bytes do not depend on TZ and nothing sets TZ (setenv is not
+ * thread-safe).  The extended-timestamp extra field libarchive adds holds
+ * the time in UTC already. */
+static int
+zip_set_dos_times (const char *path, const unsigned char (*dos)[4], size_t n, ib_error_t *err)
+{
+  cleanup_close int fd = open (path, O_RDWR | O_CLOEXEC);
+  struct stat st;
+  if (fd < 0 || fstat (fd, &st) < 0)
+    return ib_error_sys (err, errno, "open %s", path);
+  cleanup_free unsigned char *cd = NULL;
+  uint64_t cd_size, cd_off, count, pos = 0;
+  if (zip_cd_load (fd, path, st.st_size, &cd, &cd_size, &cd_off, &count, err) < 0)
+    return -1;
+  if (count != n)
+    return ib_error_set (err, EIO, "%s: %llu entries in its central directory, %zu written", path,
+                         (unsigned long long) count, n);
+  for (size_t i = 0; i < n; i++)
+    {
+      unsigned char *e = zip_cd_next (cd, cd_size, &pos), sig[4];
+      uint64_t local = e ? zip_cd_local (e) : UINT64_MAX;
+      if (!e || local > (uint64_t) st.st_size - 30 || pread (fd, sig, 4, (off_t) local) != 4
+          || get32 (sig) != 0x04034b50)
+        return ib_error_set (err, EIO, "%s: entry %zu: damaged or no local header", path, i);
+      memcpy (e + 12, dos[i], 4);
+      if (pwrite (fd, dos[i], 4, (off_t) local + 10) != 4)
+        return ib_error_sys (err, errno ? errno : EIO, "write %s", path);
+    }
+  if (pwrite (fd, cd, cd_size, (off_t) cd_off) != (ssize_t) cd_size)
+    return ib_error_sys (err, errno ? errno : EIO, "write %s", path);
+  return 0;
 }
 
 /* Write RECORD for the tree `w->dir` and zip it into `out` (reproducibly). */
@@ -2955,12 +3321,17 @@ write_wheel_zip (ib_wheel_t *w, const char *out, ib_error_t *err)
         goto out;
       }
     time_t now = time (NULL);
-    /* libarchive writes the DOS time fields in local time: write them in
-     * UTC, as bdist_wheel does, so the bytes do not depend on TZ (the
-     * process is single-threaded here: no other thread reads TZ) */
-    cleanup_free char *old_tz = xstrdup (getenv ("TZ"));
-    setenv ("TZ", "UTC0", 1);
-    tzset ();
+    /* each entry's MS-DOS time fields, set by zip_set_dos_times afterwards:
+     * SOURCE_DATE_EPOCH's in UTC, else a member's as the wheel stored
+     * them, else (a grafted library, a new RECORD) now's in UTC */
+    unsigned char (*dos)[4] = xmalloc ((ni ? ni : 1) * sizeof *dos);
+    if (sde < 0 && zip_dos_times (w, err) < 0)
+      {
+        archive_write_free (a);
+        unlink (tmp);
+        free (dos);
+        goto out;
+      }
     for (size_t i = 0; i < ni; i++)
       {
         cleanup_free char *full = ib_path_join (w->dir, items[i].rel);
@@ -2972,14 +3343,12 @@ write_wheel_zip (ib_wheel_t *w, const char *out, ib_error_t *err)
             ib_error_sys (err, errno, "stat %s", full);
             archive_write_free (a);
             unlink (tmp);
-            restore_tz (old_tz);
             goto out;
           }
         if (ib_read_file (full, &data, &len, err) < 0)
           {
             archive_write_free (a);
             unlink (tmp);
-            restore_tz (old_tz);
             goto out;
           }
         member_t *m = find_member (w, items[i].rel);
@@ -2988,6 +3357,10 @@ write_wheel_zip (ib_wheel_t *w, const char *out, ib_error_t *err)
         archive_entry_set_filetype (e, AE_IFREG);
         archive_entry_set_perm (e, (st.st_mode & 0111) ? 0755 : 0644);
         archive_entry_set_size (e, (la_int64_t) len);
+        if (sde < 0 && m && m->has_dos)
+          memcpy (dos[i], m->dos, 4);
+        else
+          dos_time_utc (sde >= 0 ? (time_t) sde : now, dos[i]);
         archive_entry_set_mtime (e, sde >= 0 ? (time_t) sde : m && m->mtime ? (time_t) m->mtime
                                                                              : now, 0);
         archive_entry_set_uid (e, 0);
@@ -3001,12 +3374,10 @@ write_wheel_zip (ib_wheel_t *w, const char *out, ib_error_t *err)
                           archive_error_string (a));
             archive_write_free (a);
             unlink (tmp);
-            restore_tz (old_tz);
             goto out;
           }
       }
     int closed = archive_write_close (a);
-    restore_tz (old_tz);
     if (closed != ARCHIVE_OK)
       {
         ib_error_set (err, EIO, "write %s: %s", tmp, archive_error_string (a));
@@ -3015,6 +3386,13 @@ write_wheel_zip (ib_wheel_t *w, const char *out, ib_error_t *err)
         goto out;
       }
     archive_write_free (a);
+    int set = zip_set_dos_times (tmp, (const unsigned char (*)[4]) dos, ni, err);
+    free (dos);
+    if (set < 0)
+      {
+        unlink (tmp);
+        goto out;
+      }
     if (rename (tmp, out) < 0)
       {
         ib_error_sys (err, errno, "rename %s", tmp);

@@ -140,8 +140,10 @@ typedef struct ib_wheel_repair_opts
  * (patchelf, one change per call); replace the linux_<arch> platform
  * tag by the policy's name and aliases in the file name and WHEEL; rewrite
  * RECORD; write the zip (entries sorted, .dist-info last, RECORD the very
- * last; mode 0644 or 0755; times from SOURCE_DATE_EPOCH when set, so the
- * output is reproducible).  *out_path (caller frees) is the new wheel's
+ * last; mode 0644 or 0755; the MS-DOS time fields in UTC, whatever TZ says:
+ * SOURCE_DATE_EPOCH's when set, so the output is reproducible, else each
+ * member's as the wheel stored them and the current time for grafted
+ * libraries; TZ is neither read for this nor set).  *out_path (caller frees) is the new wheel's
  * path.  A wheel that needs no grafting is still retagged and rewritten. */
 int ib_wheel_repair (const char *path, const ib_wheel_repair_opts_t *opts, char **out_path,
                      ib_error_t *err);
@@ -164,5 +166,25 @@ int ib_wheel_check_output (const char *path, ib_error_t *err);
  * fails the build). */
 int ib_wheel_check_copied (const char *src, const char *dest, const char *root, const char *repair,
                            const char *repair_exclude, ib_error_t *err);
+
+/* Whether `plat` ("manylinux_2_17_x86_64", or an alias such as
+ * "manylinux2014_x86_64") names a manylinux policy of the embedded table
+ * (PEP 600) for the architecture its suffix names; linux_<arch> is not one.
+ * Returns 0, or -1 with EINVAL ("PLAT: no manylinux policy of that name"). */
+int ib_wheel_policy_check (const char *plat, ib_error_t *err);
+
+/* The hook of `OUTPUT type=local,require=PLAT`, run on `src` (a file or a
+ * directory in the stage's root filesystem `root`) BEFORE anything is
+ * copied: every regular *.whl under it (sorted) is verified and audited
+ * without grafting (as `auditwheel show`: libraries resolved in `root`),
+ * and must satisfy `plat`: the audit's overall policy has at least plat's
+ * priority (PEP 600; a pure wheel satisfies any).  Nothing is repaired.
+ * Fails (EINVAL) when `plat` names no policy, or when any wheel falls short:
+ * one message names each such wheel, its tag and what holds it back
+ * (versioned symbols above plat's, libraries off plat's whitelist,
+ * black-listed symbols, UCS2, PyFPE_jbuf, ISA extensions); a wheel that
+ * does not verify fails with ib_wheel_open's error. */
+int ib_wheel_check_required (const char *src, const char *root, const char *plat,
+                             ib_error_t *err);
 
 #endif

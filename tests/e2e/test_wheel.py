@@ -1,8 +1,14 @@
 """imgbuild wheel audit|repair and the audit of wheels a build outputs
-(builder/wheel.c).  The fixture wheels are built once per session on the
-host from tests/fixtures/wheels (a C, a C++, a libyaml-linking and a
-black-listed-symbol extension); auditwheel's answers for them are recorded in
-tests/fixtures/wheels/auditwheel.json (with how they were obtained)."""
+(builder/wheel.c).  The fixture wheels (a C, a C++, a libyaml-linking and a
+black-listed-symbol extension, tests/fixtures/wheels) are built once per
+session INSIDE imgbuild: tests/fixtures/wheels/toolchain.recipe adds
+Debian's gcc, g++, python3-dev, setuptools, wheel and libyaml-dev to the
+suite's bookworm base (that apt step kept in $IMGBUILD_TEST_CACHE), and
+build.recipe runs `python3 setup.py bdist_wheel` there, the wheels coming
+out through OUTPUT type=local with the build's own audit.  auditwheel's
+answers for those wheels are recorded in tests/fixtures/wheels/auditwheel.json
+(with how they were obtained)."""
+import calendar
 import hashlib
 import io
 import json
@@ -28,16 +34,56 @@ def built_name(dist):
     return f"{dist}-0.1-{PYVER}-{PYVER}-linux_x86_64.whl"
 
 
+TOOLCHAIN = "localhost/ibw-toolchain:bookworm"
+EPOCH = 1700000000
+
+
+def cache_dir():
+    c = os.environ.get("IMGBUILD_TEST_CACHE")
+    return Path(c) if c else Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "imgbuild-tests"
+
+
 @pytest.fixture(scope="session")
-def wheels(tmp_path_factory):
-    """The fixture wheels, built with setup.py bdist_wheel."""
-    out = tmp_path_factory.mktemp("wheels")
-    for src in ("cext", "cppext", "yamlext", "blext"):
-        work = out / f"src-{src}"
-        shutil.copytree(FIXTURES / src, work)
-        subprocess.run([PY, "setup.py", "-q", "bdist_wheel", "-d", str(out)], cwd=work,
-                       check=True, capture_output=True)
-    return {p.name.split("-")[0]: p for p in out.glob("*.whl")}
+def wheel_store(base_image, tmp_path_factory):
+    """A store holding TOOLCHAIN (toolchain.recipe on the suite's base); its
+    apt step comes from the suite's cache when an earlier run recorded it."""
+    store = tmp_path_factory.mktemp("wheel-store")
+    cache = cache_dir() / "wheel-toolchain-cache"
+    args = ["--cache-from", f"type=local,src={cache}"]
+    if os.access(cache.parent, os.W_OK) and (not cache.exists() or os.access(cache, os.W_OK)):
+        args += ["--cache-to", f"type=local,dest={cache}"]
+    r = imgbuild(FIXTURES / "toolchain.recipe", "--build-arg", f"BASE={base_image}",
+                 "-t", TOOLCHAIN, *args, store=store, cwd=FIXTURES)
+    assert r.rc == 0, r
+    return store
+
+
+def build_wheels(store, out, *extra):
+    """build.recipe on TOOLCHAIN with SOURCE_DATE_EPOCH: every wheel to
+    out/dist (audited by the build), ibw_yaml's repaired to
+    manylinux_2_17 in out/wheelhouse."""
+    return imgbuild(FIXTURES / "build.recipe", "--build-arg", f"TOOLCHAIN={TOOLCHAIN}",
+                    "--context", FIXTURES,
+                    "--output", f"type=local,dest={out}/dist,src=/wheels",
+                    "--output", f"type=local,dest={out}/wheelhouse,src=/wheels/yamlext,"
+                                "repair=manylinux_2_17_x86_64",
+                    *extra, store=store, cwd=out, env={"SOURCE_DATE_EPOCH": str(EPOCH)})
+
+
+@pytest.fixture(scope="session")
+def built(wheel_store, tmp_path_factory):
+    out = tmp_path_factory.mktemp("built")
+    r = build_wheels(wheel_store, out, "--no-cache")
+    assert r.rc == 0, r
+    return {"out": out, "log": r.err,
+            "wheels": {p.name.split("-")[0]: p for p in (out / "dist").glob("*/*.whl")},
+            "repaired": sorted((out / "wheelhouse").iterdir())}
+
+
+@pytest.fixture(scope="session")
+def wheels(built):
+    """The fixture wheels, built inside imgbuild (build.recipe)."""
+    return built["wheels"]
 
 
 def audit(path, *extra, env=None):
@@ -241,6 +287,30 @@ def test_repair_is_reproducible(wheels, repaired, tmp_path):
     assert modes["ibw_yaml-0.1.dist-info/RECORD"] == 0o644
 
 
+def test_repair_without_epoch_keeps_member_times_whatever_tz(wheels, tmp_path):
+    """No SOURCE_DATE_EPOCH: each member keeps the MS-DOS time fields the
+    wheel stored (bdist_wheel's, in UTC), read and written without the
+    local time zone; the grafted library gets the current time, in UTC."""
+    orig = {i.filename: i.date_time for i in zipfile.ZipFile(wheels["ibw_yaml"]).infolist()}
+    outs = []
+    for tz in ("Asia/Kolkata", "America/New_York"):
+        t0 = time.time()
+        r = imgbuild("wheel", "repair", wheels["ibw_yaml"], "--plat", "manylinux_2_17_x86_64",
+                     "-w", tmp_path / tz.replace("/", "_"), store="/x", env={"TZ": tz})
+        t1 = time.time()
+        assert r.rc == 0, r
+        infos = zipfile.ZipFile(r.out.strip()).infolist()
+        for i in infos:
+            if i.filename in orig:
+                assert i.date_time == orig[i.filename], (tz, i.filename)
+            else:
+                assert i.filename.startswith("ibw_yaml.libs/")
+                got = calendar.timegm(i.date_time + (0, 0, 0))
+                assert t0 - 2 <= got <= t1 + 2, (tz, i.date_time)
+        outs.append({i.filename: i.date_time for i in infos if i.filename in orig})
+    assert outs[0] == outs[1]
+
+
 def test_repair_refusals(wheels, tmp_path):
     # the C++ wheel's symbols need manylinux_2_24 (auditwheel's sym_tag)
     want = recorded(wheels["ibw_cpp"].name)
@@ -375,8 +445,9 @@ def test_repaired_module_imports_in_a_rootfs_without_libyaml(wheels, repaired, c
 
 def test_build_output_audits_wheels(wheels, tmp_path):
     """OUTPUT type=local: every *.whl it writes is verified and audited (the
-    tag printed); a corrupt one fails the build.  The wheel is the host-built
-    fixture: the test base image has no compiler or Python to build one in."""
+    tag printed); a corrupt one fails the build.  The wheel (built by
+    build.recipe) is copied into a scratch stage from the context, so the
+    test can also hand the build a corrupt one."""
     w = wheels["ibw_cext"]
     want = recorded(w.name)
     c = tmp_path / "ctx"
@@ -488,3 +559,131 @@ def test_repair_libraries_inside_the_wheel(tmp_path):
                         "import ibw_int._ext as e; print(e.v())", str(tmp_path / "x")],
                        capture_output=True, text=True, env={"PATH": "/usr/bin:/bin"})
     assert r.returncode == 0 and r.stdout.strip() == "9", r.stderr
+
+
+# ---------------------------------------------------------------- wheels built inside imgbuild
+
+def test_build_audits_the_wheels_it_built(built):
+    """build.recipe's OUTPUT: each wheel verified and audited by the build,
+    its tag the one auditwheel gave for that wheel."""
+    assert sorted(built["wheels"]) == ["ibw_bl", "ibw_cext", "ibw_cpp", "ibw_yaml"]
+    for dist, w in built["wheels"].items():
+        want = recorded(w.name)
+        n = len(zipfile.ZipFile(w).namelist())
+        assert f"wheel {w.name}: verified, {n} files; platform tag {want['overall_tag']}" \
+            in built["log"]
+
+
+def zip_facts(path):
+    z = zipfile.ZipFile(path)
+    return [(i.filename, i.date_time, (i.external_attr >> 16) & 0o7777) for i in z.infolist()]
+
+
+def test_built_wheels_are_reproducible(built, wheel_store, tmp_path):
+    """SOURCE_DATE_EPOCH set, --no-cache: a second build gives the same
+    bytes, for the wheels as bdist_wheel wrote them and for the repaired
+    one; every zip entry's time is the epoch (UTC), file modes 0644 / 0755."""
+    r = build_wheels(wheel_store, tmp_path, "--no-cache")
+    assert r.rc == 0, r
+    first = sorted(built["out"].glob("*/*/*.whl")) + sorted(built["out"].glob("wheelhouse/*.whl"))
+    again = sorted(tmp_path.glob("*/*/*.whl")) + sorted(tmp_path.glob("wheelhouse/*.whl"))
+    assert [p.relative_to(built["out"]) for p in first] == [p.relative_to(tmp_path) for p in again]
+    assert len(first) == 5
+    for a, b in zip(first, again):
+        assert hashlib.sha256(a.read_bytes()).hexdigest() == \
+            hashlib.sha256(b.read_bytes()).hexdigest(), a.name
+        facts = zip_facts(a)
+        assert {t for _, t, _ in facts} == {time.gmtime(EPOCH)[:6]}, a.name
+        # bdist_wheel writes RECORD with a fixed 0664 (wheel/wheelfile.py),
+        # imgbuild's repair 0644; the other members' modes are the files'
+        assert {m for n, _, m in facts if not n.endswith("/RECORD")} <= {0o644, 0o755}, a.name
+        assert [m for n, _, m in facts if n.endswith("/RECORD")] == \
+            [0o644 if "wheelhouse" in str(a) else 0o664], a.name
+        assert any(m == 0o755 for n, _, m in facts if n.endswith(".so")), a.name
+
+
+def test_build_repairs_libyaml_into_the_wheel(built, clean_rootfs, store, tmp_path):
+    """OUTPUT ...,src=/wheels/yamlext,repair=manylinux_2_17_x86_64: the
+    stage's libyaml grafted into ibw_yaml.libs; the repaired wheel imports
+    and works in the minbase rootfs, which lacks libyaml."""
+    plats = "manylinux2014_x86_64.manylinux_2_17_x86_64"
+    name = f"ibw_yaml-0.1-{PYVER}-{PYVER}-{plats}.whl"
+    assert [p.name for p in built["repaired"]] == [name]
+    fixed = built["repaired"][0]
+    z = zipfile.ZipFile(fixed)
+    grafted = [n for n in z.namelist() if n.startswith("ibw_yaml.libs/")]
+    assert len(grafted) == 1 and grafted[0].startswith("ibw_yaml.libs/libyaml-0-"), grafted
+    assert f"repaired as {name}; platform tag manylinux_2_17_x86_64" in built["log"]
+    r = audit(fixed, "--json")
+    assert r.rc == 0, r
+    got = json.loads(r.out)
+    assert got["overall_tag"] == "manylinux_2_17_x86_64" and got["external_libs"] == {}
+    if name in AUDITWHEEL["repaired"]:
+        assert got == AUDITWHEEL["repaired"][name]
+    code = "import ibw_yaml; print(ibw_yaml.first_scalar('greeting: hello'))"
+    check = "import os; print(os.path.exists('/usr/lib/x86_64-linux-gnu/libyaml-0.so.2'))"
+    orig = tmp_path / "orig"
+    zipfile.ZipFile(built["wheels"]["ibw_yaml"]).extractall(orig)
+    r = run_import(clean_rootfs, store, orig, tmp_path / "a", check)
+    assert r.rc == 0 and r.out.strip() == "False", r
+    r = run_import(clean_rootfs, store, orig, tmp_path / "b", code)
+    assert r.rc == 1 and "libyaml-0.so.2: cannot open shared object file" in r.err, r
+    z.extractall(tmp_path / "fixed")
+    r = run_import(clean_rootfs, store, tmp_path / "fixed", tmp_path / "c", code)
+    assert r.rc == 0, r
+    assert r.out.strip() == "greeting"
+
+
+def build_require(store, out, spec):
+    return imgbuild(FIXTURES / "build.recipe", "--build-arg", f"TOOLCHAIN={TOOLCHAIN}",
+                    "--context", FIXTURES, "--output", spec, store=store, cwd=out,
+                    env={"SOURCE_DATE_EPOCH": str(EPOCH)})
+
+
+def test_output_require_fails_on_wheels_below_the_policy(built, wheel_store, tmp_path):
+    """OUTPUT type=local,require=PLAT: no grafting; a wheel that does not
+    satisfy PLAT fails the build, the message names each such wheel and
+    what holds it back, and nothing is copied to dest."""
+    dest = tmp_path / "strict"
+    r = build_require(wheel_store, tmp_path,
+                      f"type=local,dest={dest},src=/wheels,require=manylinux_2_17_x86_64")
+    assert r.rc == 1, r
+    err = " ".join(r.err.split())
+    w = {d: p.name for d, p in built["wheels"].items()}
+    assert "require=manylinux_2_17_x86_64: 3 of 4 wheels do not satisfy it (nothing copied)" in err
+    assert (f"wheel {w['ibw_cpp']}: platform tag manylinux_2_24_x86_64, not manylinux_2_17_x86_64: "
+            "versioned symbols need manylinux_2_24_x86_64 (libstdc++.so.6 CXXABI_1.3.9, "
+            "libstdc++.so.6 GLIBCXX_3.4.21)") in err
+    assert (f"wheel {w['ibw_yaml']}: platform tag linux_x86_64, not manylinux_2_17_x86_64: "
+            "external libraries off its whitelist: libyaml-0.so.2") in err
+    assert (f"wheel {w['ibw_bl']}: platform tag manylinux_2_34_x86_64, not manylinux_2_17_x86_64: "
+            "versioned symbols need manylinux_2_34_x86_64 (libc.so.6 GLIBC_2.34); "
+            "black-listed symbols: libc.so.6 pthread_getattr_default_np") in err
+    assert w["ibw_cext"] not in err.split("(nothing copied)")[1]
+    assert not dest.exists()
+    # a wheel that satisfies it is copied as built, not repaired nor retagged
+    r = build_require(wheel_store, tmp_path,
+                      f"type=local,dest={dest},src=/wheels/cppext,require=manylinux_2_24_x86_64")
+    assert r.rc == 0, r
+    assert f"wheel {w['ibw_cpp']}: satisfies manylinux_2_24_x86_64" in r.err
+    assert [p.name for p in dest.iterdir()] == [w["ibw_cpp"]]
+    assert (dest / w["ibw_cpp"]).read_bytes() == built["wheels"]["ibw_cpp"].read_bytes()
+    # an alias names the same policy
+    r = build_require(wheel_store, tmp_path,
+                      f"type=local,dest={tmp_path}/alias,src=/wheels/cext,require=manylinux1_x86_64")
+    assert r.rc == 0, r
+
+
+def test_output_require_refusals_before_any_step(wheel_store, tmp_path):
+    for spec, want in [
+        (f"type=local,dest={tmp_path}/x,src=/wheels,require=manylinux_2_99_x86_64",
+         "OUTPUT require: manylinux_2_99_x86_64: no manylinux policy of that name"),
+        (f"type=local,dest={tmp_path}/x,src=/wheels,require=linux_x86_64",
+         "OUTPUT require: linux_x86_64: no manylinux policy of that name"),
+        (f"type=local,dest={tmp_path}/x,src=/wheels,require=manylinux_2_17_x86_64,"
+         "repair=manylinux_2_17_x86_64", "OUTPUT require= and repair= together"),
+    ]:
+        r = build_require(wheel_store, tmp_path, spec)
+        assert r.rc == 1 and want in r.err, r
+        assert "RUN" not in r.err and "COPY" not in r.err, r
+        assert not (tmp_path / "x").exists()
