@@ -112,6 +112,7 @@ typedef struct xfer
   /* response */
   long status;
   char *content_type_resp, *location, *www_auth, *content_range;
+  char *link; /* Link header (RFC 8288), for paginated lists */
   uint64_t chunk_min; /* OCI-Chunk-Min-Length of the response, 0 when absent */
   char *retry_after; /* Retry-After header value (RFC 9110 10.2.3), or NULL */
   CURLcode curl_code; /* of the last http_once; CURLE_OK when it got a response */
@@ -139,7 +140,9 @@ xfer_reset_response (xfer_t *x)
   free (x->www_auth);
   free (x->content_range);
   free (x->retry_after);
+  free (x->link);
   x->content_type_resp = x->location = x->www_auth = x->content_range = x->retry_after = NULL;
+  x->link = NULL;
   x->chunk_min = 0;
   ib_buf_free (&x->resp);
   x->overflow = false;
@@ -464,6 +467,11 @@ on_header (char *line, size_t size, size_t nmemb, void *ud)
     {
       free (x->location);
       x->location = trim_dup (v, vn);
+    }
+  else if (header_is (line, n, "Link", &v, &vn))
+    {
+      free (x->link);
+      x->link = trim_dup (v, vn);
     }
   else if (header_is (line, n, "Retry-After", &v, &vn))
     {
@@ -1657,44 +1665,85 @@ ib_registry_get_manifest (ib_registry_t *r, const char *repo, const char *refere
   return ret;
 }
 
+/* The target of `link`'s rel="next" (RFC 8288: `<URL>; rel="next"`),
+ * made absolute against `base` ("http://host:port") when it is a path;
+ * NULL when there is none. */
+static char *
+link_next (const char *link, const char *base)
+{
+  for (const char *p = link; p && (p = strchr (p, '<')) != NULL;)
+    {
+      const char *e = strchr (p, '>');
+      if (e == NULL)
+        return NULL;
+      const char *params = e + 1, *stop = strchr (params, ',');
+      size_t plen = stop ? (size_t) (stop - params) : strlen (params);
+      cleanup_free char *ps = xstrndup (params, plen);
+      if (strstr (ps, "rel=\"next\"") || strstr (ps, "rel=next"))
+        {
+          cleanup_free char *target = xstrndup (p + 1, (size_t) (e - p - 1));
+          if (target[0] == '/')
+            return xasprintf ("%s%s", base, target);
+          return steal_pointer (&target);
+        }
+      p = stop;
+    }
+  return NULL;
+}
+
 int
 ib_registry_list_tags (ib_registry_t *r, const char *repo, char ***tags, ib_error_t *err)
 {
   *tags = NULL;
   cleanup_free char *scope = pull_scope (repo);
   cleanup_free char *url = xasprintf ("%s/v2/%s/tags/list", r->base, repo);
-  xfer_t x;
-  xfer_init (&x, "GET");
-  x.accept = "application/json";
-  x.scope = scope;
-  x.body_max = MANIFEST_MAX;
-  int ret = registry_do (r, &x, url, err);
-  if (ret == 0 && x.status != 200)
-    ret = status_error (&x, err);
-  json_t *j = NULL;
-  if (ret == 0)
+  char **v = xmalloc (sizeof (char *));
+  v[0] = NULL;
+  int ret = 0;
+  /* distribution-spec "Listing Tags": the registry may cut the list into
+   * pages, each naming the next in a Link header; followed, up to a
+   * bound that only a registry answering in a loop would reach */
+  for (int page = 0; ret == 0 && url != NULL; page++)
     {
-      json_error_t je;
-      j = json_loadb (x.resp.data ? x.resp.data : "", x.resp.len, 0, &je);
-      json_t *list = json_object_get (j, "tags");
-      if (!json_is_object (j) || !(json_is_array (list) || json_is_null (list) || list == NULL))
-        ret = ib_error_set (err, EPROTO, "tags of %s: not a tag list", repo);
-      char **v = xmalloc (sizeof (char *));
-      size_t i;
-      json_t *t;
-      json_array_foreach (ret == 0 ? list : NULL, i, t)
-        if (json_is_string (t))
-          ib_strv_push (&v, json_string_value (t));
+      if (page == 10000)
+        {
+          ret = ib_error_set (err, EPROTO, "tags of %s: more than 10000 pages", repo);
+          break;
+        }
+      xfer_t x;
+      xfer_init (&x, "GET");
+      x.accept = "application/json";
+      x.scope = scope;
+      x.body_max = MANIFEST_MAX;
+      ret = registry_do (r, &x, url, err);
+      if (ret == 0 && x.status != 200)
+        ret = status_error (&x, err);
+      json_t *j = NULL;
       if (ret == 0)
-        *tags = v;
-      else
-        ib_strv_free (v);
+        {
+          json_error_t je;
+          j = json_loadb (x.resp.data ? x.resp.data : "", x.resp.len, 0, &je);
+          json_t *list = json_object_get (j, "tags");
+          if (!json_is_object (j) || !(json_is_array (list) || json_is_null (list) || list == NULL))
+            ret = ib_error_set (err, EPROTO, "tags of %s: not a tag list", repo);
+          size_t i;
+          json_t *t;
+          json_array_foreach (ret == 0 ? list : NULL, i, t)
+            if (json_is_string (t))
+              ib_strv_push (&v, json_string_value (t));
+        }
+      json_decref (j);
+      free (url);
+      url = ret == 0 ? link_next (x.link, r->base) : NULL;
+      xfer_free (&x);
     }
-  json_decref (j);
-  xfer_free (&x);
   if (ret < 0)
-    ib_error_prefix (err, "list tags of %s", repo);
-  return ret;
+    {
+      ib_strv_free (v);
+      return ib_error_prefix (err, "list tags of %s", repo);
+    }
+  *tags = v;
+  return 0;
 }
 
 int

@@ -180,9 +180,9 @@ int ib_registry_blob_exists (ib_registry_t *r, const char *repo, const char *dig
 int ib_registry_push_blob (ib_registry_t *r, const char *repo, const char *digest,
                            ib_store_t *store, ib_error_t *err);
 
-/* GET /v2/<repo>/tags/list (distribution-spec "Listing Tags"): the
- * first page as the registry serves it (no `n`, so docker-registry gives
- * every tag; a Link to further pages is not followed).  *tags is
+/* GET /v2/<repo>/tags/list (distribution-spec "Listing Tags"): every
+ * page, following each response's Link rel="next" (a path is taken
+ * relative to the registry; at most 10000 pages).  *tags is
  * NULL-terminated (empty when the repository has none), caller frees.
  * Errors: ENOENT "name unknown" for a repository the registry does not
  * know; auth and connection errors as for manifests. */

@@ -493,6 +493,29 @@ def test_registry_key_with_odd_characters_gets_a_hashed_tag(registry, env, tmp_p
     assert tree(dest) == ["libmxnet.meta", "libmxnet.so", "licenses/LICENSE"]
 
 
+def test_registry_hint_reads_every_page_of_tags(registry, env, tmp_path, build, faultproxy):
+    """The "stored for commit" hint lists tags from every page of a
+    paginated tag list (distribution-spec Link rel="next"): the proxy serves
+    the registry's list in pages of one tag."""
+    repo = f"{registry}/mxnet/paged"
+    for variant in ("cu100", "cu101", "cpu"):
+        r = art("push", "--repository", repo, "--git-sha", "abc123", "--os", "ubuntu16.04",
+                "--variant", variant, "--libtype", "static", *push_args(build),
+                tmp_path=tmp_path, env=env)
+        assert r.rc == 0, r
+    proxy = faultproxy([{"fault": "paginate", "n": 1, "match": "/tags/list", "times": 100}])
+    r = art("pull", "--repository", f"127.0.0.1:{proxy.port}/mxnet/paged", "--git-sha", "abc123",
+            "--os", "ubuntu16.04", "--variant", "cu102", "--libtype", "static",
+            "--destination", tmp_path / "none", tmp_path=tmp_path, env=env)
+    assert r.rc == 1, r
+    assert ("stored for commit abc123: static/ubuntu16.04/cpu, static/ubuntu16.04/cu100, "
+            "static/ubuntu16.04/cu101") in r.err, r
+    pages = [e["path"] for e in proxy.log() if "/tags/list" in e["path"]]
+    assert pages == ["/v2/mxnet/paged/tags/list",
+                     "/v2/mxnet/paged/tags/list?n=1&last=abc123_static_ubuntu16.04_cpu",
+                     "/v2/mxnet/paged/tags/list?n=1&last=abc123_static_ubuntu16.04_cu100"], pages
+
+
 @pytest.fixture(scope="module")
 def basic_registry(tmp_path_factory):
     d = tmp_path_factory.mktemp("artifact-basic-registry")

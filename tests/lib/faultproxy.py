@@ -22,6 +22,12 @@ first `times` (default 1) requests whose path matches the regex `match`
                                            then close the connection
   {"fault": "reset_headers"}               send half a status line and headers, then
                                            reset the connection (RST)
+  {"fault": "paginate", "n": 1}            a tag list (GET .../tags/list) served in pages
+                                           of n tags as distribution-spec "Listing Tags"
+                                           says: the upstream's whole list cut after the
+                                           `last` query parameter, with a Link header
+                                           `<PATH?n=N&last=TAG>; rel="next"` while more
+                                           remain (the registry here has no pagination)
 
 The log FILE (JSON, rewritten when a request arrives and when it is done)
 is a list, in order of arrival, of
@@ -131,7 +137,10 @@ class Handler(http.server.BaseHTTPRequestHandler):
         conn = http.client.HTTPConnection(st.upstream, timeout=120)
         headers = {k: v for k, v in self.headers.items() if k.lower() not in HOP}
         headers["Host"] = st.upstream
-        conn.request(self.command, self.path, body=body, headers=headers)
+        path = self.path
+        if kind == "paginate":
+            path, _, query = self.path.partition("?")
+        conn.request(self.command, path, body=body, headers=headers)
         resp = conn.getresponse()
         data = resp.read()
         conn.close()
@@ -141,7 +150,23 @@ class Handler(http.server.BaseHTTPRequestHandler):
             data[off] ^= 0xFF
             data = bytes(data)
 
+        extra = []
+        if kind == "paginate" and resp.status == 200:
+            import urllib.parse
+            q = urllib.parse.parse_qs(query)
+            doc = json.loads(data)
+            tags = sorted(doc.get("tags") or [])
+            if "last" in q:
+                tags = [t for t in tags if t > q["last"][0]]
+            n = int(fault.get("n", 1))
+            page, rest = tags[:n], tags[n:]
+            doc["tags"] = page
+            data = json.dumps(doc).encode()
+            if rest:
+                extra.append(("Link", f'<{path}?n={n}&last={urllib.parse.quote(page[-1])}>; rel="next"'))
         self.send_response(resp.status)
+        for k, v in extra:
+            self.send_header(k, v)
         for k, v in resp.getheaders():
             if k.lower() in HOP:
                 continue
