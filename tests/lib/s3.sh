@@ -15,12 +15,16 @@ version=4.0.4
 cache=${IMGBUILD_TEST_CACHE:-/var/tmp/imgbuild-tests}/s3rver
 lifetime=${IMGBUILD_S3_LIFETIME:-10800}
 
+# The whole dependency tree is pinned, integrity hashes included, by
+# tests/lib/s3rver/package-lock.json (npm ci installs exactly that).
 install_into() { # DIR
   local d=$1
   [ -f "$d/node_modules/@20minutes/s3rver/package.json" ] \
-    && grep -q "\"version\": \"$version\"" "$d/node_modules/@20minutes/s3rver/package.json" && return 0
+    && grep -q "\"version\": \"$version\"" "$d/node_modules/@20minutes/s3rver/package.json" \
+    && cmp -s "$here/s3rver/package-lock.json" "$d/package-lock.json" && return 0
   mkdir -p "$d"
-  npm install --silent --no-audit --no-fund --no-save --prefix "$d" "@20minutes/s3rver@$version" >&2
+  cp "$here/s3rver/package.json" "$here/s3rver/package-lock.json" "$d/"
+  (cd "$d" && npm ci --silent --no-audit --no-fund) >&2
 }
 
 modules() { # DIR (fallback)
