@@ -2373,13 +2373,17 @@ ib_rootfs_freeze (ib_store_t *store, const char *dest, const char *chain_hex, ib
     ib_buf_printf (&lb, "%s\n", *l);
   int r = ib_write_file_atomic (tlow, lb.data, lb.len, 0600, err);
   ib_buf_free (&lb);
-  if (r < 0 || umount2 (dest, 0) < 0)
+  int um = r == 0 ? umount2 (dest, 0) : -1;
+  int um_errno = errno;
+  if (r < 0 || um < 0)
     {
-      if (r == 0)
-        ib_error_sys (err, errno, "freeze %s: unmount", dest);
       if (ib_rm_rf (tmpl, &e) < 0)
         ib_error_free (&e);
-      return -1;
+      if (r < 0)
+        return -1;
+      /* still in use (EBUSY): the tree stays mounted as it is, unfrozen */
+      ib_debug ("%s: not frozen: unmount: %s", dest, strerror (um_errno));
+      return 0;
     }
   /* From here the tree is unmounted: it must be mounted again, on the new
    * snapshot, or as it was when the snapshot could not be kept. */
