@@ -2441,14 +2441,30 @@ export_tar (build_t *b, stage_state_t *st, const ib_instr_t *in, const char *src
   return 0;
 }
 
+/* The OUTPUT keys whose values run_output expands (and the plan shows
+ * expanded); the others are read as written. */
+static bool
+output_key_expanded (const char *key)
+{
+  static const char *const keys[] = { "dest", "name", "src", "repair", "repair-exclude" };
+  for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
+    if (strcmp (key, keys[i]) == 0)
+      return true;
+  return false;
+}
+
 static int
 run_output (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err)
 {
   /* Expand every option value first. */
   const char *type = kv_get (in, "type");
-  cleanup_free char *dest = NULL, *name = NULL, *src = NULL;
+  cleanup_free char *dest = NULL, *name = NULL, *src = NULL, *repair = NULL, *repair_ex = NULL;
   const char *v;
   if ((v = kv_get (in, "dest")) && expand (b, st, v, &dest, err) < 0)
+    return -1;
+  if ((v = kv_get (in, "repair")) && expand (b, st, v, &repair, err) < 0)
+    return -1;
+  if ((v = kv_get (in, "repair-exclude")) && expand (b, st, v, &repair_ex, err) < 0)
     return -1;
   if ((v = kv_get (in, "name")) && expand (b, st, v, &name, err) < 0)
     return -1;
@@ -2471,8 +2487,7 @@ run_output (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err
         return -1;
       ib_copy_opts_t co = { .chmod = -1 };
       if (ib_copy_into (from, dest, true, &co, err) < 0
-          || ib_wheel_check_copied (from, dest, st->rootfs, kv_get (in, "repair"),
-                                    kv_get (in, "repair-exclude"), err) < 0) /* wheel.h */
+          || ib_wheel_check_copied (from, dest, st->rootfs, repair, repair_ex, err) < 0) /* wheel.h */
         return -1;
       ib_info ("[%s] OUTPUT local %s -> %s", stage_label (st),
                src ? src : "/", dest);
@@ -3663,8 +3678,8 @@ plan_stage (build_t *b, stage_state_t *st, json_t *js, ib_error_t *err)
               const char *key = in->kvs[k].key;
               const char *raw = kv_get (in, key);
               cleanup_free char *x = NULL;
-              /* run_output expands dest, name and src; the others are read as written */
-              if (strcmp (key, "dest") == 0 || strcmp (key, "name") == 0 || strcmp (key, "src") == 0)
+              /* run_output expands these; the others are read as written */
+              if (output_key_expanded (key))
                 {
                   if (expand (b, st, raw, &x, err) < 0)
                     {
