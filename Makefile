@@ -13,7 +13,7 @@ LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o)
 UNIT_SRC := $(wildcard tests/unit/test_*.c)
 UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 
-.PHONY: all deps test unit e2e e2e-realworld asan fuzz demo clean lint
+.PHONY: all deps test unit e2e e2e-realworld e2e-torch asan fuzz demo clean lint
 all: $(BIN)/imgbuild
 
 $(BUILD)/%.o: %.c $(wildcard */*.h)
@@ -62,6 +62,14 @@ e2e: all $(UNIT_BIN)
 # minutes more, and 1 GB of stand-in images); docs/benchmarks.md has its time.
 e2e-realworld: all
 	bash tests/realworld/run.sh
+
+# The real torch build (tests/torch): recipes/torch-cuda-ext.recipe compiles
+# its C++ extension against Debian's python3-torch 1.13.1 on a bookworm
+# stand-in base, the wheel is repaired, installed in a client image and its
+# operators checked against torch's.  Not part of `make test` (minutes per
+# pass even with the stand-in's apt step cached); docs/recipes.md has its time.
+e2e-torch: all
+	bash tests/torch/run.sh
 
 asan:
 	LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp $(MAKE) BUILD=build-asan BIN=bin-asan CFLAGS="-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer" LDFLAGS="-fsanitize=address,undefined" all unit
