@@ -7,7 +7,8 @@
 # tests/run-e2e.sh in both user-namespace modes (map: /etc/subuid ranges;
 # single: IMGBUILD_USERNS=single, one id plus root emulation).  Needs the
 # Debian mirror once per mode (the stand-in's apt step is then cached in
-# $IMGBUILD_TEST_CACHE/torch-ext-standin-cache.uidUID-MODE, about 1 GB each).  Each pass prints its time.
+# $IMGBUILD_TEST_CACHE/torch-ext.uidUID/standin-MODE, about 1 GB each).
+# Each pass prints its time.
 # Not part of `make test`: a warm pass takes minutes (the C++ compile
 # against libtorch's headers alone is about a minute on 2 cores); the
 # times measured are in docs/recipes.md.
@@ -36,11 +37,10 @@ if [ "$(id -u)" -eq 0 ]; then
   chmod -R a+rX "$IMGBUILD_TEST_CACHE"
   id "$unpriv" >/dev/null 2>&1 || useradd --create-home --shell /bin/bash "$unpriv"
   # the identity mode is part of the cache key: the unprivileged user keeps
-  # its own stand-in caches, one per mode (test_torch_ext.standin_cache_name)
-  for m in auto single; do
-    c="$IMGBUILD_TEST_CACHE/torch-ext-standin-cache.uid$(id -u "$unpriv")-$m"
-    mkdir -p "$c" && chown "$unpriv" "$c"
-  done
+  # its own stand-in caches, one per mode, in a directory of its own
+  # (test_torch_ext.standin_cache_name)
+  c="$IMGBUILD_TEST_CACHE/torch-ext.uid$(id -u "$unpriv")"
+  mkdir -p "$c" && chown "$unpriv" "$c"
   grep -q "^$unpriv:" /etc/subuid 2>/dev/null || usermod --add-subuids 300000-365535 "$unpriv"
   grep -q "^$unpriv:" /etc/subgid 2>/dev/null || usermod --add-subgids 300000-365535 "$unpriv"
   chown -R "$unpriv" "$d"

@@ -98,9 +98,10 @@ def cache_dir():
 def standin_cache_name():
     """The identity mode is part of a step's cache key (docs/cli.md): one
     cache of the stand-in's apt step per user and IMGBUILD_USERNS value, so
-    that each mode's rerun hits its own (tests/torch/run.sh makes the
-    unprivileged user's directories)."""
-    return f"torch-ext-standin-cache.uid{os.getuid()}-{os.environ.get('IMGBUILD_USERNS') or 'auto'}"
+    that each mode's rerun hits its own; in a directory of the user's own
+    (the export writes beside its destination; tests/torch/run.sh makes the
+    unprivileged user's)."""
+    return Path(f"torch-ext.uid{os.getuid()}") / f"standin-{os.environ.get('IMGBUILD_USERNS') or 'auto'}"
 
 
 @pytest.fixture(scope="module")
@@ -109,6 +110,10 @@ def built(base_image, tmp_path_factory):
     work = tmp_path_factory.mktemp("torch-work")
     (work / "standin.recipe").write_text(STANDIN_RECIPE)
     cache = cache_dir() / standin_cache_name()
+    try:
+        cache.parent.mkdir(parents=True, exist_ok=True)
+    except PermissionError:
+        pass  # read-only for this user: the cache is imported, not written
     args = ["--cache-from", f"type=local,src={cache}"]
     if os.access(cache.parent, os.W_OK) and (not cache.exists() or os.access(cache, os.W_OK)):
         args += ["--cache-to", f"type=local,dest={cache}"]
