@@ -55,10 +55,10 @@ def test_torch_ext_plan_is_pinned(tmp_path):
     assert "line 49: ARG TORCH_INDEX=https://download.pytorch.org/whl/cu128\n" in out
     assert "line 51: ARG TORCH_VERSION=2.7.1\n" in out
     # torch (and the build tools) for every Python of the base
-    assert install_line("/opt/python/*/bin", "setuptools wheel cmake", "2.7.1") in out
+    assert install_line("/opt/python/*/bin", "setuptools wheel cmake<4", "2.7.1") in out
     assert ("args: PYTHONS='/opt/python/*/bin' PIP_INDEX=https://pypi.org/simple "
             "TORCH_INDEX=https://download.pytorch.org/whl/cu128 TORCH_VERSION=2.7.1 "
-            "BUILD_PACKAGES='setuptools wheel cmake'\n") in out
+            "BUILD_PACKAGES='setuptools wheel cmake<4'\n") in out
     # the extension's source from the context, the CUDA switches, a wheel per Python
     assert "line 72: COPY torch-cuda-ext/ /src/ibtorch_ext/\n" in out
     assert ("line 77: ENV WITH_CUDA=auto TORCH_CUDA_ARCH_LIST='7.0;7.5;8.0;8.6;8.9;9.0;10.0;12.0+PTX' "
