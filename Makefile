@@ -13,7 +13,7 @@ LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o)
 UNIT_SRC := $(wildcard tests/unit/test_*.c)
 UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 
-.PHONY: all deps test unit e2e e2e-realworld e2e-debian-wheels asan fuzz demo clean lint
+.PHONY: all deps test unit e2e e2e-realworld e2e-debian-wheels e2e-torch asan fuzz demo clean lint
 all: $(BIN)/imgbuild
 
 $(BUILD)/%.o: %.c $(wildcard */*.h)
@@ -72,6 +72,14 @@ e2e-realworld: all
 e2e-debian-wheels: all
 	IMGBUILD_DEBIAN_WHEELS=1 \
 	  /usr/bin/python3 -m pytest -p no:cacheprovider -q -s tests/e2e/test_wheel_debian.py
+
+# The real torch build (tests/torch): recipes/torch-cuda-ext.recipe compiles
+# its C++ extension against Debian's python3-torch 1.13.1 on a bookworm
+# stand-in base, the wheel is repaired, installed in a client image and its
+# operators checked against torch's.  Not part of `make test` (minutes per
+# pass even with the stand-in's apt step cached); docs/recipes.md has its time.
+e2e-torch: all
+	bash tests/torch/run.sh
 
 asan:
 	ASAN_OPTIONS=fast_unwind_on_malloc=0 $(MAKE) BUILD=build-asan BIN=bin-asan CFLAGS="-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer" LDFLAGS="-fsanitize=address,undefined" all unit

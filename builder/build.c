@@ -2507,6 +2507,19 @@ export_tar (build_t *b, stage_state_t *st, const ib_instr_t *in, const char *src
   return 0;
 }
 
+/* The OUTPUT keys whose values run_output expands (and the plan shows
+ * expanded); the others are read as written. */
+static bool
+output_key_expanded (const char *key)
+{
+  static const char *const keys[] = { "dest", "name", "src", "repair", "repair-exclude",
+                                      "require" };
+  for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
+    if (strcmp (key, keys[i]) == 0)
+      return true;
+  return false;
+}
+
 static int
 run_output (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err)
 {
@@ -3758,11 +3771,8 @@ plan_stage (build_t *b, stage_state_t *st, json_t *js, ib_error_t *err)
               const char *key = in->kvs[k].key;
               const char *raw = kv_get (in, key);
               cleanup_free char *x = NULL;
-              /* run_output expands dest, name, src, repair, repair-exclude and
-               * require; the others are read as written */
-              if (strcmp (key, "dest") == 0 || strcmp (key, "name") == 0 || strcmp (key, "src") == 0
-                  || strcmp (key, "repair") == 0 || strcmp (key, "repair-exclude") == 0
-                  || strcmp (key, "require") == 0)
+              /* run_output expands these; the others are read as written */
+              if (output_key_expanded (key))
                 {
                   if (expand (b, st, raw, &x, err) < 0)
                     {

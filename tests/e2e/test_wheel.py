@@ -505,6 +505,42 @@ def test_build_output_repairs_wheels(wheels, tmp_path):
     assert imgbuild("wheel", "audit", c / "out" / fixed, store="/x").rc == 0
 
 
+def test_build_output_repair_values_are_expanded(wheels, tmp_path):
+    """OUTPUT's repair= and repair-exclude= take build ARGs (as
+    recipes/torch-cuda-ext.recipe's repair=${REPAIR},repair-exclude=${REPAIR_EXCLUDE}):
+    the excluded library is not grafted and its DT_NEEDED stays; with the
+    ARG emptied it is grafted; the plan shows the expanded values."""
+    w = wheels["ibw_yaml"]
+    c = tmp_path / "ctx"
+    (c / "dist").mkdir(parents=True)
+    shutil.copy(w, c / "dist" / w.name)
+    (c / "stub.c").write_text("int yaml_stub_marker(void) { return 42; }\n")
+    sh("gcc", "-shared", "-fPIC", "-Wl,-soname,libyaml-0.so.2", "-o", c / "libyaml-0.so.2", c / "stub.c")
+    (c / "r.recipe").write_text(
+        "FROM scratch\nCOPY libyaml-0.so.2 /usr/lib/libyaml-0.so.2\nCOPY dist/ /wheels/\n"
+        "ARG REPAIR=manylinux_2_17_x86_64\nARG EXCL=libfoo.so.*:libyaml-0.so.*\n"
+        "OUTPUT type=local,dest=out,src=/wheels,repair=${REPAIR},repair-exclude=${EXCL}\n")
+    r = imgbuild("plan", c / "r.recipe", store=tmp_path / "store", cwd=c)
+    assert r.rc == 0, r
+    assert ("output: type=local dest=out src=/wheels repair=manylinux_2_17_x86_64 "
+            "repair-exclude='libfoo.so.*:libyaml-0.so.*'\n") in r.out, r.out
+    r = imgbuild("build", c / "r.recipe", store=tmp_path / "store", cwd=c)
+    assert r.rc == 0, r
+    (fixed,) = (c / "out").iterdir()
+    assert "manylinux_2_17_x86_64" in fixed.name and "linux_x86_64.whl" not in fixed.name
+    z = zipfile.ZipFile(fixed)
+    assert not [n for n in z.namelist() if ".libs/" in n], z.namelist()
+    z.extractall(tmp_path / "x")
+    so = next((tmp_path / "x").glob("ibw_yaml.cpython-*.so"))
+    assert "libyaml-0.so.2" in readelf_dynamic(so)[0]
+    # EXCL emptied: nothing excluded, the stage's libyaml is grafted
+    shutil.rmtree(c / "out")
+    r = imgbuild("build", c / "r.recipe", "--build-arg", "EXCL=", store=tmp_path / "store", cwd=c)
+    assert r.rc == 0, r
+    (fixed,) = (c / "out").iterdir()
+    assert [n for n in zipfile.ZipFile(fixed).namelist() if n.startswith("ibw_yaml.libs/libyaml-0-")]
+
+
 def test_repair_libraries_inside_the_wheel(tmp_path):
     """An extension loading ibw_int/lib/libinner.so through its RUNPATH
     $ORIGIN/lib; libinner needs libyaml (outside) and libb.so (beside it, but
