@@ -24,23 +24,23 @@ def install_line(pythons, build_packages, torch_version, index="https://download
     return norm(
         "line 54: RUN --mount=type=cache,target=/root/.cache/pip set -e; n=0; "
         f"for d in {pythons}; do "
-        'py="${d}/python"; [ -x "${py}" ] || py="${d}/python3"; '
-        '[ -x "${py}" ] || { echo "PYTHONS: no python in ${d}" >&2; exit 1; }; '
+        'py="$d/python"; [ -x "$py" ] || py="$d/python3"; '
+        '[ -x "$py" ] || { echo "PYTHONS: no python in $d" >&2; exit 1; }; '
         "n=$((n + 1)); "
-        f'if [ -n "{build_packages}" ]; then "${{py}}" -m pip install --index-url "{pip_index}" {build_packages}; fi; '
-        f'if [ -n "{torch_version}" ]; then "${{py}}" -m pip install --index-url "{index}" '
+        f'if [ -n "{build_packages}" ]; then "$py" -m pip install --index-url "{pip_index}" {build_packages}; fi; '
+        f'if [ -n "{torch_version}" ]; then "$py" -m pip install --index-url "{index}" '
         f'--extra-index-url "{pip_index}" "torch=={torch_version}" '
-        f'|| {{ echo "${{py}}: no torch {torch_version} from {index}: narrow PYTHONS" >&2; exit 1; }}; fi; '
-        '"${py}" -c \'import sys, torch; print(sys.executable, "torch", torch.__version__, "cuda", torch.version.cuda)\'; '
-        'done; [ "${n}" -gt 0 ] || { echo "PYTHONS matched no Python" >&2; exit 1; }') + "\n"
+        f'|| {{ echo "$py: no torch {torch_version} from {index}: narrow PYTHONS" >&2; exit 1; }}; fi; '
+        '"$py" -c \'import sys, torch; print(sys.executable, "torch", torch.__version__, "cuda", torch.version.cuda)\'; '
+        'done; [ "$n" -gt 0 ] || { echo "PYTHONS matched no Python" >&2; exit 1; }') + "\n"
 
 
 def build_line(pythons):
     return (
         f"line 82: RUN set -e; mkdir -p /wheels; for d in {pythons}; do "
-        'py="${d}/python"; [ -x "${py}" ] || py="${d}/python3"; '
+        'py="$d/python"; [ -x "$py" ] || py="$d/python3"; '
         "rm -rf /tmp/ibtorch_ext && cp -a /src/ibtorch_ext /tmp/ibtorch_ext; "
-        'PATH="${d}:${PATH}" "${py}" -m pip wheel --no-deps --no-build-isolation --no-index '
+        'PATH="$d:$PATH" "$py" -m pip wheel --no-deps --no-build-isolation --no-index '
         "-w /wheels /tmp/ibtorch_ext; done; rm -rf /tmp/ibtorch_ext; ls -l /wheels\n")
 
 
