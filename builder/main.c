@@ -285,29 +285,15 @@ cmp_str (const void *a, const void *b)
   return strcmp (*(char *const *) a, *(char *const *) b);
 }
 
-/* --matrix SPEC: a usage error (exit 2) when it does not parse. */
+/* A --matrix error is a usage error (exit 2): its message, then usage. */
 static void
-matrix_option (ib_matrix_t *m, const char *spec)
+matrix_usage_error (int r, ib_error_t *e)
 {
-  ib_error_t e = NULL;
-  if (ib_matrix_add (m, spec, &e) < 0)
-    {
-      cleanup_free char *msg = xstrdup (e->msg);
-      ib_error_free (&e);
-      usage_error ("%s", msg);
-    }
-}
-
-static void
-matrix_check_args (const ib_matrix_t *m, char **args)
-{
-  ib_error_t e = NULL;
-  if (ib_matrix_check_args (m, args, &e) < 0)
-    {
-      cleanup_free char *msg = xstrdup (e->msg);
-      ib_error_free (&e);
-      usage_error ("%s", msg);
-    }
+  if (r == 0)
+    return;
+  cleanup_free char *msg = xstrdup ((*e)->msg);
+  ib_error_free (e);
+  usage_error ("%s", msg);
 }
 
 /* Every *.whl under `dir` (recursively), as DIR/REL paths, sorted. */
@@ -474,7 +460,7 @@ cmd_build (int argc, char **argv, ib_error_t *err)
     switch (c)
       {
       case 'a': ib_strv_push (&args, optarg); break;
-      case 'M': matrix_option (&matrix, optarg); break;
+      case 'M': { ib_error_t me = NULL; matrix_usage_error (ib_matrix_add (&matrix, optarg, &me), &me); } break;
       case 'X': fail_fast = true; break;
       case 'T': target = optarg; break;
       case 'o': ib_strv_push (&outputs, optarg); break;
@@ -548,7 +534,10 @@ cmd_build (int argc, char **argv, ib_error_t *err)
     usage_error ("%s", "build: missing RECIPE");
   if (optind < argc)
     usage_error ("build: unexpected argument '%s'", argv[optind]);
-  matrix_check_args (&matrix, args);
+  {
+    ib_error_t me = NULL;
+    matrix_usage_error (ib_matrix_check_args (&matrix, args, &me), &me);
+  }
   if (fail_fast && matrix.n_axes == 0)
     usage_error ("%s", "build: --fail-fast goes with --matrix");
   if (!ib_compression_level_ok (compression, level))
@@ -597,7 +586,7 @@ cmd_plan (int argc, char **argv, ib_error_t *err)
     switch (c)
       {
       case 'a': ib_strv_push (&args, optarg); break;
-      case 'M': matrix_option (&matrix, optarg); break;
+      case 'M': { ib_error_t me = NULL; matrix_usage_error (ib_matrix_add (&matrix, optarg, &me), &me); } break;
       case 'T': target = optarg; break;
       case 'J': as_json = true; break;
       case 'P':
@@ -618,7 +607,10 @@ cmd_plan (int argc, char **argv, ib_error_t *err)
     usage_error ("%s", "plan: missing RECIPE");
   if (optind + 1 < argc)
     usage_error ("plan: unexpected argument '%s'", argv[optind + 1]);
-  matrix_check_args (&matrix, args);
+  {
+    ib_error_t me = NULL;
+    matrix_usage_error (ib_matrix_check_args (&matrix, args, &me), &me);
+  }
   /* With --matrix: one plan per combination, in the build's order; text
    * plans under a "matrix I/N: K=V ..." line, JSON ones as an array of
    * {"matrix": {K: V}, "plan": PLAN}. */

@@ -1667,7 +1667,7 @@ ib_registry_get_manifest (ib_registry_t *r, const char *repo, const char *refere
 
 /* The target of `link`'s rel="next" (RFC 8288: `<URL>; rel="next"`),
  * made absolute against `base` ("http://host:port") when it is a path;
- * NULL when there is none. */
+ * NULL when there is none or it names another host. */
 static char *
 link_next (const char *link, const char *base)
 {
@@ -1684,7 +1684,13 @@ link_next (const char *link, const char *base)
           cleanup_free char *target = xstrndup (p + 1, (size_t) (e - p - 1));
           if (target[0] == '/')
             return xasprintf ("%s%s", base, target);
-          return steal_pointer (&target);
+          /* an absolute URL only on this registry: the request carries
+           * its credentials, which another host must not get */
+          size_t bl = strlen (base);
+          if (strncmp (target, base, bl) == 0 && target[bl] == '/')
+            return steal_pointer (&target);
+          ib_debug ("tag list: next page %s is not on %s: not followed", target, base);
+          return NULL;
         }
       p = stop;
     }

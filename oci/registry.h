@@ -182,7 +182,8 @@ int ib_registry_push_blob (ib_registry_t *r, const char *repo, const char *diges
 
 /* GET /v2/<repo>/tags/list (distribution-spec "Listing Tags"): every
  * page, following each response's Link rel="next" (a path is taken
- * relative to the registry; at most 10000 pages).  *tags is
+ * relative to the registry, a URL on another host is not followed; at
+ * most 10000 pages).  *tags is
  * NULL-terminated (empty when the repository has none), caller frees.
  * Errors: ENOENT "name unknown" for a repository the registry does not
  * know; auth and connection errors as for manifests. */
