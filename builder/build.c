@@ -31,6 +31,7 @@
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -125,7 +126,34 @@ typedef struct stage_state
   size_t step, n_steps;      /* progress: [name step/n_steps] */
   size_t *deps;              /* stages this one reads (FROM, COPY --from, --mount from=) */
   size_t n_deps;
+  size_t n_pending;          /* layers of st->layers still compressing (layer_job_t) */
 } stage_state_t;
+
+/* A layer compressed in the background (commit_layer): its tar is written
+ * and its diff_id known; a child process compresses the tar into the blob
+ * while the next steps run.  st->layers[index] has no digest until
+ * join_layers takes the result. */
+typedef struct layer_job
+{
+  stage_state_t *st;
+  size_t index;
+  pid_t pid;
+  int fd;                    /* the child's struct job_result */
+  char *tar, *blob;          /* temp files in the store */
+  char *what;                /* "RECIPE:LINE: KEYWORD" of the step, for messages */
+  uint64_t entries;
+  struct timespec t0;        /* when the step's layer write began */
+} layer_job_t;
+
+/* A cache record of a step whose layers are not all compressed yet:
+ * written when they are (join_layers). */
+typedef struct pending_record
+{
+  stage_state_t *st;
+  char key[IB_DIGEST_LEN];
+  json_t *config;            /* the config after the step (a copy) */
+  size_t n_layers;           /* st->layers[0..n_layers) are the step's */
+} pending_record_t;
 
 typedef struct build
 {
@@ -153,9 +181,15 @@ typedef struct build
   ib_buf_t out_line;         /* a RUN's partial output line (TTY/JSON) */
   ib_cache_memo_t *memo;     /* content digests of context files (opened when first needed) */
   ib_ignore_t *ignore;       /* .dockerignore of the context (empty when none) */
+  const ib_instr_t *cur_in;  /* the instruction running (messages of background work) */
+  layer_job_t *jobs;         /* layers compressing in the background, oldest first */
+  size_t n_jobs;
+  pending_record_t *records; /* cache records waiting for them */
+  size_t n_records;
 } build_t;
 
 static void prog_pause (build_t *b);
+static int join_layers (build_t *b, stage_state_t *only, ib_error_t *err);
 static bool is_proxy_arg (const char *name);
 static void prog_resume (build_t *b);
 
@@ -474,6 +508,8 @@ ensure_rootfs (build_t *b, stage_state_t *st, ib_error_t *err)
       st->rootfs_ready = true; /* FROM scratch: the empty directory */
       return 0;
     }
+  if (st->n_pending > 0 && join_layers (b, st, err) < 0)
+    return -1;
   cleanup_strv char **diff_ids = NULL;
   cleanup_strv char **digests = NULL;
   if (ib_config_diff_ids (st->config, &diff_ids, err) < 0)
@@ -626,15 +662,21 @@ same_layers (const ib_descriptor_t *a, size_t na, const ib_descriptor_t *b, size
 }
 
 /* After a step (run or taken from the cache) the stage's identity is its
- * input key plus the layers it has: a step that ran again (--no-cache) and
- * made other bytes changes what the following steps, and the stages that
- * read this one, are keyed on; the same bytes keep their cache hits. */
+ * input key plus the content of the layers it has (their diff_ids: known
+ * as soon as a layer's tar is written, before its compression ends): a
+ * step that ran again (--no-cache) and made other bytes changes what the
+ * following steps, and the stages that read this one, are keyed on; the
+ * same bytes keep their cache hits. */
 static void
 set_result_key (stage_state_t *st, const char *key)
 {
   ib_buf_t t = { 0 };
-  for (size_t i = 0; i < st->n_layers; i++)
-    ib_buf_printf (&t, "layer %s\n", st->layers[i].digest);
+  cleanup_strv char **diff_ids = NULL;
+  ib_error_t e = NULL;
+  if (ib_config_diff_ids (st->config, &diff_ids, &e) < 0)
+    ib_error_free (&e); /* none: FROM scratch */
+  for (char **d = diff_ids; d && *d; d++)
+    ib_buf_printf (&t, "diff_id %s\n", *d);
   cleanup_free char *text = ib_buf_steal (&t);
   char out[IB_DIGEST_LEN];
   ib_cache_key (key, text, out);
@@ -649,7 +691,10 @@ static int
 cache_lookup (build_t *b, stage_state_t *st, const char *key)
 {
   ib_strv_push (&b->keys, key);
-  if (st->no_cache)
+  /* A stage with layers still compressing has run a step of its own in
+   * this build: its key chain is new, so the later steps' keys are too
+   * (records are only written once a step ran), and they run. */
+  if (st->no_cache || st->n_pending > 0)
     return 0;
   json_t *cfg = NULL;
   ib_descriptor_t *ls = NULL;
@@ -686,12 +731,24 @@ cache_lookup (build_t *b, stage_state_t *st, const char *key)
   return 1;
 }
 
-/* Record the state after a step that ran; failing to is only a warning. */
+/* Record the state after a step that ran; failing to is only a warning.
+ * While layers of the stage compress, the record waits for them
+ * (join_layers writes it). */
 static void
 cache_record (build_t *b, stage_state_t *st, const char *key)
 {
   set_result_key (st, key);
   b->misses++;
+  if (st->n_pending > 0)
+    {
+      b->records = xrealloc (b->records, (b->n_records + 1) * sizeof *b->records);
+      pending_record_t *r = &b->records[b->n_records++];
+      r->st = st;
+      snprintf (r->key, IB_DIGEST_LEN, "%s", key);
+      r->config = json_deep_copy (st->config);
+      r->n_layers = st->n_layers;
+      return;
+    }
   ib_error_t e = NULL;
   if (ib_cache_put (b->store, key, st->config, st->layers, st->n_layers, &e) < 0)
     {
@@ -777,7 +834,12 @@ do_from (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err)
   int idx = stage_index (b, image);
   step_line (b, st, "FROM", image, false, false);
   if (idx >= 0 && (size_t) idx < (size_t) (st - b->stages))
-    return from_stage (st, &b->stages[idx], err);
+    {
+      /* its layers' blobs: the new stage's manifest lists them */
+      if (b->stages[idx].n_pending > 0 && join_layers (b, &b->stages[idx], err) < 0)
+        return -1;
+      return from_stage (st, &b->stages[idx], err);
+    }
   if (strcmp (image, "scratch") == 0)
     {
       st->config = json_pack ("{s:s, s:s, s:{}, s:{s:s, s:[]}}", "architecture", arch, "os", os,
@@ -799,11 +861,280 @@ do_from (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err)
 /* ------------------------------------------------------------------ */
 /* Steps that change the rootfs                                       */
 
+/* What a layer job's child sends back: one write, less than PIPE_BUF. */
+struct job_result
+{
+  int status;                  /* 0, else the errno of the failure */
+  char digest[IB_DIGEST_LEN];
+  uint64_t size;
+  char msg[1024];
+};
+
+/* Layers whose tar is smaller are compressed at once: a process costs more. */
+#define JOB_MIN_TAR (4u << 20)
+/* Room the store's file system must have left besides the tar for a layer
+ * to be compressed in the background (its blob may be as large as it). */
+#define JOB_SPARE (64u << 20)
+
+static double
+seconds_since (const struct timespec *t0)
+{
+  struct timespec t1;
+  clock_gettime (CLOCK_MONOTONIC, &t1);
+  return (double) (t1.tv_sec - t0->tv_sec) + (double) (t1.tv_nsec - t0->tv_nsec) / 1e9;
+}
+
+static void
+layer_line (const char *digest, uint64_t entries, uint64_t size, double secs)
+{
+  ib_info ("  layer %.19s  %llu entries, %.1f kB, written in %.2f s", digest,
+           (unsigned long long) entries, (double) size / 1000.0, secs);
+}
+
+/* Compress the tar *tar (taken: the job removes and frees it) of layer
+ * st->layers[st->n_layers - 1] in a child process; join_layers takes the
+ * result.  -1 when no child could be started (*tar is left). */
+static int
+start_layer_job (build_t *b, stage_state_t *st, char **tar, uint64_t entries,
+                 const struct timespec *t0, ib_error_t *err)
+{
+  char *blob = NULL;
+  int fd = ib_store_tmp_file (b->store, "layer", &blob, err);
+  if (fd < 0)
+    return -1;
+  close (fd);
+  int p[2];
+  if (pipe2 (p, O_CLOEXEC) < 0)
+    {
+      ib_error_sys (err, errno, "compress layer: pipe");
+      unlink (blob);
+      free (blob);
+      return -1;
+    }
+  ib_layer_opts_t lo = { .compression = b->opts->compression, .level = b->opts->compression_level,
+                         .sde = b->sde };
+  pid_t parent = getpid ();
+  fflush (NULL);
+  pid_t pid = fork ();
+  if (pid == 0)
+    {
+      close (p[0]);
+      prctl (PR_SET_PDEATHSIG, SIGKILL);
+      if (getppid () != parent)
+        _exit (1);
+      struct job_result r;
+      memset (&r, 0, sizeof r);
+      ib_error_t e = NULL;
+      if (ib_layer_compress (*tar, blob, &lo, r.digest, &r.size, &e) < 0)
+        {
+          r.status = e->status ? e->status : EIO;
+          snprintf (r.msg, sizeof r.msg, "%s", e->msg);
+        }
+      ssize_t w = write (p[1], &r, sizeof r);
+      _exit (w == (ssize_t) sizeof r ? 0 : 1);
+    }
+  close (p[1]);
+  if (pid < 0)
+    {
+      ib_error_sys (err, errno, "compress layer: fork");
+      close (p[0]);
+      unlink (blob);
+      free (blob);
+      return -1;
+    }
+  b->jobs = xrealloc (b->jobs, (b->n_jobs + 1) * sizeof *b->jobs);
+  layer_job_t *j = &b->jobs[b->n_jobs++];
+  memset (j, 0, sizeof *j);
+  j->st = st;
+  j->index = st->n_layers - 1;
+  j->pid = pid;
+  j->fd = p[0];
+  j->tar = *tar;
+  *tar = NULL;
+  j->blob = blob;
+  j->what = b->cur_in ? xasprintf ("%s:%d: %s", b->recipe->path, b->cur_in->line,
+                                   b->cur_in->keyword)
+                      : xstrdup (b->recipe->path);
+  j->entries = entries;
+  j->t0 = *t0;
+  st->n_pending++;
+  return 0;
+}
+
+/* Wait for job j and take its blob into the store; its layer gets its
+ * digest and size.  The job's files are removed either way.  Errors name
+ * the step. */
+static int
+finish_layer_job (build_t *b, layer_job_t *j, ib_error_t *err)
+{
+  struct job_result r;
+  memset (&r, 0, sizeof r);
+  size_t got = 0;
+  while (got < sizeof r)
+    {
+      ssize_t n = read (j->fd, (char *) &r + got, sizeof r - got);
+      if (n < 0 && errno == EINTR)
+        continue;
+      if (n <= 0)
+        break;
+      got += (size_t) n;
+    }
+  close (j->fd);
+  int ws = 0;
+  while (waitpid (j->pid, &ws, 0) < 0 && errno == EINTR)
+    ;
+  int ret = 0;
+  if (got != sizeof r)
+    ret = ib_error_set (err, EIO, "%s: compress layer %s: the process compressing it ended "
+                        "without a result%s", j->what, j->tar,
+                        WIFSIGNALED (ws) ? " (killed by a signal)" : "");
+  else if (r.status != 0)
+    ret = ib_error_set (err, r.status, "%s: %s", j->what, r.msg);
+  else if (ib_store_commit_blob_hashed (b->store, j->blob, r.digest, err) < 0)
+    ret = ib_error_prefix (err, "%s", j->what);
+  if (ret < 0)
+    unlink (j->blob);
+  unlink (j->tar);
+  stage_state_t *st = j->st;
+  if (ret == 0)
+    {
+      ib_descriptor_t *d = &st->layers[j->index];
+      memcpy (d->digest, r.digest, IB_DIGEST_LEN);
+      d->size = (int64_t) r.size;
+      layer_line (r.digest, j->entries, r.size, seconds_since (&j->t0));
+    }
+  st->n_pending--;
+  free (j->tar);
+  free (j->blob);
+  free (j->what);
+  return ret;
+}
+
+/* Whether every layer the record names has its blob. */
+static bool
+record_complete (const pending_record_t *r)
+{
+  for (size_t i = 0; i < r->n_layers; i++)
+    if (r->st->layers[i].digest[0] == '\0')
+      return false;
+  return true;
+}
+
+/* Wait for the layers compressing for stage `only` (NULL: every stage),
+ * then write the cache records that waited for them.  The first failure
+ * is returned (later ones are warnings); the records of the steps whose
+ * layers all made it are written still. */
+static int
+join_layers (build_t *b, stage_state_t *only, ib_error_t *err)
+{
+  int ret = 0;
+  size_t k = 0;
+  for (size_t i = 0; i < b->n_jobs; i++)
+    {
+      layer_job_t *j = &b->jobs[i];
+      if (only && j->st != only)
+        {
+          b->jobs[k++] = *j;
+          continue;
+        }
+      ib_error_t e = NULL;
+      if (finish_layer_job (b, j, &e) < 0)
+        {
+          if (ret == 0)
+            {
+              *err = e;
+              ret = -1;
+            }
+          else
+            {
+              ib_warn ("%s", e->msg);
+              ib_error_free (&e);
+            }
+        }
+    }
+  b->n_jobs = k;
+  k = 0;
+  for (size_t i = 0; i < b->n_records; i++)
+    {
+      pending_record_t *r = &b->records[i];
+      if (r->st->n_pending > 0)
+        {
+          b->records[k++] = *r;
+          continue;
+        }
+      ib_error_t e = NULL;
+      if (record_complete (r)
+          && ib_cache_put (b->store, r->key, r->config, r->st->layers, r->n_layers, &e) < 0)
+        {
+          ib_warn ("%s", e->msg);
+          ib_error_free (&e);
+        }
+      json_decref (r->config);
+    }
+  b->n_records = k;
+  return ret;
+}
+
+/* Stop what still compresses (a build that failed): the children are
+ * killed, their files removed, the records that waited dropped. */
+static void
+drop_layer_jobs (build_t *b)
+{
+  for (size_t i = 0; i < b->n_jobs; i++)
+    {
+      layer_job_t *j = &b->jobs[i];
+      kill (j->pid, SIGKILL);
+      while (waitpid (j->pid, NULL, 0) < 0 && errno == EINTR)
+        ;
+      close (j->fd);
+      unlink (j->tar);
+      unlink (j->blob);
+      free (j->tar);
+      free (j->blob);
+      free (j->what);
+      j->st->n_pending--;
+    }
+  free (b->jobs);
+  b->jobs = NULL;
+  b->n_jobs = 0;
+  for (size_t i = 0; i < b->n_records; i++)
+    json_decref (b->records[i].config);
+  free (b->records);
+  b->records = NULL;
+  b->n_records = 0;
+}
+
+/* Compress the tar *path here into a new temp file, which replaces it. */
+static int
+compress_here (build_t *b, char **path, const ib_layer_opts_t *lo, ib_layer_result_t *res,
+               ib_error_t *err)
+{
+  char *blob = NULL;
+  int fd = ib_store_tmp_file (b->store, "layer", &blob, err);
+  if (fd < 0)
+    return -1;
+  close (fd);
+  int r = ib_layer_compress (*path, blob, lo, res->digest, &res->size, err);
+  unlink (*path);
+  free (*path);
+  *path = blob;
+  return r;
+}
+
+/* The layer of a step.  A large one (JOB_MIN_TAR) is written as its
+ * uncompressed tar first, so its diff_id (which the keys of the following
+ * steps need) is known at once, and compressed in a child process while
+ * the next steps run (join_layers waits for it where its blob is needed:
+ * the stage's image, a stage built FROM this one, the end of the build).
+ * Small layers, and any layer when the store's file system cannot hold
+ * the tar beside the blob, take one pass (tar, hash and compression). */
 static int
 commit_layer (build_t *b, stage_state_t *st, const ib_fs_scan_t *before, const char *created_by,
               ib_error_t *err)
 {
-  cleanup_free char *tmp = NULL;
+  struct timespec t0;
+  clock_gettime (CLOCK_MONOTONIC, &t0);
+  char *tmp = NULL;
   int fd = ib_store_tmp_file (b->store, "layer", &tmp, err);
   if (fd < 0)
     return -1;
@@ -811,28 +1142,53 @@ commit_layer (build_t *b, stage_state_t *st, const ib_fs_scan_t *before, const c
   ib_layer_result_t res;
   ib_layer_opts_t lo = { .compression = b->opts->compression, .level = b->opts->compression_level,
                          .sde = b->sde };
-  struct timespec t0, t1;
-  clock_gettime (CLOCK_MONOTONIC, &t0);
-  if (ib_layer_write_diff (st->rootfs, before, ib_layer_exclude, tmp, &lo, &res, err) < 0)
+  lo.raw_above = lo.compression == IB_COMPRESSION_NONE ? 0 : JOB_MIN_TAR;
+  bool background = false;
+  int ret = -1;
+  ib_error_t e = NULL;
+  if (ib_layer_write_diff (st->rootfs, before, ib_layer_exclude, tmp, &lo, &res, &e) < 0)
     {
-      unlink (tmp);
-      return -1;
+      /* the tar may not fit where the compressed blob does */
+      if (lo.raw_above == 0 || (e->status != ENOSPC && e->status != EDQUOT))
+        {
+          *err = e;
+          goto out;
+        }
+      ib_error_free (&e);
+      lo.raw_above = 0;
+      if (ib_layer_write_diff (st->rootfs, before, ib_layer_exclude, tmp, &lo, &res, err) < 0)
+        goto out;
+    }
+  if (res.raw)
+    {
+      struct statvfs fs;
+      if (statvfs (tmp, &fs) == 0 && (uint64_t) fs.f_bavail * fs.f_frsize >= res.size + JOB_SPARE)
+        background = true;
+      else
+        {
+          /* no room for the blob beside the tar: one pass */
+          lo.raw_above = 0;
+          if (ib_layer_write_diff (st->rootfs, before, ib_layer_exclude, tmp, &lo, &res, err) < 0)
+            goto out;
+        }
     }
   if (res.entries == 0)
     {
-      unlink (tmp);
       add_history (b, st, created_by, true);
-      return 0;
+      ret = 0;
+      goto out;
     }
-  if (ib_store_commit_blob (b->store, tmp, res.digest, NULL, NULL, err) < 0)
-    return -1;
-  clock_gettime (CLOCK_MONOTONIC, &t1);
+  if (!background && ib_store_commit_blob_hashed (b->store, tmp, res.digest, err) < 0)
+    goto out;
   st->layers = xrealloc (st->layers, (st->n_layers + 1) * sizeof (ib_descriptor_t));
   ib_descriptor_t *d = &st->layers[st->n_layers++];
   memset (d, 0, sizeof *d);
   d->media_type = xstrdup (ib_compression_media_type (b->opts->compression));
-  memcpy (d->digest, res.digest, IB_DIGEST_LEN);
-  d->size = (int64_t) res.size;
+  if (!background)
+    {
+      memcpy (d->digest, res.digest, IB_DIGEST_LEN);
+      d->size = (int64_t) res.size;
+    }
   json_t *rootfs = json_object_get (st->config, "rootfs");
   if (!json_is_object (rootfs))
     {
@@ -841,6 +1197,22 @@ commit_layer (build_t *b, stage_state_t *st, const ib_fs_scan_t *before, const c
     }
   json_array_append_new (json_object_get (rootfs, "diff_ids"), json_string (res.diff_id));
   add_history (b, st, created_by, false);
+  if (background)
+    {
+      ib_error_t e = NULL;
+      if (start_layer_job (b, st, &tmp, res.entries, &t0, &e) < 0)
+        {
+          /* no process to spare: compress here */
+          ib_warn ("%s", e->msg);
+          ib_error_free (&e);
+          if (compress_here (b, &tmp, &lo, &res, err) < 0
+              || ib_store_commit_blob_hashed (b->store, tmp, res.digest, err) < 0)
+            goto out;
+          memcpy (d->digest, res.digest, IB_DIGEST_LEN);
+          d->size = (int64_t) res.size;
+          background = false;
+        }
+    }
   /* An overlay tree keeps this step's changes as a layered snapshot (its
    * upper directory, moved, not copied): a later build that misses after
    * this step (the edit loop) mounts it instead of unpacking the layers. */
@@ -854,13 +1226,20 @@ commit_layer (build_t *b, stage_state_t *st, const ib_fs_scan_t *before, const c
         char chain[IB_DIGEST_LEN];
         ib_chain_id (diff_ids, ib_strv_len (diff_ids) - 1, chain);
         if (ib_rootfs_freeze (b->store, st->rootfs, ib_digest_hex (chain), err) < 0)
-          return -1;
+          goto out;
       }
   }
-  ib_info ("  layer %.19s  %llu entries, %.1f kB, written in %.2f s", res.digest,
-           (unsigned long long) res.entries, (double) res.size / 1000.0,
-           (double) (t1.tv_sec - t0.tv_sec) + (double) (t1.tv_nsec - t0.tv_nsec) / 1e9);
-  return 0;
+  if (!background)
+    layer_line (res.digest, res.entries, res.size, seconds_since (&t0));
+  ret = 0;
+out:
+  if (tmp)
+    {
+      if (ret < 0 || !background)
+        unlink (tmp);
+      free (tmp);
+    }
+  return ret;
 }
 
 /* The environment of a RUN: the image's Env plus the stage's ARGs (which
@@ -2779,6 +3158,16 @@ stage_child (build_t *b, stage_state_t *st, int wfd)
   size_t h0 = b->hits, m0 = b->misses, k0 = ib_strv_len (b->keys);
   ib_error_t e = NULL;
   int r = run_stage (b, st, &e);
+  if (b->n_jobs > 0)
+    {
+      /* a failed stage: the steps that ran keep their records */
+      ib_error_t je = NULL;
+      if (join_layers (b, NULL, &je) < 0)
+        {
+          ib_warn ("%s", je->msg);
+          ib_error_free (&je);
+        }
+    }
   ib_progress_end (b->prog);
   b->prog = NULL;
   json_t *keys = json_array ();
@@ -3026,6 +3415,16 @@ shell_from_config (stage_state_t *st)
   st->shell = shell;
 }
 
+/* The stage's layers all in the store and its image (config, manifest)
+ * stored. */
+static int
+finish_stage (build_t *b, stage_state_t *st, ib_error_t *err)
+{
+  if (st->n_pending > 0 && join_layers (b, st, err) < 0)
+    return -1;
+  return store_stage_image (b, st, err);
+}
+
 static int
 run_stage (build_t *b, stage_state_t *st, ib_error_t *err)
 {
@@ -3048,7 +3447,9 @@ run_stage (build_t *b, stage_state_t *st, ib_error_t *err)
       int r = 0;
       if (in->kind != IB_I_OUTPUT && in->kind != IB_I_ARG)
         st->step++;
+      b->cur_in = in;
       r = run_instr (b, st, in, err);
+      b->cur_in = NULL;
       step_end (b, r == 0);
       if (r < 0)
         return instr_error (b, in, err);
@@ -3057,7 +3458,12 @@ run_stage (build_t *b, stage_state_t *st, ib_error_t *err)
       if (in->kind == IB_I_FROM && run_onbuild_triggers (b, st, in, err) < 0)
         return -1;
     }
-  if (store_stage_image (b, st, err) < 0)
+  /* A stage without OUTPUT in a build of one process leaves its layers
+   * compressing while the next stages run; ib_build finishes it. */
+  bool outputs = b->opts->jobs > 1;
+  for (size_t i = 0; i < def->n_instrs; i++)
+    outputs = outputs || def->instrs[i].kind == IB_I_OUTPUT;
+  if (outputs && finish_stage (b, st, err) < 0)
     return -1;
   for (size_t i = 0; i < def->n_instrs; i++)
     {
@@ -3153,6 +3559,7 @@ mark_mount_deps (build_t *b, size_t i, const ib_instr_t *in, ib_error_t *err)
 static void
 build_free (build_t *b)
 {
+  drop_layer_jobs (b);
   for (size_t i = 0; i < b->n_stages; i++)
     {
       stage_state_t *st = &b->stages[i];
@@ -3411,13 +3818,18 @@ ib_build (ib_store_t *store, const ib_build_opts_t *opts, ib_error_t *err)
         goto out;
     }
   else
-    for (size_t i = 0; i < b.n_stages; i++)
-      {
-        if (!b.stages[i].needed)
-          continue;
-        if (run_stage (&b, &b.stages[i], err) < 0)
+    {
+      for (size_t i = 0; i < b.n_stages; i++)
+        {
+          if (!b.stages[i].needed)
+            continue;
+          if (run_stage (&b, &b.stages[i], err) < 0)
+            goto out;
+        }
+      for (size_t i = 0; i < b.n_stages; i++)
+        if (b.stages[i].built && finish_stage (&b, &b.stages[i], err) < 0)
           goto out;
-      }
+    }
   for (char **c = opts->cache_to; c && *c; c++)
     {
       if (need_userns (&b, err) < 0)
@@ -3441,6 +3853,17 @@ ib_build (ib_store_t *store, const ib_build_opts_t *opts, ib_error_t *err)
            b.stages[target].manifest_digest, b.hits, b.misses);
   ret = 0;
 out:
+  if (b.n_jobs > 0)
+    {
+      /* a failed build still records the steps that ran (the next build
+       * starts from them): their layers are finished first */
+      ib_error_t e = NULL;
+      if (join_layers (&b, NULL, &e) < 0)
+        {
+          ib_warn ("%s", e->msg);
+          ib_error_free (&e);
+        }
+    }
   build_free (&b);
   return ret;
 }

@@ -329,7 +329,9 @@ sink_fail (struct sink *s, int status, char *msg)
 static int
 sink_emit (struct sink *s, const unsigned char *p, size_t n)
 {
-  ib_sha256_update (s->gz_hash, p, n);
+  /* uncompressed: the blob is the tar, whose hash the producer computes */
+  if (s->engine != ENGINE_NONE)
+    ib_sha256_update (s->gz_hash, p, n);
   s->gz_size += n;
   while (n > 0)
     {
@@ -1063,6 +1065,27 @@ write_diff (const char *rootfs, const ib_fs_scan_t *before, const ib_fs_scan_t *
   if (n_items > 1)
     qsort (items, n_items, sizeof *items, cmp_item);
 
+  /* a large layer as its uncompressed tar, when the caller compresses later */
+  ib_layer_opts_t raw_opts;
+  if (o->raw_above > 0 && o->compression != IB_COMPRESSION_NONE)
+    {
+      uint64_t est = 1024; /* the end-of-archive blocks */
+      for (size_t k = 0; k < n_items; k++)
+        {
+          est += 512;
+          if (items[k].e && S_ISREG (items[k].e->mode) && items[k].link_to == NULL)
+            est += (items[k].e->size + 511) / 512 * 512;
+        }
+      if (est >= o->raw_above)
+        {
+          raw_opts = *o;
+          raw_opts.compression = IB_COMPRESSION_NONE;
+          raw_opts.level = -1;
+          o = &raw_opts;
+          res->raw = true;
+        }
+    }
+
   /* 4. write */
   cleanup_close int rootfd = open (rootfs, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (rootfd < 0)
@@ -1117,6 +1140,8 @@ write_diff (const char *rootfs, const ib_fs_scan_t *before, const ib_fs_scan_t *
     }
   ib_sha256_final (s.tar_hash, res->diff_id);
   ib_sha256_final (s.gz_hash, res->digest);
+  if (s.engine == ENGINE_NONE)
+    memcpy (res->digest, res->diff_id, IB_DIGEST_LEN);
   s.tar_hash = s.gz_hash = NULL;
   res->size = s.gz_size;
   res->entries = n_items;
@@ -1149,4 +1174,66 @@ ib_layer_write_diff (const char *rootfs, const ib_fs_scan_t *before, char *const
                   res, err) < 0)
     return ib_error_prefix (err, "write layer %s of %s", out_path, rootfs);
   return 0;
+}
+
+int
+ib_layer_compress (const char *tar_path, const char *out_path, const ib_layer_opts_t *opts,
+                   char digest[IB_DIGEST_LEN], uint64_t *size, ib_error_t *err)
+{
+  cleanup_close int in = open (tar_path, O_RDONLY | O_CLOEXEC);
+  if (in < 0)
+    return ib_error_sys (err, errno, "compress layer: open %s", tar_path);
+  struct sink s = { .fd = -1 };
+  if (sink_open (&s, out_path, opts, err) < 0)
+    {
+      sink_close (&s);
+      return ib_error_prefix (err, "compress layer %s", tar_path);
+    }
+  /* PIPE_CHUNK pieces, as ib_layer_write_diff's compressor thread gets
+   * them: the same tar gives the same bytes on either path */
+  unsigned char *buf = xmalloc (PIPE_CHUNK);
+  int ret = -1;
+  for (;;)
+    {
+      size_t len = 0;
+      while (len < PIPE_CHUNK)
+        {
+          ssize_t r = read (in, buf + len, PIPE_CHUNK - len);
+          if (r < 0 && errno == EINTR)
+            continue;
+          if (r < 0)
+            {
+              ib_error_sys (err, errno, "compress layer: read %s", tar_path);
+              goto out;
+            }
+          if (r == 0)
+            break;
+          len += (size_t) r;
+        }
+      if (len == 0)
+        break;
+      if (sink_push (&s, buf, len, false) < 0)
+        goto failed;
+      if (len < PIPE_CHUNK)
+        break;
+    }
+  if (sink_push (&s, NULL, 0, true) < 0)
+    goto failed;
+  if (s.engine == ENGINE_NONE)
+    {
+      ib_error_set (err, EINVAL, "compress layer %s: no compression asked", tar_path);
+      goto out;
+    }
+  ib_sha256_final (s.gz_hash, digest);
+  s.gz_hash = NULL;
+  *size = s.gz_size;
+  ret = 0;
+  goto out;
+failed:
+  ib_error_set (err, s.status ? s.status : EIO, "write %s: %s", out_path,
+                s.msg ? s.msg : "failed");
+out:
+  free (buf);
+  sink_close (&s);
+  return ret;
 }

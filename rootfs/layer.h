@@ -69,6 +69,11 @@ typedef struct ib_layer_opts
   ib_compression_t compression;
   int level;                   /* -1: the compression's default (gzip 1, zstd 3) */
   int64_t sde;                 /* SOURCE_DATE_EPOCH (seconds) or -1: mtimes are kept */
+  /* ib_layer_write_diff: when not 0 and the layer's tar comes to at least
+   * this many bytes (counted from the entries before writing), the file
+   * gets the uncompressed tar instead (res->raw), for the caller to
+   * compress later with ib_layer_compress. */
+  uint64_t raw_above;
 } ib_layer_opts_t;
 
 /* "gzip", "zstd" or "none" (also "uncompressed") -> *out; -1 (errno EINVAL)
@@ -86,6 +91,8 @@ typedef struct ib_layer_result
   char digest[IB_DIGEST_LEN];  /* sha256 of the blob (compressed as asked) */
   uint64_t size;               /* blob size in bytes */
   uint64_t entries;            /* tar entries written (0 = the step changed nothing) */
+  bool raw;                    /* opts->raw_above applied: the file is the uncompressed
+                                  tar, digest == diff_id, size its length */
 } ib_layer_result_t;
 
 /* Compare `rootfs` now with `before` and write the layer to `out_path`
@@ -100,5 +107,16 @@ typedef struct ib_layer_result
 int ib_layer_write_diff (const char *rootfs, const ib_fs_scan_t *before, char *const *exclude,
                          const char *out_path, const ib_layer_opts_t *opts,
                          ib_layer_result_t *res, ib_error_t *err);
+
+/* Compress the uncompressed layer tar `tar_path` (as ib_layer_write_diff
+ * writes it with IB_COMPRESSION_NONE) into `out_path` (created/truncated,
+ * mode 0644, not fsynced) as `opts` says (compression must not be none;
+ * sde is not used: the tar is taken as it is).  The bytes equal those
+ * ib_layer_write_diff writes for the same tree and opts, so a builder may
+ * write the tar first (its diff_id is then known) and compress later, in
+ * another process.  *digest (sha256 of the written bytes) and *size (bytes)
+ * on success; errors (read, write, a full disk) name the path. */
+int ib_layer_compress (const char *tar_path, const char *out_path, const ib_layer_opts_t *opts,
+                       char digest[IB_DIGEST_LEN], uint64_t *size, ib_error_t *err);
 
 #endif

@@ -530,6 +530,38 @@ test_compressions (void **state)
     { IB_COMPRESSION_NONE, -1, "cat" },
   };
   char diff_id[IB_DIGEST_LEN] = "";
+  /* the uncompressed tar, compressed afterwards (ib_layer_compress), must
+   * give the very bytes the one-pass writer gives */
+  cleanup_free char *plain = xasprintf ("%s/plain.tar", f->tmp);
+  {
+    ib_layer_opts_t o = { .compression = IB_COMPRESSION_NONE, .level = -1, .sde = SDE };
+    ib_layer_result_t r;
+    ib_error_t err = NULL;
+    if (ib_layer_write_diff (f->a, NULL, NULL, plain, &o, &r, &err) < 0)
+      fail_msg ("plain: %s", err->msg);
+    assert_string_equal (r.digest, r.diff_id);
+    assert_false (r.raw);
+    /* raw_above: a gzip layer of at least that many tar bytes comes out as
+     * its tar (3 MiB of data here), a smaller one compressed */
+    cleanup_free char *o4 = xasprintf ("%s/raw.tar", f->tmp);
+    ib_layer_opts_t g = { .compression = IB_COMPRESSION_GZIP, .level = -1, .sde = SDE,
+                          .raw_above = 3u << 20 };
+    ib_layer_result_t rr;
+    if (ib_layer_write_diff (f->a, NULL, NULL, o4, &g, &rr, &err) < 0)
+      fail_msg ("raw: %s", err->msg);
+    assert_true (rr.raw);
+    assert_string_equal (rr.digest, r.diff_id);
+    assert_string_equal (rr.diff_id, r.diff_id);
+    assert_int_equal (rr.size, r.size);
+    cleanup_free char *c4 = xasprintf ("cmp -s '%s' '%s'", o4, plain);
+    assert_int_equal (system (c4), 0);
+    g.raw_above = (4u << 20);
+    if (ib_layer_write_diff (f->a, NULL, NULL, o4, &g, &rr, &err) < 0)
+      fail_msg ("not raw: %s", err->msg);
+    assert_false (rr.raw);
+    assert_string_equal (rr.diff_id, r.diff_id);
+    assert_string_not_equal (rr.digest, r.diff_id);
+  }
   for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
     {
       ib_layer_opts_t o = { .compression = cases[i].c, .level = cases[i].level, .sde = SDE };
@@ -541,6 +573,26 @@ test_compressions (void **state)
           || ib_layer_write_diff (f->a, NULL, NULL, o2, &o, &r2, &err) < 0)
         fail_msg ("case %zu: %s", i, err->msg);
       assert_string_equal (r1.digest, r2.digest);
+      if (cases[i].c != IB_COMPRESSION_NONE)
+        {
+          cleanup_free char *o3 = xasprintf ("%s/c%zu-3", f->tmp, i);
+          char dg[IB_DIGEST_LEN];
+          uint64_t sz = 0;
+          if (ib_layer_compress (plain, o3, &o, dg, &sz, &err) < 0)
+            fail_msg ("case %zu: compress: %s", i, err->msg);
+          assert_string_equal (dg, r1.digest);
+          assert_int_equal (sz, r1.size);
+          cleanup_free char *c3 = xasprintf ("cmp -s '%s' '%s'", o1, o3);
+          assert_int_equal (system (c3), 0);
+        }
+      else
+        {
+          char dg[IB_DIGEST_LEN];
+          uint64_t sz = 0;
+          cleanup_free char *o3 = xasprintf ("%s/c%zu-3", f->tmp, i);
+          assert_int_equal (ib_layer_compress (plain, o3, &o, dg, &sz, &err), -1);
+          ib_error_free (&err);
+        }
       if (*diff_id)
         assert_string_equal (r1.diff_id, diff_id);
       memcpy (diff_id, r1.diff_id, IB_DIGEST_LEN);
