@@ -1121,6 +1121,72 @@ compress_here (build_t *b, char **path, const ib_layer_opts_t *lo, ib_layer_resu
   return r;
 }
 
+/* The state of a tree before a step, for its layer: a scan of the whole
+ * tree, or, for an overlay tree with nothing in its upper directory yet,
+ * that directory and the lower layers (nothing is scanned: the step's
+ * changes will be what the upper directory holds). */
+typedef struct step_scan
+{
+  ib_fs_scan_t *full;
+  char *upper;
+  char **lowers;
+} step_scan_t;
+
+static void
+cleanup_scanp (ib_fs_scan_t **s)
+{
+  ib_fs_scan_free (*s);
+}
+#define cleanup_scan __attribute__ ((cleanup (cleanup_scanp)))
+
+static int
+step_scan_begin (stage_state_t *st, step_scan_t *ss, ib_error_t *err)
+{
+  memset (ss, 0, sizeof *ss);
+  if (ib_rootfs_overlay_clean (st->rootfs, &ss->upper, &ss->lowers))
+    return 0;
+  return ib_fs_scan (st->rootfs, ib_layer_exclude, &ss->full, err);
+}
+
+static void
+step_scan_free (step_scan_t *ss)
+{
+  ib_fs_scan_free (ss->full);
+  free (ss->upper);
+  ib_strv_free (ss->lowers);
+  memset (ss, 0, sizeof *ss);
+}
+
+/* The scans of an overlay step (ib_fs_scan_overlay) against a view of its
+ * lower layers; when overlayfs redirected a directory, whole scans of
+ * that view and of the tree. */
+static int
+step_scans (build_t *b, stage_state_t *st, step_scan_t *ss, ib_fs_scan_t **before,
+            ib_fs_scan_t **cur, ib_error_t *err)
+{
+  cleanup_free char *view = NULL;
+  int mounted = ib_rootfs_lower_view (b->store, ss->lowers, &view, err);
+  if (mounted < 0)
+    return -1;
+  ib_error_t e = NULL;
+  int r = ib_fs_scan_overlay (st->rootfs, ss->upper, view, ib_layer_exclude, before, cur, &e);
+  if (r < 0 && e->status == EOPNOTSUPP)
+    {
+      ib_debug ("%s: %s: scanning the whole tree", st->rootfs, e->msg);
+      ib_error_free (&e);
+      r = ib_fs_scan_nodev (view, ib_layer_exclude, before, err);
+      if (r == 0 && (r = ib_fs_scan_nodev (st->rootfs, ib_layer_exclude, cur, err)) < 0)
+        {
+          ib_fs_scan_free (*before);
+          *before = NULL;
+        }
+    }
+  else if (r < 0)
+    *err = e;
+  ib_rootfs_lower_view_end (view, mounted);
+  return r;
+}
+
 /* The layer of a step.  A large one (JOB_MIN_TAR) is written as its
  * uncompressed tar first, so its diff_id (which the keys of the following
  * steps need) is known at once, and compressed in a child process while
@@ -1129,9 +1195,20 @@ compress_here (build_t *b, char **path, const ib_layer_opts_t *lo, ib_layer_resu
  * Small layers, and any layer when the store's file system cannot hold
  * the tar beside the blob, take one pass (tar, hash and compression). */
 static int
-commit_layer (build_t *b, stage_state_t *st, const ib_fs_scan_t *before, const char *created_by,
+commit_layer (build_t *b, stage_state_t *st, step_scan_t *ss, const char *created_by,
               ib_error_t *err)
 {
+  /* what the step changed: an overlay tree's upper directory (the scans
+   * of only what it holds), else the whole tree against the scan before */
+  cleanup_scan ib_fs_scan_t *pbefore = NULL, *pcur = NULL;
+  const ib_fs_scan_t *before = ss->full, *cur = NULL;
+  if (ss->upper && step_scans (b, st, ss, &pbefore, &pcur, err) < 0)
+    return -1;
+  if (ss->upper)
+    {
+      before = pbefore;
+      cur = pcur;
+    }
   struct timespec t0;
   clock_gettime (CLOCK_MONOTONIC, &t0);
   char *tmp = NULL;
@@ -1146,7 +1223,7 @@ commit_layer (build_t *b, stage_state_t *st, const ib_fs_scan_t *before, const c
   bool background = false;
   int ret = -1;
   ib_error_t e = NULL;
-  if (ib_layer_write_diff (st->rootfs, before, ib_layer_exclude, tmp, &lo, &res, &e) < 0)
+  if (ib_layer_write_diff_scans (st->rootfs, before, cur, ib_layer_exclude, tmp, &lo, &res, &e) < 0)
     {
       /* the tar may not fit where the compressed blob does */
       if (lo.raw_above == 0 || (e->status != ENOSPC && e->status != EDQUOT))
@@ -1156,7 +1233,7 @@ commit_layer (build_t *b, stage_state_t *st, const ib_fs_scan_t *before, const c
         }
       ib_error_free (&e);
       lo.raw_above = 0;
-      if (ib_layer_write_diff (st->rootfs, before, ib_layer_exclude, tmp, &lo, &res, err) < 0)
+      if (ib_layer_write_diff_scans (st->rootfs, before, cur, ib_layer_exclude, tmp, &lo, &res, err) < 0)
         goto out;
     }
   if (res.raw)
@@ -1168,7 +1245,7 @@ commit_layer (build_t *b, stage_state_t *st, const ib_fs_scan_t *before, const c
         {
           /* no room for the blob beside the tar: one pass */
           lo.raw_above = 0;
-          if (ib_layer_write_diff (st->rootfs, before, ib_layer_exclude, tmp, &lo, &res, err) < 0)
+          if (ib_layer_write_diff_scans (st->rootfs, before, cur, ib_layer_exclude, tmp, &lo, &res, err) < 0)
             goto out;
         }
     }
@@ -1838,8 +1915,8 @@ do_run (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err)
   for (char **kv = gpu.env; kv && *kv; kv++)
     env_set (&env, *kv);
   ib_env_default_home (&env, st->rootfs, uid); /* as runc, so Docker, BuildKit, buildah */
-  ib_fs_scan_t *before = NULL;
-  if (ib_fs_scan (st->rootfs, ib_layer_exclude, &before, err) < 0)
+  step_scan_t before = { 0 };
+  if (step_scan_begin (st, &before, err) < 0)
     {
       run_mounts_free (&mounts);
       ib_gpu_edits_free (&gpu);
@@ -1873,12 +1950,12 @@ do_run (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err)
   ib_gpu_edits_free (&gpu);
   if (sr < 0)
     {
-      ib_fs_scan_free (before);
+      step_scan_free (&before);
       return -1;
     }
   if (status != 0)
     {
-      ib_fs_scan_free (before);
+      step_scan_free (&before);
       if (b->opts->keep_on_failure || b->opts->debug_shell)
         keep_failed_tree (b, st, env, so.cwd, uid, gid);
       return ib_error_set (err, ECHILD, "%s: exit status %d%s%s", shown, status,
@@ -1900,8 +1977,8 @@ do_run (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err)
     }
   ib_buf_printf (&hb, "%s%s", in->json_form ? "" : "/bin/sh -c ", shown);
   cleanup_free char *created_by = ib_buf_steal (&hb);
-  int r = commit_layer (b, st, before, created_by, err);
-  ib_fs_scan_free (before);
+  int r = commit_layer (b, st, &before, created_by, err);
+  step_scan_free (&before);
   if (r == 0)
     cache_record (b, st, key);
   return r;
@@ -2081,7 +2158,7 @@ do_copy (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err)
   cleanup_free char *line = NULL;
   cleanup_free char *dst_host = NULL;
   cleanup_free char *hdoc_dir = NULL;
-  ib_fs_scan_t *before = NULL;
+  step_scan_t before = { 0 };
   int ret = -1;
   for (size_t i = 0; i + 1 < n; i++)
     {
@@ -2178,7 +2255,7 @@ do_copy (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err)
   if (chown_x && ib_lookup_user (st->rootfs, chown_x, &co.uid, &co.gid, err) < 0)
     goto out;
 
-  if (ib_fs_scan (st->rootfs, ib_layer_exclude, &before, err) < 0)
+  if (step_scan_begin (st, &before, err) < 0)
     goto out;
   if (ib_root_resolve (st->rootfs, dest_abs, true, &dst_host, err) < 0)
     goto out;
@@ -2316,7 +2393,7 @@ do_copy (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err)
     }
   {
     cleanup_free char *created_by = xasprintf ("%s %s", in->keyword, shown);
-    ret = commit_layer (b, st, before, created_by, err);
+    ret = commit_layer (b, st, &before, created_by, err);
     if (ret == 0)
       cache_record (b, st, key);
   }
@@ -2327,7 +2404,7 @@ out:
       if (ib_rm_rf (hdoc_dir, &e2) < 0)
         ib_error_free (&e2);
     }
-  ib_fs_scan_free (before);
+  step_scan_free (&before);
 out_urls:
   for (char **u = url_files; u && *u; u++)
     if (**u)
@@ -2360,8 +2437,8 @@ do_workdir (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err
   if (ensure_rootfs (b, st, err) < 0)
     return -1;
   json_object_set_new (config_section (st->config), "WorkingDir", json_string (abs));
-  ib_fs_scan_t *before = NULL;
-  if (ib_fs_scan (st->rootfs, ib_layer_exclude, &before, err) < 0)
+  step_scan_t before = { 0 };
+  if (step_scan_begin (st, &before, err) < 0)
     return -1;
   cleanup_free char *host = NULL;
   /* after USER, the directories made are that user's (BuildKit) */
@@ -2374,8 +2451,8 @@ do_workdir (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err
     r = ib_mkdir_p_owned (host, &owner, err);
   cleanup_free char *created_by = xasprintf ("WORKDIR %s", abs);
   if (r == 0)
-    r = commit_layer (b, st, before, created_by, err);
-  ib_fs_scan_free (before);
+    r = commit_layer (b, st, &before, created_by, err);
+  step_scan_free (&before);
   if (r == 0)
     cache_record (b, st, key);
   return r;

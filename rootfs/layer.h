@@ -108,6 +108,35 @@ int ib_layer_write_diff (const char *rootfs, const ib_fs_scan_t *before, char *c
                          const char *out_path, const ib_layer_opts_t *opts,
                          ib_layer_result_t *res, ib_error_t *err);
 
+/* ib_layer_write_diff with the current state given as a scan too (`cur`,
+ * NULL: the tree is scanned here), as ib_fs_scan_overlay makes them. */
+int ib_layer_write_diff_scans (const char *rootfs, const ib_fs_scan_t *before,
+                               const ib_fs_scan_t *cur, char *const *exclude,
+                               const char *out_path, const ib_layer_opts_t *opts,
+                               ib_layer_result_t *res, ib_error_t *err);
+
+/* The two scans ib_layer_write_diff_scans needs for a step done in an
+ * overlay tree `rootfs` whose upper directory `upper` was empty before the
+ * step (ib_rootfs_overlay_clean), without walking the whole tree: *cur
+ * holds the entries the upper directory has (as the merged tree shows
+ * them), *before their state before the step as `lower` (a directory
+ * showing the tree of the overlay's lower layers, ib_rootfs_lower_view)
+ * shows it, plus what the step deleted (whiteouts) and, for a directory
+ * made anew (opaque), everything below it before.  The layer written
+ * from them equals the one ib_layer_write_diff writes from a scan taken
+ * before the step (entries under `exclude` are left out the same way;
+ * st_dev is not recorded, as the two views are different mounts).  Errors
+ * name the path; EOPNOTSUPP for an upper directory overlayfs redirected
+ * (redirect_dir), which the caller handles by scanning the whole trees.
+ * Caller frees both with ib_fs_scan_free. */
+int ib_fs_scan_overlay (const char *rootfs, const char *upper, const char *lower,
+                        char *const *exclude, ib_fs_scan_t **before, ib_fs_scan_t **cur,
+                        ib_error_t *err);
+/* ib_fs_scan without st_dev (see ib_fs_scan_overlay): for the fallback
+ * that compares a lower view with the merged tree. */
+int ib_fs_scan_nodev (const char *rootfs, char *const *exclude, ib_fs_scan_t **out,
+                      ib_error_t *err);
+
 /* Compress the uncompressed layer tar `tar_path` (as ib_layer_write_diff
  * writes it with IB_COMPRESSION_NONE) into `out_path` (created/truncated,
  * mode 0644, not fsynced) as `opts` says (compression must not be none;

@@ -2291,6 +2291,88 @@ ib_rootfs_overlay_from (const char *src, const char *dest, ib_error_t *err)
   return 1;
 }
 
+bool
+ib_rootfs_overlay_clean (const char *dest, char **upper, char ***lowers)
+{
+  *upper = NULL;
+  *lowers = NULL;
+  cleanup_free char *ovl = ovl_dir (dest);
+  cleanup_free char *lfile = ib_path_join (ovl, "lowers");
+  cleanup_free char *ltext = NULL;
+  ib_error_t e = NULL;
+  if (ib_read_file (lfile, &ltext, NULL, &e) < 0)
+    {
+      ib_error_free (&e);
+      return false;
+    }
+  cleanup_free char *up = ib_path_join (ovl, "upper");
+  DIR *d = opendir (up);
+  if (d == NULL)
+    return false;
+  bool empty = true;
+  struct dirent *de;
+  while (empty && (de = readdir (d)) != NULL)
+    empty = strcmp (de->d_name, ".") == 0 || strcmp (de->d_name, "..") == 0;
+  closedir (d);
+  if (!empty)
+    return false;
+  char *save = NULL;
+  for (char *l = strtok_r (ltext, "\n", &save); l; l = strtok_r (NULL, "\n", &save))
+    ib_strv_push (lowers, l);
+  if (*lowers == NULL)
+    return false;
+  *upper = steal_pointer (&up);
+  return true;
+}
+
+int
+ib_rootfs_lower_view (ib_store_t *store, char *const *lowers, char **view, ib_error_t *err)
+{
+  *view = NULL;
+  if (lowers[0] && !lowers[1])
+    {
+      *view = xstrdup (lowers[0]);
+      return 0;
+    }
+  ib_buf_t o = { 0 };
+  ib_buf_puts (&o, "lowerdir=");
+  for (char *const *l = lowers; *l; l++)
+    {
+      if (!ovl_path_ok (*l))
+        {
+          ib_buf_free (&o);
+          return ib_error_set (err, EINVAL, "lower view: %s cannot be named in mount options", *l);
+        }
+      ib_buf_printf (&o, "%s%s", l == lowers ? "" : ":", *l);
+    }
+  cleanup_free char *opts = ib_buf_steal (&o);
+  cleanup_free char *dir = NULL;
+  if (ib_store_tmp_dir (store, "lower", &dir, err) < 0)
+    return -1;
+  cleanup_free char *ux = xasprintf ("%s,userxattr", opts);
+  if (mount ("overlay", dir, "overlay", MS_RDONLY, ux) < 0
+      && mount ("overlay", dir, "overlay", MS_RDONLY, opts) < 0)
+    {
+      int en = errno;
+      rmdir (dir);
+      return ib_error_sys (err, en, "lower view: mount an overlay of %zu layers",
+                           ib_strv_len ((char **) lowers));
+    }
+  *view = steal_pointer (&dir);
+  return 1;
+}
+
+void
+ib_rootfs_lower_view_end (const char *view, int mounted)
+{
+  if (view && mounted > 0)
+    {
+      if (umount2 (view, MNT_DETACH) < 0)
+        ib_debug ("lower view %s: unmount: %s", view, strerror (errno));
+      rmdir (view);
+    }
+}
+
 /* A layered snapshot: snapshots/<chain>.ovl/{upper,lowers}, an overlay
  * upper directory over the snapshots its lowers file names.  Usable when
  * overlays are, and every lower is there. */

@@ -125,6 +125,22 @@ int ib_unpack_layer_stream (const char *name, ib_layer_read_fn read_fn, void *ud
  * unmounted (the caller removes it with ib_rootfs_remove). */
 int ib_rootfs_freeze (ib_store_t *store, const char *dest, const char *chain_hex, ib_error_t *err);
 
+/* ib_rootfs_overlay_clean: whether `dest` is an overlay tree made here
+ * (ib_rootfs_overlay_from, ib_rootfs_prepare, ib_rootfs_freeze) whose
+ * upper directory is empty: nothing changed since it was mounted or
+ * frozen, so what a step does next is exactly what the upper directory
+ * will hold (ib_fs_scan_overlay).  Then *upper (its path) and *lowers (the
+ * lower layers, top first) are set, owned by the caller; else both NULL.
+ *
+ * ib_rootfs_lower_view: a directory showing the tree `lowers` make (top
+ * first): the single lower itself (returns 0), or a read-only overlay of
+ * them mounted on a new directory under <store>/tmp (returns 1; take it
+ * away with ib_rootfs_lower_view_end (view, 1)).  *view is the caller's
+ * to free.  -1 when no overlay could be mounted (errno status). */
+bool ib_rootfs_overlay_clean (const char *dest, char **upper, char ***lowers);
+int ib_rootfs_lower_view (ib_store_t *store, char *const *lowers, char **view, ib_error_t *err);
+void ib_rootfs_lower_view_end (const char *view, int mounted);
+
 void ib_rootfs_allow_overlay (bool on);
 int ib_rootfs_overlay_from (const char *src, const char *dest, ib_error_t *err);
 int ib_rootfs_remove (const char *dest, ib_error_t *err);
