@@ -1183,6 +1183,8 @@ step_scans (build_t *b, stage_state_t *st, step_scan_t *ss, ib_fs_scan_t **befor
     }
   else if (r < 0)
     *err = e;
+  else
+    ib_debug ("%s: the step's changes from the upper directory alone", st->rootfs);
   ib_rootfs_lower_view_end (view, mounted);
   return r;
 }

@@ -76,6 +76,8 @@ def test_overlay_gives_the_same_images_as_copies(tmp_path, base_image):
     ovl, cp = tmp_path / "ovl", tmp_path / "copy"
     r = build(tmp_path, base_image, ovl, {}, "t:1")
     require_overlay(r.err)  # the trees really were overlays
+    # and each step's layer came from its upper directory, not whole scans
+    assert r.err.count("the step's changes from the upper directory alone") >= 6, r.err
     r = build(tmp_path, base_image, cp, {"IMGBUILD_OVERLAY": "0"}, "t:1")
     assert "overlay on" not in r.err, r
     assert digest(ovl, "t:1") == digest(cp, "t:1")
