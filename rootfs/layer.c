@@ -615,7 +615,10 @@ sink_push (struct sink *s, const void *data, size_t len, bool finish)
     {
     case ENGINE_NONE:
       if (len > 0)
-        r = sink_emit (s, data, len);
+        {
+          ib_sha256_update (s->tar_hash, data, len);
+          r = sink_emit (s, data, len);
+        }
       break;
     case ENGINE_ZLIB: r = zlib_step (s, data, len, finish); break;
     case ENGINE_ISAL: r = isal_step (s, data, len, finish); break;
@@ -781,7 +784,10 @@ sink_write_cb (struct archive *a, void *ud, const void *buf, size_t len)
    * entry (sink_failed), and pipe_finish reports the error. */
   if (p->sink_failed)
     return (la_ssize_t) len;
-  ib_sha256_update (p->s->tar_hash, buf, len);
+  /* the diff_id hash: here, beside the compressor's thread; for an
+   * uncompressed layer on that thread, which only writes */
+  if (p->s->engine != ENGINE_NONE)
+    ib_sha256_update (p->s->tar_hash, buf, len);
   const unsigned char *b = buf;
   size_t left = len;
   while (left > 0)
@@ -1378,6 +1384,8 @@ int
 ib_layer_compress (const char *tar_path, const char *out_path, const ib_layer_opts_t *opts,
                    char digest[IB_DIGEST_LEN], uint64_t *size, ib_error_t *err)
 {
+  if (opts->compression == IB_COMPRESSION_NONE)
+    return ib_error_set (err, EINVAL, "compress layer %s: no compression asked", tar_path);
   cleanup_close int in = open (tar_path, O_RDONLY | O_CLOEXEC);
   if (in < 0)
     return ib_error_sys (err, errno, "compress layer: open %s", tar_path);
@@ -1417,11 +1425,6 @@ ib_layer_compress (const char *tar_path, const char *out_path, const ib_layer_op
     }
   if (sink_push (&s, NULL, 0, true) < 0)
     goto failed;
-  if (s.engine == ENGINE_NONE)
-    {
-      ib_error_set (err, EINVAL, "compress layer %s: no compression asked", tar_path);
-      goto out;
-    }
   ib_sha256_final (s.gz_hash, digest);
   s.gz_hash = NULL;
   *size = s.gz_size;
