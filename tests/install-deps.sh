@@ -28,8 +28,9 @@ pkgs=(
   # (openssl above also makes the TLS tests' CA and certificates)
 )
 # artifact repository e2e tests (tests/lib/s3.sh): an S3 server from npm,
-# run with Node.js.  A machine that has node and npm already (another
-# distribution of them) keeps its own.
+# run with Node.js; so is the Dockerfile parser that the recipe corpus is
+# cross-checked against (tests/lib/dockerfile-ast.sh).  A machine that has
+# node and npm already (another distribution of them) keeps its own.
 if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
   pkgs+=(nodejs npm)
 fi

@@ -50,6 +50,10 @@ if [ "$(id -u)" -eq 0 ]; then
   # for both runs (tests/lib/s3.sh).
   # A failure here is not fatal: the artifact tests then fail saying why.
   bash tests/lib/s3.sh install || echo "== warning: the S3 test server could not be installed" >&2
+  # dockerfile-ast, the independent parser that
+  # tests/e2e/test_recipe_corpus_crosscheck.py checks the recipe corpus
+  # against (tests/lib/dockerfile-ast.sh); the same: not fatal here.
+  bash tests/lib/dockerfile-ast.sh install || echo "== warning: dockerfile-ast could not be installed" >&2
   chmod -R a+rX "$IMGBUILD_TEST_CACHE"
   run_suite root
   id "$unpriv" >/dev/null 2>&1 || useradd --create-home --shell /bin/bash "$unpriv"
