@@ -358,7 +358,7 @@ def dumped(tmp_path_factory):
 # -- the comparison -----------------------------------------------------------
 
 def _strip_tabs(s):
-    return "".join(l.lstrip("\t") for l in s.splitlines(keepends=True))
+    return "".join(ln.lstrip("\t") for ln in s.splitlines(keepends=True))
 
 
 def _flags(ours, theirs):
@@ -433,11 +433,13 @@ def compare_instr(ours, theirs, where, diff):
             compare_instr(ours["trigger"], t, f"{where} trigger", diff)
 
 
+def _key(ins):
+    return f"{ins['keyword']}@{ins['line']}"
+
+
 def compare_seq(ours, theirs, where, diff):
-    a = f"{ours['keyword']}@{ours['line']}"
-    b = f"{theirs['keyword']}@{theirs['line']}"
-    if a != b:
-        diff(f"{where} instruction", a, b)
+    if _key(ours) != _key(theirs):
+        diff(f"{where} instruction", _key(ours), _key(theirs))
 
 
 def disagreements(case, exp, got):
@@ -460,14 +462,13 @@ def disagreements(case, exp, got):
     if exp["escape"] != got["escape"]:
         diff("escape", exp["escape"], got["escape"])
     ours, theirs = exp["instrs"], got["instructions"]
-    key = lambda i: f"{i['keyword']}@{i['line']}"
-    if [key(i) for i in ours] != [key(i) for i in theirs]:
-        diff("sequence", [key(i) for i in ours], [key(i) for i in theirs])
+    if [_key(i) for i in ours] != [_key(i) for i in theirs]:
+        diff("sequence", [_key(i) for i in ours], [_key(i) for i in theirs])
     # the instructions both sides have (all of them unless the sequences differ)
-    by_key = {key(t): t for t in theirs}
+    by_key = {_key(t): t for t in theirs}
     for o in ours:
-        if key(o) in by_key:
-            compare_instr(o, by_key[key(o)], key(o), diff)
+        if _key(o) in by_key:
+            compare_instr(o, by_key[_key(o)], _key(o), diff)
     return out
 
 
