@@ -190,6 +190,7 @@ typedef struct build
 
 static void prog_pause (build_t *b);
 static int join_layers (build_t *b, stage_state_t *only, ib_error_t *err);
+static int finish_stage (build_t *b, stage_state_t *st, ib_error_t *err);
 static bool is_proxy_arg (const char *name);
 static void prog_resume (build_t *b);
 
@@ -2998,9 +2999,12 @@ run_output (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err
     return -1;
   if ((v = kv_get (in, "require")) && expand (b, st, v, &require, err) < 0)
     return -1;
-  if (store_stage_image (b, st, err) < 0)
+  /* local and tar read the tree; the others need the image, whose layers
+   * run_stage has finished */
+  bool from_tree = strcmp (type, "local") == 0 || strcmp (type, "tar") == 0;
+  if (!from_tree && finish_stage (b, st, err) < 0)
     return -1;
-  if ((strcmp (type, "local") == 0 || strcmp (type, "tar") == 0) && ensure_rootfs (b, st, err) < 0)
+  if (from_tree && ensure_rootfs (b, st, err) < 0)
     return -1;
   if (strcmp (type, "registry") == 0 && need_userns (b, err) < 0)
     return -1;
@@ -3537,12 +3541,16 @@ run_stage (build_t *b, stage_state_t *st, ib_error_t *err)
       if (in->kind == IB_I_FROM && run_onbuild_triggers (b, st, in, err) < 0)
         return -1;
     }
-  /* A stage without OUTPUT in a build of one process leaves its layers
-   * compressing while the next stages run; ib_build finishes it. */
-  bool outputs = b->opts->jobs > 1;
+  /* A stage whose OUTPUTs only read its tree (local, tar), in a build of
+   * one process, leaves its layers compressing while the next stages run;
+   * ib_build finishes it.  A stage's process (-j) finishes its own. */
+  bool image = b->opts->jobs > 1;
   for (size_t i = 0; i < def->n_instrs; i++)
-    outputs = outputs || def->instrs[i].kind == IB_I_OUTPUT;
-  if (outputs && finish_stage (b, st, err) < 0)
+    {
+      const char *type = def->instrs[i].kind == IB_I_OUTPUT ? kv_get (&def->instrs[i], "type") : NULL;
+      image = image || (type && strcmp (type, "local") != 0 && strcmp (type, "tar") != 0);
+    }
+  if (image && finish_stage (b, st, err) < 0)
     return -1;
   for (size_t i = 0; i < def->n_instrs; i++)
     {

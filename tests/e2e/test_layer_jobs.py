@@ -9,6 +9,7 @@ import gzip
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -181,3 +182,35 @@ S=$M/store
     out = (tmp_path / "fit.out").read_text()
     assert "fit rc=0" in r.stdout, (r.stdout, r.stderr, out)
     assert r.stdout.endswith("3400000\n"), (r.stdout, r.stderr)
+
+
+def test_local_output_does_not_wait_for_the_compression(tmp_path):
+    """OUTPUT type=local reads the stage's tree, not its image: it comes
+    before the stage's big layer is compressed (its layer line), and the
+    next stage runs meanwhile; the records are all there afterwards."""
+    ctx = tmp_path / "ctx"
+    ctx.mkdir()
+    shutil.copy("/bin/busybox", ctx / "busybox")
+    dest = tmp_path / "dest"
+    write(ctx / "r.recipe", f"""FROM scratch AS gen
+COPY busybox /bin/busybox
+COPY busybox /bin/sh
+{BIG} && echo made > /out.txt
+OUTPUT type=local,src=/out.txt,dest={dest}
+FROM scratch
+COPY --from=gen /out.txt /out.txt
+OUTPUT type=image,name=jobs-local:latest
+""")
+    store = tmp_path / "s"
+    r = imgbuild("build", ctx / "r.recipe", store=store)
+    assert r.rc == 0, r
+    lines = r.err.splitlines()
+    local = next(i for i, l in enumerate(lines) if "OUTPUT local" in l)
+    big = next(i for i, l in enumerate(lines)
+               if (m := re.search(r"entries, ([0-9.]+) kB, written in", l)) and float(m[1]) > 2500)
+    image = next(i for i, l in enumerate(lines) if "OUTPUT image" in l)
+    assert local < image < big, r.err
+    assert (dest / "out.txt").read_text() == "made\n"
+    check_store(store)
+    again = imgbuild("build", ctx / "r.recipe", store=store)
+    assert again.rc == 0 and "(4 steps cached, 0 run)" in again.err, again
