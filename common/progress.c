@@ -16,6 +16,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <errno.h>
 #include <sys/ioctl.h>
 #include <time.h>
 #include <unistd.h>
@@ -48,7 +49,8 @@ struct item
 struct ib_progress
 {
   pthread_mutex_t lock;
-  ib_progress_mode_t mode; /* resolved: never AUTO */
+  ib_progress_mode_t mode; /* resolved: never AUTO nor RELAY (that is JSON with `relay`) */
+  bool relay;              /* JSON events for a parent process (ib_progress_relay_to) */
   FILE *out;
   char *title;
   struct item *items;
@@ -394,6 +396,62 @@ plain_line (ib_progress_t *p, struct item *it, int64_t now, const char *fmt, ...
   it->last_plain_ns = now;
 }
 
+/* Length of the UTF-8 sequence at q (1-4), 0 when it is not one (a stray
+ * continuation byte, an overlong form, a surrogate, past U+10FFFF). */
+static int
+utf8_seq (const unsigned char *q)
+{
+  unsigned char c = q[0];
+  int n;
+  unsigned char lo = 0x80, hi = 0xBF; /* range of the second byte */
+  if (c < 0x80)
+    return 1;
+  if (c >= 0xC2 && c <= 0xDF)
+    n = 2;
+  else if (c >= 0xE0 && c <= 0xEF)
+    {
+      n = 3;
+      lo = c == 0xE0 ? 0xA0 : 0x80;
+      hi = c == 0xED ? 0x9F : 0xBF;
+    }
+  else if (c >= 0xF0 && c <= 0xF4)
+    {
+      n = 4;
+      lo = c == 0xF0 ? 0x90 : 0x80;
+      hi = c == 0xF4 ? 0x8F : 0xBF;
+    }
+  else
+    return 0;
+  if (q[1] < lo || q[1] > hi)
+    return 0;
+  for (int k = 2; k < n; k++)
+    if ((q[k] & 0xC0) != 0x80)
+      return 0;
+  return n;
+}
+
+/* A JSON string of `s`; NULL when s is not UTF-8 (the field is left out,
+ * as JSON mode always did), unless `repair`: then bytes that do not decode
+ * are made '?' (relay: a RUN's output line in another encoding must still
+ * reach the parent). */
+static json_t *
+json_text (const char *s, bool repair)
+{
+  json_t *j = json_string (s);
+  if (j || !repair || s == NULL)
+    return j;
+  cleanup_free char *c = xstrdup (s);
+  for (unsigned char *q = (unsigned char *) c; *q;)
+    {
+      int n = utf8_seq (q);
+      if (n == 0)
+        *q++ = '?';
+      else
+        q += n;
+    }
+  return json_string (c);
+}
+
 static void
 json_emit (ib_progress_t *p, const char *event, struct item *it, int64_t now, const char *message)
 {
@@ -401,13 +459,13 @@ json_emit (ib_progress_t *p, const char *event, struct item *it, int64_t now, co
   rfc3339_now (ts);
   json_t *o = json_object ();
   json_object_set_new (o, "time", json_string (ts));
-  json_object_set_new (o, "title", json_string (p->title));
+  json_object_set_new (o, "title", json_text (p->title, p->relay));
   json_object_set_new (o, "event", json_string (event));
   if (it)
     {
-      json_object_set_new (o, "id", json_string (it->id));
-      json_object_set_new (o, "action", json_string (it->action));
-      json_object_set_new (o, "status", json_string (label (it)));
+      json_object_set_new (o, "id", json_text (it->id, p->relay));
+      json_object_set_new (o, "action", json_text (it->action, p->relay));
+      json_object_set_new (o, "status", json_text (label (it), p->relay));
       json_object_set_new (o, "current", json_integer (it->done));
       json_object_set_new (o, "total", it->total >= 0 ? json_integer (it->total) : json_null ());
       if (it->finished)
@@ -415,7 +473,7 @@ json_emit (ib_progress_t *p, const char *event, struct item *it, int64_t now, co
       it->last_json_ns = now;
     }
   if (message)
-    json_object_set_new (o, "message", json_string (message));
+    json_object_set_new (o, "message", json_text (message, p->relay));
   char *s = json_dumps (o, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_ENSURE_ASCII);
   json_decref (o);
   if (s == NULL)
@@ -453,6 +511,11 @@ ib_progress_begin (const char *title)
   pthread_mutex_init (&p->lock, NULL);
   p->out = g_out ? g_out : stderr;
   p->mode = resolve_mode (p->out);
+  if (p->mode == IB_PROGRESS_RELAY)
+    {
+      p->mode = IB_PROGRESS_JSON;
+      p->relay = true;
+    }
   p->title = clean_dup (title ? title : "");
   p->last_draw_ns = INT64_MIN / 2;
   if (p->mode == IB_PROGRESS_TTY || p->mode == IB_PROGRESS_PLAIN)
@@ -716,4 +779,240 @@ ib_progress_end (ib_progress_t *p)
   free (p->title);
   pthread_mutex_destroy (&p->lock);
   free (p);
+}
+
+pid_t
+ib_progress_fork (ib_progress_t *p)
+{
+  if (p == NULL)
+    return fork ();
+  pthread_mutex_lock (&p->lock);
+  flockfile (p->out);
+  pid_t pid = fork ();
+  int saved = errno;
+  if (pid == 0 && p->mode == IB_PROGRESS_TTY)
+    ib_log_set_sink (p->saved_sink, p->saved_sink_ud); /* tty_log would use p */
+  funlockfile (p->out);
+  pthread_mutex_unlock (&p->lock);
+  errno = saved;
+  return pid;
+}
+
+/* ---------- relay ---------- */
+
+#define RELAY_LINE_MAX (1024 * 1024)
+
+static FILE *g_relay; /* ib_progress_relay_to's stream */
+
+/* One line of JSON on the relay stream, in one fwrite (the stream's lock
+ * keeps lines of different threads whole). */
+static void
+relay_write (json_t *o)
+{
+  char *s = json_dumps (o, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_ENSURE_ASCII);
+  json_decref (o);
+  if (s == NULL)
+    abort ();
+  ib_buf_t b = { 0 };
+  ib_buf_puts (&b, s);
+  ib_buf_puts (&b, "\n");
+  free (s);
+  fwrite (b.data, 1, b.len, g_relay);
+  fflush (g_relay);
+  ib_buf_free (&b);
+}
+
+static void
+relay_log (const char *level, const char *line, void *ud)
+{
+  (void) ud;
+  json_t *o = json_object ();
+  json_object_set_new (o, "event", json_string ("log"));
+  json_object_set_new (o, "level", json_text (level, true));
+  json_object_set_new (o, "message", json_text (line, true));
+  relay_write (o);
+}
+
+int
+ib_progress_relay_to (int fd)
+{
+  FILE *f = fdopen (fd, "w");
+  if (f == NULL)
+    return -1;
+  g_relay = f;
+  g_out = f;
+  g_mode = IB_PROGRESS_RELAY;
+  ib_log_set_sink (relay_log, NULL);
+  return 0;
+}
+
+/* An item of the child's, by the title of its display and its id. */
+struct relay_item
+{
+  char *title, *id;
+  int item;      /* in the parent's display */
+  bool finished; /* a later "add" of the same id is a new item */
+};
+
+struct ib_progress_relay
+{
+  ib_progress_t *p;
+  char *prefix;  /* before the titles and ids of displays other than p's */
+  ib_buf_t line; /* a partial line */
+  bool skipping; /* the line being read is too long: dropped up to its newline */
+  struct relay_item *items;
+  size_t n;
+  char **titles; /* titles other than p's, shown as a message once */
+};
+
+ib_progress_relay_t *
+ib_progress_relay_new (ib_progress_t *p, const char *prefix)
+{
+  ib_progress_relay_t *r = xmalloc (sizeof *r);
+  memset (r, 0, sizeof *r);
+  r->p = p;
+  r->prefix = xstrdup (prefix ? prefix : "");
+  return r;
+}
+
+static struct relay_item *
+relay_find (ib_progress_relay_t *r, const char *title, const char *id)
+{
+  for (size_t i = r->n; i-- > 0;) /* the latest first */
+    if (!r->items[i].finished && strcmp (r->items[i].title, title) == 0
+        && strcmp (r->items[i].id, id) == 0)
+      return &r->items[i];
+  return NULL;
+}
+
+/* A display titled other than p: its title as a message, once; true when
+ * the title is not p's (its ids get the prefix). */
+static bool
+relay_title (ib_progress_relay_t *r, const char *title)
+{
+  if (strcmp (title, r->p->title) == 0)
+    return false;
+  for (char **t = r->titles; t && *t; t++)
+    if (strcmp (*t, title) == 0)
+      return true;
+  ib_strv_push (&r->titles, title);
+  ib_progress_message (r->p, "%s%s", r->prefix, title);
+  return true;
+}
+
+static void
+relay_event (ib_progress_relay_t *r, const char *text, size_t len)
+{
+  cleanup_free char *id = NULL; /* before the gotos: cleanup must not see it uninitialised */
+  json_t *o = json_loadb (text, len, 0, NULL);
+  const char *event = json_string_value (json_object_get (o, "event"));
+  const char *message = json_string_value (json_object_get (o, "message"));
+  if (event == NULL)
+    goto out;
+  if (strcmp (event, "log") == 0 && message)
+    {
+      if (r->p)
+        ib_progress_message (r->p, "%s", message);
+      else
+        {
+          cleanup_free char *l = xasprintf ("%s\n", message);
+          fputs (l, stderr);
+        }
+      goto out;
+    }
+  const char *title = json_string_value (json_object_get (o, "title"));
+  if (r->p == NULL || title == NULL)
+    goto out;
+  bool other = relay_title (r, title);
+  if (strcmp (event, "message") == 0)
+    {
+      if (message)
+        ib_progress_message (r->p, "%s", message);
+      goto out;
+    }
+  const char *raw_id = json_string_value (json_object_get (o, "id"));
+  id = raw_id && other ? xasprintf ("%s%s", r->prefix, raw_id) : raw_id ? xstrdup (raw_id) : NULL;
+  const char *status = json_string_value (json_object_get (o, "status"));
+  json_t *cur = json_object_get (o, "current"), *total = json_object_get (o, "total");
+  if (id == NULL)
+    goto out;
+  struct relay_item *it = relay_find (r, title, id);
+  if (strcmp (event, "add") == 0 && it == NULL)
+    {
+      const char *action = json_string_value (json_object_get (o, "action"));
+      int idx = ib_progress_add (r->p, id, action ? action : "",
+                                 json_is_integer (total) ? json_integer_value (total) : -1);
+      r->items = xrealloc (r->items, (r->n + 1) * sizeof *r->items);
+      it = &r->items[r->n++];
+      *it = (struct relay_item){ .title = xstrdup (title), .id = xstrdup (id), .item = idx };
+      if (status && action && strcmp (status, action) != 0)
+        ib_progress_set_status (r->p, idx, status);
+      goto out;
+    }
+  if (it == NULL)
+    goto out;
+  if (strcmp (event, "update") == 0 && json_is_integer (cur))
+    ib_progress_update (r->p, it->item, json_integer_value (cur));
+  else if (strcmp (event, "status") == 0 || strcmp (event, "add") == 0)
+    ib_progress_set_status (r->p, it->item, status);
+  else if (strcmp (event, "done") == 0)
+    {
+      if (json_is_integer (cur) && json_integer_value (cur) > 0)
+        ib_progress_update (r->p, it->item, json_integer_value (cur));
+      ib_progress_done (r->p, it->item, json_is_true (json_object_get (o, "ok")), status);
+      it->finished = true;
+    }
+out:
+  json_decref (o);
+}
+
+void
+ib_progress_relay_feed (ib_progress_relay_t *r, const char *data, size_t len)
+{
+  if (r == NULL)
+    return;
+  while (len > 0)
+    {
+      const char *nl = memchr (data, '\n', len);
+      size_t n = nl ? (size_t) (nl - data) : len;
+      if (!r->skipping)
+        {
+          if (r->line.len + n > RELAY_LINE_MAX)
+            {
+              r->skipping = true;
+              r->line.len = 0;
+            }
+          else
+            ib_buf_append (&r->line, data, n);
+        }
+      if (nl == NULL)
+        return;
+      if (!r->skipping && r->line.len)
+        relay_event (r, r->line.data, r->line.len);
+      r->line.len = 0;
+      r->skipping = false;
+      data += n + 1;
+      len -= n + 1;
+    }
+}
+
+void
+ib_progress_relay_end (ib_progress_relay_t *r, const char *status)
+{
+  if (r == NULL)
+    return;
+  if (!r->skipping && r->line.len)
+    relay_event (r, r->line.data, r->line.len);
+  for (size_t i = 0; i < r->n; i++)
+    {
+      if (!r->items[i].finished)
+        ib_progress_done (r->p, r->items[i].item, false, status ? status : "ERROR");
+      free (r->items[i].title);
+      free (r->items[i].id);
+    }
+  free (r->items);
+  ib_strv_free (r->titles);
+  ib_buf_free (&r->line);
+  free (r->prefix);
+  free (r);
 }
