@@ -362,6 +362,37 @@ ticker_main (void *arg)
   return NULL;
 }
 
+/* Start the ticker thread (TTY, real clock); without one (pthread_create
+ * failed) changes are drawn as they come, throttled. */
+static void
+ticker_start (ib_progress_t *p)
+{
+  pthread_condattr_t ca;
+  pthread_condattr_init (&ca);
+  pthread_condattr_setclock (&ca, CLOCK_MONOTONIC);
+  pthread_cond_init (&p->wake, &ca);
+  pthread_condattr_destroy (&ca);
+  p->stop = false;
+  p->ticker_running = pthread_create (&p->ticker, NULL, ticker_main, p) == 0;
+  if (!p->ticker_running)
+    pthread_cond_destroy (&p->wake);
+}
+
+/* Stop and join the ticker thread, if it runs. */
+static void
+ticker_stop (ib_progress_t *p)
+{
+  if (!p->ticker_running)
+    return;
+  pthread_mutex_lock (&p->lock);
+  p->stop = true;
+  pthread_cond_signal (&p->wake);
+  pthread_mutex_unlock (&p->lock);
+  pthread_join (p->ticker, NULL);
+  pthread_cond_destroy (&p->wake);
+  p->ticker_running = false;
+}
+
 /* A log line (warning, info) while a TTY display is up: printed above the
  * item rows, which are redrawn below it, so the bars are not torn. */
 static void
@@ -530,16 +561,7 @@ ib_progress_begin (const char *title)
       ib_log_set_sink (tty_log, p);
     }
   if (p->mode == IB_PROGRESS_TTY && g_clock == NULL)
-    {
-      pthread_condattr_t ca;
-      pthread_condattr_init (&ca);
-      pthread_condattr_setclock (&ca, CLOCK_MONOTONIC);
-      pthread_cond_init (&p->wake, &ca);
-      pthread_condattr_destroy (&ca);
-      p->ticker_running = pthread_create (&p->ticker, NULL, ticker_main, p) == 0;
-      if (!p->ticker_running)
-        pthread_cond_destroy (&p->wake);
-    }
+    ticker_start (p);
   return p;
 }
 
@@ -753,15 +775,7 @@ ib_progress_end (ib_progress_t *p)
 {
   if (p == NULL)
     return;
-  if (p->ticker_running)
-    {
-      pthread_mutex_lock (&p->lock);
-      p->stop = true;
-      pthread_cond_signal (&p->wake);
-      pthread_mutex_unlock (&p->lock);
-      pthread_join (p->ticker, NULL);
-      pthread_cond_destroy (&p->wake);
-    }
+  ticker_stop (p);
   if (p->mode == IB_PROGRESS_TTY)
     ib_log_set_sink (p->saved_sink, p->saved_sink_ud);
   pthread_mutex_lock (&p->lock);
@@ -786,14 +800,21 @@ ib_progress_fork (ib_progress_t *p)
 {
   if (p == NULL)
     return fork ();
-  pthread_mutex_lock (&p->lock);
-  flockfile (p->out);
+  /* The child must start with one thread and no lock taken: not the
+   * display's, nor stdio's, nor the allocator's (AddressSanitizer's is
+   * not reset at fork as glibc's malloc is).  The ticker goes meanwhile. */
+  bool ticker = p->ticker_running;
+  ticker_stop (p);
   pid_t pid = fork ();
   int saved = errno;
-  if (pid == 0 && p->mode == IB_PROGRESS_TTY)
-    ib_log_set_sink (p->saved_sink, p->saved_sink_ud); /* tty_log would use p */
-  funlockfile (p->out);
-  pthread_mutex_unlock (&p->lock);
+  if (pid == 0)
+    {
+      if (p->mode == IB_PROGRESS_TTY)
+        ib_log_set_sink (p->saved_sink, p->saved_sink_ud); /* tty_log would use p */
+      return 0;
+    }
+  if (ticker)
+    ticker_start (p);
   errno = saved;
   return pid;
 }

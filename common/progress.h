@@ -119,10 +119,12 @@ void ib_progress_message (ib_progress_t *p, const char *fmt, ...)
  * NULL ok. */
 void ib_progress_end (ib_progress_t *p);
 
-/* fork() while p is quiet: p's lock is held across the fork, so that no
- * redraw (and no stdio lock of its output) is half-taken in the child.
- * Returns fork()'s value (-1 with errno on failure).  In the child p is
- * abandoned: it must not be used or ended (its memory goes with the
+/* fork() with p's ticker thread (TTY) stopped, so that the child starts
+ * with one thread and no lock (of the display, of stdio, of the
+ * allocator) held by a thread it does not have; the parent's ticker is
+ * started again after.  The caller must have no other threads at the
+ * time.  Returns fork()'s value (-1 with errno on failure).  In the child
+ * p is abandoned: it must not be used or ended (its memory goes with the
  * process), and log lines go where they went before p began.  p == NULL:
  * a plain fork(). */
 pid_t ib_progress_fork (ib_progress_t *p);

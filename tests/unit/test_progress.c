@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #define MS 1000000LL
@@ -780,12 +781,15 @@ test_relay_replays_on_tty_display (void **state)
   free (text);
 }
 
-/* ib_progress_fork: the child does not log through the parent's display. */
+/* ib_progress_fork: the child does not log through the parent's display;
+ * the parent's ticker goes on after. */
 static void
 test_fork_leaves_display_to_parent (void **state)
 {
   (void) state;
   capture (IB_PROGRESS_TTY, 0);
+  ib_progress_set_clock (NULL); /* the real clock: the ticker runs */
+  ib_progress_set_term_size (80, 24);
   ib_progress_t *p = ib_progress_begin ("t");
   ib_log_sink_fn sink;
   void *ud;
@@ -802,8 +806,14 @@ test_fork_leaves_display_to_parent (void **state)
   assert_int_equal (waitpid (pid, &ws, 0), pid);
   assert_true (WIFEXITED (ws) && WEXITSTATUS (ws) == 0);
   ib_progress_message (p, "still here");
+  int a = ib_progress_add (p, "a", "Waiting", -1);
+  struct timespec ts = { 0, 300 * MS };
+  nanosleep (&ts, NULL); /* the ticker draws the item */
+  ib_progress_done (p, a, true, "Done");
   ib_progress_end (p);
-  assert_string_equal (captured (), "t\nstill here\033[K\n");
+  const char *out = captured ();
+  assert_true (ib_str_has_prefix (out, "t\nstill here\033[K\na: Waiting\033[K\n"));
+  assert_true (ib_str_has_suffix (out, "\033[1A\ra: Done\033[K\n"));
   pid = ib_progress_fork (NULL); /* no display: a plain fork */
   if (pid == 0)
     _exit (3);
