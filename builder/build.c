@@ -504,7 +504,7 @@ stage_label (stage_state_t *st)
  * "[build 2/5] RUN make" (" CACHED" on a hit), the command's output as it
  * comes, then "[build 2/5] DONE 3.2s".  TTY and JSON: an item per step in a
  * progress display ("build RECIPE"): TTY shows each step's state and, while
- * a RUN runs, its last output line; JSON emits the items' events and each
+ * a RUN runs, its last output line and the seconds it has run; JSON emits the items' events and each
  * output line as a "message" event.  With -j the stages' processes relay
  * (IB_PROGRESS_RELAY) their items to the parent's TTY display, output lines
  * as the item's status (run_stages_parallel). */
@@ -531,6 +531,8 @@ step_line (build_t *b, stage_state_t *st, const char *keyword, const char *what_
       b->step_item = ib_progress_add (b->prog, b->step_text, "Running", -1);
       if (cached || !timed)
         ib_progress_done (b->prog, b->step_item, true, cached ? "CACHED" : "DONE");
+      else
+        ib_progress_show_elapsed (b->prog, b->step_item);
       return;
     }
   ib_info ("%s %s %s%s", label, keyword, what, cached ? " CACHED" : "");
@@ -612,7 +614,10 @@ prog_resume (build_t *b)
       b->prog = ib_progress_begin (title);
       b->prog_paused = false;
       if (b->step_open && b->step_text) /* the running step goes on in the new display */
-        b->step_item = ib_progress_add (b->prog, b->step_text, "Running", -1);
+        {
+          b->step_item = ib_progress_add (b->prog, b->step_text, "Running", -1);
+          ib_progress_show_elapsed (b->prog, b->step_item);
+        }
     }
 }
 

@@ -42,6 +42,7 @@ struct item
   int64_t total, done;
   bool started, finished, ok;
   bool frozen_unfinished; /* TTY: scrolled out of the redrawn rows before it finished */
+  bool elapsed;           /* TTY: the time since it was added ends its line (ib_progress_show_elapsed) */
   int64_t start_ns, start_done, end_ns;
   int64_t last_json_ns, last_plain_ns;
 };
@@ -278,8 +279,34 @@ tty_put_item (ib_buf_t *b, const struct item *it, int cols, int64_t now)
 {
   ib_buf_t l = { 0 };
   tty_item_line (it, cols, now, &l);
+  if (it->elapsed && !it->finished)
+    {
+      /* "  12s" stays at the end: the text before it is cut instead */
+      char t[32];
+      snprintf (t, sizeof t, "  %llds", (long long) ((now - it->start_ns) / NS_PER_S));
+      size_t tl = strlen (t), max = cols - 1 > (int) tl ? (size_t) cols - 1 - tl : 0;
+      if (l.len > max)
+        {
+          l.len = max;
+          while (l.len > 0 && ((unsigned char) l.data[l.len] & 0xC0) == 0x80)
+            l.len--;
+        }
+      ib_buf_puts (&l, t);
+    }
   tty_put_line (b, l.data, l.len, cols);
   ib_buf_free (&l);
+}
+
+/* A redrawn item shows its elapsed time: redraw once a second for it. */
+static bool
+tty_elapsed_due (ib_progress_t *p, int64_t now)
+{
+  if (now - p->last_draw_ns < NS_PER_S)
+    return false;
+  for (int i = p->first_live; i < p->n; i++)
+    if (p->items[i].elapsed && !p->items[i].finished)
+      return true;
+  return false;
 }
 
 /* Redraw: cursor up over the rows drawn last time, an optional message
@@ -355,8 +382,9 @@ ticker_main (void *arg)
           ts.tv_nsec -= NS_PER_S;
         }
       pthread_cond_timedwait (&p->wake, &p->lock, &ts);
-      if (!p->stop && p->dirty)
-        tty_render (p, mono_now (), NULL, false);
+      int64_t now = mono_now ();
+      if (!p->stop && (p->dirty || tty_elapsed_due (p, now)))
+        tty_render (p, now, NULL, false);
     }
   pthread_mutex_unlock (&p->lock);
   return NULL;
@@ -696,6 +724,25 @@ out:
 }
 
 void
+ib_progress_show_elapsed (ib_progress_t *p, int item)
+{
+  if (p == NULL || p->mode == IB_PROGRESS_QUIET)
+    return;
+  pthread_mutex_lock (&p->lock);
+  struct item *it = live_item (p, item);
+  if (it && !it->elapsed)
+    {
+      int64_t now = mono_now ();
+      it->elapsed = true;
+      if (p->mode == IB_PROGRESS_TTY)
+        tty_changed (p, now);
+      else if (p->relay)
+        json_emit (p, "elapsed", it, now, NULL); /* relay only: JSON mode says nothing */
+    }
+  pthread_mutex_unlock (&p->lock);
+}
+
+void
 ib_progress_done (ib_progress_t *p, int item, bool ok, const char *status)
 {
   if (p == NULL || p->mode == IB_PROGRESS_QUIET)
@@ -976,6 +1023,8 @@ relay_event (ib_progress_relay_t *r, const char *text, size_t len)
     ib_progress_update (r->p, it->item, json_integer_value (cur));
   else if (strcmp (event, "status") == 0 || strcmp (event, "add") == 0)
     ib_progress_set_status (r->p, it->item, status);
+  else if (strcmp (event, "elapsed") == 0)
+    ib_progress_show_elapsed (r->p, it->item);
   else if (strcmp (event, "done") == 0)
     {
       if (json_is_integer (cur) && json_integer_value (cur) > 0)

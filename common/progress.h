@@ -102,6 +102,13 @@ void ib_progress_update (ib_progress_t *p, int item, int64_t done);
  * action.  PLAIN prints "ID: STATUS" when it differs from the last line. */
 void ib_progress_set_status (ib_progress_t *p, int item, const char *status);
 
+/* TTY: while the item is unfinished, its line ends with the whole seconds
+ * since it was added ("  12s"; the text before it is cut to make room),
+ * redrawn at least once a second (e.g. a build step that runs).  Relay: an
+ * "elapsed" event, so that the parent's item shows it too.  PLAIN and
+ * JSON: nothing.  Out-of-range and finished items are ignored. */
+void ib_progress_show_elapsed (ib_progress_t *p, int item);
+
 /* The item is finished: ok or not, with its final text ("Pull complete",
  * "Already exists", "Pushed", or an error message; copied; NULL keeps the
  * current text).  PLAIN prints "ID: STATUS (SIZE in T s, SPEED/s)" when
@@ -133,7 +140,8 @@ pid_t ib_progress_fork (ib_progress_t *p);
  *
  * A child that must not write to the parent's terminal sends its progress
  * over a pipe instead: every display it begins emits the JSON mode's
- * events (one object per line, schema in docs/cli.md) and every log line
+ * events (one object per line, schema in docs/cli.md; plus "elapsed" for
+ * ib_progress_show_elapsed, which JSON mode does not emit) and every log line
  * of the process (ib_info, ib_warn) becomes a line
  * {"event":"log","level":"info","message":"..."}.  The parent reads the
  * pipe and replays the events on a display of its own

@@ -313,8 +313,12 @@ OUTPUT type=image,name=tty-jobs:latest
     # the running steps' output lines were shown on their step's line
     run_a = "[a 2/2] RUN echo alpha-1; sleep 1; echo alpha-2 >&2; sleep 1; echo a >/a"
     run_b = "[b 2/2] RUN echo beta-1; sleep 2; echo b >/b"
-    assert f"{run_a}: alpha-1" in lines and f"{run_a}: alpha-2" in lines, text
-    assert f"{run_b}: beta-1" in lines, text
+    def shown(step, status):  # the step's line while it ran: status, then the seconds so far
+        return [int(m.group(1)) for l in lines
+                if (m := re.fullmatch(rf"{re.escape(step)}: {re.escape(status)}  (\d+)s", l))]
+    assert shown(run_a, "alpha-1") and shown(run_a, "alpha-2"), text
+    assert shown(run_b, "beta-1"), text
+    assert max(shown(run_b, "beta-1")) >= 1, text  # redrawn as the seconds went by
     # every step of the three stages ends with its mark, which stays on screen
     for stage, n in (("a", 2), ("b", 2), ("final", 3)):
         assert f"[{stage} 1/{n}] FROM {base_image}: DONE" in lines, text
@@ -333,6 +337,13 @@ OUTPUT type=image,name=tty-jobs:latest
     # one stage at a time, from scratch, without a terminal: the same image
     r = imgbuild("build", "--reproducible", "--no-cache", c / "j.recipe", store=store)
     assert r.rc == 0 and "(0 steps cached, 4 run)" in r.err, r
+    assert image_digest(store, "tty-jobs:latest") == digest
+    # one stage at a time on a terminal: the same lines, the same image
+    rc, _, term = run_on_pty(["--store", store, "build", "--reproducible", "--no-cache", recipe])
+    assert rc == 0, term
+    lines = tty_text(term).splitlines()
+    assert shown(run_a, "alpha-2") and shown(run_b, "beta-1"), term
+    assert any(re.fullmatch(rf"{re.escape(run_b)}: DONE [0-9.]+s", l) for l in lines), term
     assert image_digest(store, "tty-jobs:latest") == digest
     # and -j 2 again on a terminal: every step from the cache
     rc, _, term = run_on_pty(["--store", store, "build", "--reproducible", "-j", "2", recipe])
@@ -362,7 +373,7 @@ COPY --from=b / /b
     assert time.monotonic() - t0 < 25, term  # b was stopped, not waited for
     text = tty_text(term)
     run_a = "[a 2/2] RUN echo doomed-1 && echo doomed-2 && sleep 1 && exit 3"
-    assert re.search(rf"^{re.escape(run_a)}: doomed-2$", text, re.M), text
+    assert re.search(rf"^{re.escape(run_a)}: doomed-2  \d+s$", text, re.M), text
     assert re.search(rf"^{re.escape(run_a)}: ERROR after [0-9.]+s$", text, re.M), text
     # b's running step does not stay "running": stopped with the build
     assert re.search(r"^\[b 2/2\] RUN echo patient && sleep 30: (ERROR|CANCELED)", text, re.M), text

@@ -525,6 +525,44 @@ test_tty_message_when_all_finished_and_nothing_after (void **state)
                                     "done\033[K\n");
 }
 
+static void
+test_tty_elapsed_time (void **state)
+{
+  (void) state;
+  capture (IB_PROGRESS_TTY, 0);
+  ib_progress_set_term_size (30, 24);
+  ib_progress_t *p = ib_progress_begin ("t");
+  int a = ib_progress_add (p, "[a 2/3] RUN make", "Running", -1);
+  int b = ib_progress_add (p, "[a 3/3] RUN x", "Running", -1);
+  ib_progress_show_elapsed (p, a);
+  fake_now += 2500 * MS;
+  ib_progress_set_status (p, a, "gcc -c a-rather-long-file-name.c");
+  fake_now += 1 * S;
+  ib_progress_done (p, a, true, "DONE 3.5s");
+  ib_progress_show_elapsed (p, a); /* finished: ignored */
+  ib_progress_done (p, b, true, "DONE");
+  ib_progress_end (p);
+  const char *out = captured ();
+  /* the seconds stay at the end of the row, the status is cut before them */
+  assert_non_null (strstr (out, "\033[1A\r[a 2/3] RUN make: gcc -c   2s\033[K\n[a 3/3] RUN x: Running\033[K\n"));
+  assert_true (ib_str_has_suffix (out, "\033[2A\r[a 2/3] RUN make: DONE 3.5s\033[K\n"
+                                       "[a 3/3] RUN x: DONE\033[K\n"));
+  /* JSON and PLAIN: nothing for it */
+  capture (IB_PROGRESS_JSON, 0);
+  p = ib_progress_begin ("t");
+  a = ib_progress_add (p, "s", "Running", -1);
+  ib_progress_show_elapsed (p, a);
+  ib_progress_end (p);
+  assert_int_equal (count (captured (), "\n"), 1);
+  capture (IB_PROGRESS_PLAIN, 0);
+  p = ib_progress_begin ("t");
+  a = ib_progress_add (p, "s", "Running", -1);
+  ib_progress_show_elapsed (p, a);
+  ib_progress_end (p);
+  assert_string_equal (captured (), "t\ns: Running\n");
+  ib_progress_show_elapsed (NULL, 0);
+}
+
 /* ---------- threads ---------- */
 
 struct worker
@@ -639,6 +677,7 @@ relay_child_lines (void)
   fake_now = 5 * S;
   ib_progress_t *p = ib_progress_begin ("build r.recipe");
   int a = ib_progress_add (p, "[a 2/3] RUN make", "Running", -1);
+  ib_progress_show_elapsed (p, a);
   ib_progress_set_status (p, a, "gcc -c x.c");
   ib_progress_set_status (p, a, "caf\xe9 \xc3\xa9t\xc3\xa9");
   ib_info ("an info line");
@@ -681,8 +720,8 @@ test_relay_lines_are_json_events (void **state)
   char *text = relay_child_lines ();
   json_t *ev = json_lines (text);
   size_t n = json_array_size (ev);
-  assert_int_equal (n, 11);
-  const char *want[] = { "add", "status", "status", "log", "log", "done",
+  assert_int_equal (n, 12);
+  const char *want[] = { "add", "elapsed", "status", "status", "log", "log", "done",
                          "add", "update", "done", "message", "add" };
   for (size_t i = 0; i < n; i++)
     assert_string_equal (str_field (json_array_get (ev, i), "event"), want[i]);
@@ -690,14 +729,14 @@ test_relay_lines_are_json_events (void **state)
   assert_string_equal (str_field (o, "title"), "build r.recipe");
   assert_string_equal (str_field (o, "id"), "[a 2/3] RUN make");
   /* bytes that are not UTF-8 are '?', the rest stays */
-  assert_string_equal (str_field (json_array_get (ev, 2), "status"), "caf? \xc3\xa9t\xc3\xa9");
-  o = json_array_get (ev, 3);
+  assert_string_equal (str_field (json_array_get (ev, 3), "status"), "caf? \xc3\xa9t\xc3\xa9");
+  o = json_array_get (ev, 4);
   assert_string_equal (str_field (o, "level"), "info");
   assert_string_equal (str_field (o, "message"), "an info line");
-  o = json_array_get (ev, 4);
+  o = json_array_get (ev, 5);
   assert_string_equal (str_field (o, "level"), "warning");
   assert_string_equal (str_field (o, "message"), "imgbuild: warning: careful: 7");
-  o = json_array_get (ev, 7);
+  o = json_array_get (ev, 8);
   assert_string_equal (str_field (o, "title"), "pull x");
   assert_int_equal (int_field (o, "current"), 40);
   assert_int_equal (int_field (o, "total"), 100);
@@ -768,11 +807,11 @@ test_relay_replays_on_tty_display (void **state)
   (void) state;
   char *text = relay_child_lines ();
   const char *out = replay (IB_PROGRESS_TTY, text, 1, 20 * MS); /* a redraw per 5 bytes */
-  /* the step's output lines were its status, redrawn in place; log lines
-   * and messages came whole between the redraws; the pull's item with its
-   * bar; the step left running ends CANCELED */
-  assert_non_null (strstr (out, "\033[1A\r[a 2/3] RUN make: gcc -c x.c\033[K\n"));
-  assert_non_null (strstr (out, "\033[1A\r[a 2/3] RUN make: caf? \xc3\xa9t\xc3\xa9\033[K\n"));
+  /* the step's output lines were its status, redrawn in place, with the
+   * seconds it ran; log lines and messages came whole between the redraws;
+   * the pull's item with its bar; the step left running ends CANCELED */
+  assert_non_null (strstr (out, "\033[1A\r[a 2/3] RUN make: gcc -c x.c  6s\033[K\n")); /* 20 ms a byte */
+  assert_non_null (strstr (out, "\033[1A\r[a 2/3] RUN make: caf? \xc3\xa9t\xc3\xa9  "));
   assert_non_null (strstr (out, "\033[1A\rimgbuild: warning: careful: 7\033[K\n"));
   assert_non_null (strstr (out, "[a 2/3] RUN make: DONE 1.0s\033[K\n[a] pull x\033[K\n"));
   assert_non_null (strstr (out, "[a] 0123456789ab: Downloading [=====>           ]  40B/100B\033[K\n"));
@@ -838,6 +877,7 @@ main (void)
     cmocka_unit_test (test_tty_throttle),
     cmocka_unit_test (test_tty_message_above_or_below_items),
     cmocka_unit_test (test_tty_message_when_all_finished_and_nothing_after),
+    cmocka_unit_test (test_tty_elapsed_time),
     cmocka_unit_test (test_threads_json),
     cmocka_unit_test (test_threads_plain_and_tty),
     cmocka_unit_test (test_relay_lines_are_json_events),
