@@ -504,10 +504,11 @@ stage_label (stage_state_t *st)
  * "[build 2/5] RUN make" (" CACHED" on a hit), the command's output as it
  * comes, then "[build 2/5] DONE 3.2s".  TTY and JSON: an item per step in a
  * progress display ("build RECIPE"): TTY shows each step's state and, while
- * a RUN runs, its last output line and the seconds it has run; JSON emits the items' events and each
- * output line as a "message" event.  With -j the stages' processes relay
- * (IB_PROGRESS_RELAY) their items to the parent's TTY display, output lines
- * as the item's status (run_stages_parallel). */
+ * a step runs, the seconds it has run (and for a RUN its last output line);
+ * JSON emits the items' events and each output line as a "message" event.
+ * With -j the stages' processes relay (IB_PROGRESS_RELAY) their items to
+ * the parent's TTY display, output lines as the item's status
+ * (run_stages_parallel). */
 static void
 step_line (build_t *b, stage_state_t *st, const char *keyword, const char *what_full, bool cached,
            bool timed)

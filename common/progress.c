@@ -42,7 +42,7 @@ struct item
   int64_t total, done;
   bool started, finished, ok;
   bool frozen_unfinished; /* TTY: scrolled out of the redrawn rows before it finished */
-  bool elapsed;           /* TTY: the time since it was added ends its line (ib_progress_show_elapsed) */
+  bool elapsed;           /* TTY: its line ends with the time since it was added */
   int64_t start_ns, start_done, end_ns;
   int64_t last_json_ns, last_plain_ns;
 };

@@ -544,7 +544,8 @@ test_tty_elapsed_time (void **state)
   ib_progress_end (p);
   const char *out = captured ();
   /* the seconds stay at the end of the row, the status is cut before them */
-  assert_non_null (strstr (out, "\033[1A\r[a 2/3] RUN make: gcc -c   2s\033[K\n[a 3/3] RUN x: Running\033[K\n"));
+  assert_non_null (strstr (out, "\033[1A\r[a 2/3] RUN make: gcc -c   2s\033[K\n"
+                                "[a 3/3] RUN x: Running\033[K\n"));
   assert_true (ib_str_has_suffix (out, "\033[2A\r[a 2/3] RUN make: DONE 3.5s\033[K\n"
                                        "[a 3/3] RUN x: DONE\033[K\n"));
   /* JSON and PLAIN: nothing for it */
@@ -810,12 +811,15 @@ test_relay_replays_on_tty_display (void **state)
   /* the step's output lines were its status, redrawn in place, with the
    * seconds it ran; log lines and messages came whole between the redraws;
    * the pull's item with its bar; the step left running ends CANCELED */
-  assert_non_null (strstr (out, "\033[1A\r[a 2/3] RUN make: gcc -c x.c  6s\033[K\n")); /* 20 ms a byte */
+  /* 20 ms a byte */
+  assert_non_null (strstr (out, "\033[1A\r[a 2/3] RUN make: gcc -c x.c  6s\033[K\n"));
   assert_non_null (strstr (out, "\033[1A\r[a 2/3] RUN make: caf? \xc3\xa9t\xc3\xa9  "));
   assert_non_null (strstr (out, "\033[1A\rimgbuild: warning: careful: 7\033[K\n"));
   assert_non_null (strstr (out, "[a 2/3] RUN make: DONE 1.0s\033[K\n[a] pull x\033[K\n"));
-  assert_non_null (strstr (out, "[a] 0123456789ab: Downloading [=====>           ]  40B/100B\033[K\n"));
-  assert_non_null (strstr (out, "\033[1A\r[a] 0123456789ab: Pull complete\033[K\nDigest: sha256:abc\033[K\n"));
+  assert_non_null (
+      strstr (out, "[a] 0123456789ab: Downloading [=====>           ]  40B/100B\033[K\n"));
+  assert_non_null (
+      strstr (out, "\033[1A\r[a] 0123456789ab: Pull complete\033[K\nDigest: sha256:abc\033[K\n"));
   assert_true (ib_str_has_suffix (out, "\033[1A\r[a 3/3] RUN sleep 9: CANCELED\033[K\n"));
   free (text);
 }
