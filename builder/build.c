@@ -541,8 +541,11 @@ stage_label (stage_state_t *st)
  * "[build 2/5] RUN make" (" CACHED" on a hit), the command's output as it
  * comes, then "[build 2/5] DONE 3.2s".  TTY and JSON: an item per step in a
  * progress display ("build RECIPE"): TTY shows each step's state and, while
- * a RUN runs, its last output line; JSON emits the items' events and each
- * output line as a "message" event. */
+ * a step runs, the seconds it has run (and for a RUN its last output line);
+ * JSON emits the items' events and each output line as a "message" event.
+ * With -j the stages' processes relay (IB_PROGRESS_RELAY) their items to
+ * the parent's TTY display, output lines as the item's status
+ * (run_stages_parallel). */
 static void
 step_line (build_t *b, stage_state_t *st, const char *keyword, const char *what_full, bool cached,
            bool timed)
@@ -566,6 +569,8 @@ step_line (build_t *b, stage_state_t *st, const char *keyword, const char *what_
       b->step_item = ib_progress_add (b->prog, b->step_text, "Running", -1);
       if (cached || !timed)
         ib_progress_done (b->prog, b->step_item, true, cached ? "CACHED" : "DONE");
+      else
+        ib_progress_show_elapsed (b->prog, b->step_item);
       return;
     }
   ib_info ("%s %s %s%s", label, keyword, what, cached ? " CACHED" : "");
@@ -592,7 +597,7 @@ step_end (build_t *b, bool ok)
 }
 
 /* A RUN's output in TTY/JSON mode: complete lines become the step's status
- * (TTY) or "message" events (JSON). */
+ * (TTY, and RELAY for the parent's TTY) or "message" events (JSON). */
 static void
 step_output (void *ud, const char *data, size_t len)
 {
@@ -647,7 +652,10 @@ prog_resume (build_t *b)
       b->prog = ib_progress_begin (title);
       b->prog_paused = false;
       if (b->step_open && b->step_text) /* the running step goes on in the new display */
-        b->step_item = ib_progress_add (b->prog, b->step_text, "Running", -1);
+        {
+          b->step_item = ib_progress_add (b->prog, b->step_text, "Running", -1);
+          ib_progress_show_elapsed (b->prog, b->step_item);
+        }
     }
 }
 
@@ -3211,11 +3219,19 @@ static int run_stage (build_t *b, stage_state_t *st, ib_error_t *err);
  * object, then it exits without cleaning up (the parent owns the stage's
  * tree).  Trees of other stages that it must make (a COPY --from of a
  * stage that came whole from the cache) are made in private directories
- * of its own, removed before it exits. */
+ * of its own, removed before it exits.  `evfd` (-1: none): where its
+ * progress and log lines go as relay events (common/progress.h) for the
+ * parent's TTY display, which the child must not touch. */
 static void
-stage_child (build_t *b, stage_state_t *st, int wfd)
+stage_child (build_t *b, stage_state_t *st, int wfd, int evfd)
 {
   prctl (PR_SET_PDEATHSIG, SIGTERM);
+  /* the parent's display (ib_progress_fork: abandoned here, never ended) */
+  b->prog = NULL;
+  b->prog_paused = false;
+  bool relay = evfd >= 0 && ib_progress_relay_to (evfd) == 0;
+  if (evfd >= 0 && !relay)
+    close (evfd); /* no stream: plain lines on stderr, as before */
   char **private = NULL;
   for (size_t i = 0; i < b->n_stages; i++)
     {
@@ -3231,9 +3247,10 @@ stage_child (build_t *b, stage_state_t *st, int wfd)
       ib_error_free (&e);
     }
   /* JSON: each stage's process emits its own step events (one line per
-   * write, ids "[stage i/n] ..." unique across stages); a TTY display
-   * would be redrawn by several processes at once, so TTY stays plain. */
-  if (ib_progress_resolved_mode () == IB_PROGRESS_JSON)
+   * write, ids "[stage i/n] ..." unique across stages).  TTY: the same
+   * events go to the parent (relay), whose display shows every stage's
+   * steps: one process draws the terminal. */
+  if (ib_progress_resolved_mode () == IB_PROGRESS_JSON || relay)
     {
       cleanup_free char *title = xasprintf ("build %s", b->recipe->path);
       b->prog = ib_progress_begin (title);
@@ -3350,20 +3367,60 @@ out:
   return ret;
 }
 
+/* A child's relay events, as much as the pipe has now (nonblocking);
+ * at end of file the pipe is closed and *fd set to -1. */
+static void
+relay_read (ib_progress_relay_t *r, int *fd)
+{
+  char buf[4096];
+  for (;;)
+    {
+      ssize_t n = read (*fd, buf, sizeof buf);
+      if (n > 0)
+        {
+          ib_progress_relay_feed (r, buf, (size_t) n);
+          continue;
+        }
+      if (n < 0 && errno == EINTR)
+        continue;
+      if (n == 0 || errno != EAGAIN)
+        {
+          close (*fd);
+          *fd = -1;
+        }
+      return;
+    }
+}
+
 /* Build the needed stages, up to `jobs` at once, each in a child process
  * (forked after the user namespace is entered), a stage starting once the
  * stages it reads are built.  The first failure stops the others (SIGTERM)
- * and is the build's error. */
+ * and is the build's error.  TTY: this process owns the terminal; each
+ * child sends its step events through a second pipe (relay) and they are
+ * shown in this process's display, read while the children run. */
 static int
 run_stages_parallel (build_t *b, size_t jobs, ib_error_t *err)
 {
   if (need_userns (b, err) < 0)
     return -1;
+  if (b->prog == NULL && ib_progress_resolved_mode () == IB_PROGRESS_TTY)
+    {
+      cleanup_free char *title = xasprintf ("build %s", b->recipe->path);
+      b->prog = ib_progress_begin (title);
+    }
   size_t n = b->n_stages;
   pid_t *pid = xmalloc (n * sizeof (pid_t));
   int *fd = xmalloc (n * sizeof (int));
+  int *evfd = xmalloc (n * sizeof (int));
+  ib_progress_relay_t **relay = xmalloc (n * sizeof *relay);
   ib_buf_t *out = xmalloc (n * sizeof (ib_buf_t));
   bool *started = xmalloc (n * sizeof (bool));
+  bool *stopped = xmalloc (n * sizeof (bool));
+  for (size_t i = 0; i < n; i++)
+    {
+      evfd[i] = -1;
+      relay[i] = NULL;
+    }
   size_t running = 0;
   ib_error_t first = NULL;
   for (;;)
@@ -3378,42 +3435,70 @@ run_stages_parallel (build_t *b, size_t jobs, ib_error_t *err)
             ready = ready && b->stages[st->deps[d]].built;
           if (!ready)
             continue;
-          int p[2];
+          int p[2], ev[2] = { -1, -1 };
           if (pipe2 (p, O_CLOEXEC) < 0)
             {
               ib_error_sys (&first, errno, "pipe");
               break;
             }
+          if (b->prog && pipe2 (ev, O_CLOEXEC) < 0)
+            {
+              ib_error_sys (&first, errno, "pipe");
+              close (p[0]);
+              close (p[1]);
+              break;
+            }
           fflush (NULL);
-          pid_t c = fork ();
+          pid_t c = ib_progress_fork (b->prog);
           if (c < 0)
             {
               ib_error_sys (&first, errno, "fork");
               close (p[0]);
               close (p[1]);
+              if (ev[0] >= 0)
+                {
+                  close (ev[0]);
+                  close (ev[1]);
+                }
               break;
             }
           if (c == 0)
             {
               close (p[0]);
-              stage_child (b, st, p[1]);
+              if (ev[0] >= 0)
+                close (ev[0]);
+              stage_child (b, st, p[1], ev[1]);
             }
           close (p[1]);
+          if (ev[0] >= 0)
+            {
+              close (ev[1]);
+              fcntl (ev[0], F_SETFL, fcntl (ev[0], F_GETFL) | O_NONBLOCK);
+              cleanup_free char *prefix = st->def->name ? xasprintf ("[%s] ", st->def->name)
+                                                        : xasprintf ("[stage-%d] ", st->def->index);
+              relay[i] = ib_progress_relay_new (b->prog, prefix);
+            }
           started[i] = true;
           pid[i] = c;
           fd[i] = p[0];
+          evfd[i] = ev[0];
           running++;
         }
       if (running == 0)
         break;
-      struct pollfd *pf = xmalloc (running * sizeof (struct pollfd));
-      size_t *who = xmalloc (running * sizeof (size_t));
+      struct pollfd *pf = xmalloc (2 * running * sizeof (struct pollfd));
+      size_t *who = xmalloc (2 * running * sizeof (size_t));
       size_t np = 0;
       for (size_t i = 0; i < n; i++)
         if (started[i] && fd[i] >= 0 && !b->stages[i].built && pid[i] > 0)
           {
             pf[np] = (struct pollfd){ .fd = fd[i], .events = POLLIN };
             who[np++] = i;
+            if (evfd[i] >= 0)
+              {
+                pf[np] = (struct pollfd){ .fd = evfd[i], .events = POLLIN };
+                who[np++] = i;
+              }
           }
       if (poll (pf, np, -1) < 0 && errno != EINTR)
         {
@@ -3425,6 +3510,13 @@ run_stages_parallel (build_t *b, size_t jobs, ib_error_t *err)
           if (!(pf[k].revents & (POLLIN | POLLHUP | POLLERR)))
             continue;
           size_t i = who[k];
+          if (pf[k].fd == evfd[i])
+            {
+              relay_read (relay[i], &evfd[i]);
+              continue;
+            }
+          if (pf[k].fd != fd[i])
+            continue; /* closed above in this round */
           char buf[4096];
           ssize_t r = read (fd[i], buf, sizeof buf);
           if (r < 0 && errno == EINTR)
@@ -3442,6 +3534,16 @@ run_stages_parallel (build_t *b, size_t jobs, ib_error_t *err)
             ;
           pid[i] = 0;
           running--;
+          /* what it showed before it ended comes first */
+          if (evfd[i] >= 0)
+            relay_read (relay[i], &evfd[i]);
+          if (evfd[i] >= 0)
+            {
+              close (evfd[i]);
+              evfd[i] = -1;
+            }
+          ib_progress_relay_end (relay[i], stopped[i] ? "CANCELED" : NULL);
+          relay[i] = NULL;
           ib_buf_append (&out[i], "", 1);
           ib_error_t e = NULL;
           if (stage_result (b, &b->stages[i], out[i].data, ws, &e) < 0)
@@ -3451,7 +3553,10 @@ run_stages_parallel (build_t *b, size_t jobs, ib_error_t *err)
                   first = e;
                   for (size_t j = 0; j < n; j++) /* stop the others */
                     if (started[j] && pid[j] > 0)
-                      kill (pid[j], SIGTERM);
+                      {
+                        kill (pid[j], SIGTERM);
+                        stopped[j] = true;
+                      }
                 }
               else
                 ib_error_free (&e);
@@ -3461,11 +3566,19 @@ run_stages_parallel (build_t *b, size_t jobs, ib_error_t *err)
       free (who);
     }
   for (size_t i = 0; i < n; i++)
-    ib_buf_free (&out[i]);
+    {
+      ib_buf_free (&out[i]);
+      if (evfd[i] >= 0)
+        close (evfd[i]);
+      ib_progress_relay_end (relay[i], "CANCELED");
+    }
   free (pid);
   free (fd);
+  free (evfd);
+  free (relay);
   free (out);
   free (started);
+  free (stopped);
   if (first)
     {
       *err = first;

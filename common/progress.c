@@ -16,6 +16,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <errno.h>
 #include <sys/ioctl.h>
 #include <time.h>
 #include <unistd.h>
@@ -41,6 +42,7 @@ struct item
   int64_t total, done;
   bool started, finished, ok;
   bool frozen_unfinished; /* TTY: scrolled out of the redrawn rows before it finished */
+  bool elapsed;           /* TTY: its line ends with the time since it was added */
   int64_t start_ns, start_done, end_ns;
   int64_t last_json_ns, last_plain_ns;
 };
@@ -48,7 +50,8 @@ struct item
 struct ib_progress
 {
   pthread_mutex_t lock;
-  ib_progress_mode_t mode; /* resolved: never AUTO */
+  ib_progress_mode_t mode; /* resolved: never AUTO nor RELAY (that is JSON with `relay`) */
+  bool relay;              /* JSON events for a parent process (ib_progress_relay_to) */
   FILE *out;
   char *title;
   struct item *items;
@@ -276,8 +279,34 @@ tty_put_item (ib_buf_t *b, const struct item *it, int cols, int64_t now)
 {
   ib_buf_t l = { 0 };
   tty_item_line (it, cols, now, &l);
+  if (it->elapsed && !it->finished)
+    {
+      /* "  12s" stays at the end: the text before it is cut instead */
+      char t[32];
+      snprintf (t, sizeof t, "  %llds", (long long) ((now - it->start_ns) / NS_PER_S));
+      size_t tl = strlen (t), max = cols - 1 > (int) tl ? (size_t) cols - 1 - tl : 0;
+      if (l.len > max)
+        {
+          l.len = max;
+          while (l.len > 0 && ((unsigned char) l.data[l.len] & 0xC0) == 0x80)
+            l.len--;
+        }
+      ib_buf_puts (&l, t);
+    }
   tty_put_line (b, l.data, l.len, cols);
   ib_buf_free (&l);
+}
+
+/* A redrawn item shows its elapsed time: redraw once a second for it. */
+static bool
+tty_elapsed_due (ib_progress_t *p, int64_t now)
+{
+  if (now - p->last_draw_ns < NS_PER_S)
+    return false;
+  for (int i = p->first_live; i < p->n; i++)
+    if (p->items[i].elapsed && !p->items[i].finished)
+      return true;
+  return false;
 }
 
 /* Redraw: cursor up over the rows drawn last time, an optional message
@@ -353,11 +382,43 @@ ticker_main (void *arg)
           ts.tv_nsec -= NS_PER_S;
         }
       pthread_cond_timedwait (&p->wake, &p->lock, &ts);
-      if (!p->stop && p->dirty)
-        tty_render (p, mono_now (), NULL, false);
+      int64_t now = mono_now ();
+      if (!p->stop && (p->dirty || tty_elapsed_due (p, now)))
+        tty_render (p, now, NULL, false);
     }
   pthread_mutex_unlock (&p->lock);
   return NULL;
+}
+
+/* Start the ticker thread (TTY, real clock); without one (pthread_create
+ * failed) changes are drawn as they come, throttled. */
+static void
+ticker_start (ib_progress_t *p)
+{
+  pthread_condattr_t ca;
+  pthread_condattr_init (&ca);
+  pthread_condattr_setclock (&ca, CLOCK_MONOTONIC);
+  pthread_cond_init (&p->wake, &ca);
+  pthread_condattr_destroy (&ca);
+  p->stop = false;
+  p->ticker_running = pthread_create (&p->ticker, NULL, ticker_main, p) == 0;
+  if (!p->ticker_running)
+    pthread_cond_destroy (&p->wake);
+}
+
+/* Stop and join the ticker thread, if it runs. */
+static void
+ticker_stop (ib_progress_t *p)
+{
+  if (!p->ticker_running)
+    return;
+  pthread_mutex_lock (&p->lock);
+  p->stop = true;
+  pthread_cond_signal (&p->wake);
+  pthread_mutex_unlock (&p->lock);
+  pthread_join (p->ticker, NULL);
+  pthread_cond_destroy (&p->wake);
+  p->ticker_running = false;
 }
 
 /* A log line (warning, info) while a TTY display is up: printed above the
@@ -394,6 +455,62 @@ plain_line (ib_progress_t *p, struct item *it, int64_t now, const char *fmt, ...
   it->last_plain_ns = now;
 }
 
+/* Length of the UTF-8 sequence at q (1-4), 0 when it is not one (a stray
+ * continuation byte, an overlong form, a surrogate, past U+10FFFF). */
+static int
+utf8_seq (const unsigned char *q)
+{
+  unsigned char c = q[0];
+  int n;
+  unsigned char lo = 0x80, hi = 0xBF; /* range of the second byte */
+  if (c < 0x80)
+    return 1;
+  if (c >= 0xC2 && c <= 0xDF)
+    n = 2;
+  else if (c >= 0xE0 && c <= 0xEF)
+    {
+      n = 3;
+      lo = c == 0xE0 ? 0xA0 : 0x80;
+      hi = c == 0xED ? 0x9F : 0xBF;
+    }
+  else if (c >= 0xF0 && c <= 0xF4)
+    {
+      n = 4;
+      lo = c == 0xF0 ? 0x90 : 0x80;
+      hi = c == 0xF4 ? 0x8F : 0xBF;
+    }
+  else
+    return 0;
+  if (q[1] < lo || q[1] > hi)
+    return 0;
+  for (int k = 2; k < n; k++)
+    if ((q[k] & 0xC0) != 0x80)
+      return 0;
+  return n;
+}
+
+/* A JSON string of `s`; NULL when s is not UTF-8 (the field is left out,
+ * as JSON mode always did), unless `repair`: then bytes that do not decode
+ * are made '?' (relay: a RUN's output line in another encoding must still
+ * reach the parent). */
+static json_t *
+json_text (const char *s, bool repair)
+{
+  json_t *j = json_string (s);
+  if (j || !repair || s == NULL)
+    return j;
+  cleanup_free char *c = xstrdup (s);
+  for (unsigned char *q = (unsigned char *) c; *q;)
+    {
+      int n = utf8_seq (q);
+      if (n == 0)
+        *q++ = '?';
+      else
+        q += n;
+    }
+  return json_string (c);
+}
+
 static void
 json_emit (ib_progress_t *p, const char *event, struct item *it, int64_t now, const char *message)
 {
@@ -401,13 +518,13 @@ json_emit (ib_progress_t *p, const char *event, struct item *it, int64_t now, co
   rfc3339_now (ts);
   json_t *o = json_object ();
   json_object_set_new (o, "time", json_string (ts));
-  json_object_set_new (o, "title", json_string (p->title));
+  json_object_set_new (o, "title", json_text (p->title, p->relay));
   json_object_set_new (o, "event", json_string (event));
   if (it)
     {
-      json_object_set_new (o, "id", json_string (it->id));
-      json_object_set_new (o, "action", json_string (it->action));
-      json_object_set_new (o, "status", json_string (label (it)));
+      json_object_set_new (o, "id", json_text (it->id, p->relay));
+      json_object_set_new (o, "action", json_text (it->action, p->relay));
+      json_object_set_new (o, "status", json_text (label (it), p->relay));
       json_object_set_new (o, "current", json_integer (it->done));
       json_object_set_new (o, "total", it->total >= 0 ? json_integer (it->total) : json_null ());
       if (it->finished)
@@ -415,7 +532,7 @@ json_emit (ib_progress_t *p, const char *event, struct item *it, int64_t now, co
       it->last_json_ns = now;
     }
   if (message)
-    json_object_set_new (o, "message", json_string (message));
+    json_object_set_new (o, "message", json_text (message, p->relay));
   char *s = json_dumps (o, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_ENSURE_ASCII);
   json_decref (o);
   if (s == NULL)
@@ -453,6 +570,11 @@ ib_progress_begin (const char *title)
   pthread_mutex_init (&p->lock, NULL);
   p->out = g_out ? g_out : stderr;
   p->mode = resolve_mode (p->out);
+  if (p->mode == IB_PROGRESS_RELAY)
+    {
+      p->mode = IB_PROGRESS_JSON;
+      p->relay = true;
+    }
   p->title = clean_dup (title ? title : "");
   p->last_draw_ns = INT64_MIN / 2;
   if (p->mode == IB_PROGRESS_TTY || p->mode == IB_PROGRESS_PLAIN)
@@ -467,16 +589,7 @@ ib_progress_begin (const char *title)
       ib_log_set_sink (tty_log, p);
     }
   if (p->mode == IB_PROGRESS_TTY && g_clock == NULL)
-    {
-      pthread_condattr_t ca;
-      pthread_condattr_init (&ca);
-      pthread_condattr_setclock (&ca, CLOCK_MONOTONIC);
-      pthread_cond_init (&p->wake, &ca);
-      pthread_condattr_destroy (&ca);
-      p->ticker_running = pthread_create (&p->ticker, NULL, ticker_main, p) == 0;
-      if (!p->ticker_running)
-        pthread_cond_destroy (&p->wake);
-    }
+    ticker_start (p);
   return p;
 }
 
@@ -611,6 +724,25 @@ out:
 }
 
 void
+ib_progress_show_elapsed (ib_progress_t *p, int item)
+{
+  if (p == NULL || p->mode == IB_PROGRESS_QUIET)
+    return;
+  pthread_mutex_lock (&p->lock);
+  struct item *it = live_item (p, item);
+  if (it && !it->elapsed)
+    {
+      int64_t now = mono_now ();
+      it->elapsed = true;
+      if (p->mode == IB_PROGRESS_TTY)
+        tty_changed (p, now);
+      else if (p->relay)
+        json_emit (p, "elapsed", it, now, NULL); /* relay only: JSON mode says nothing */
+    }
+  pthread_mutex_unlock (&p->lock);
+}
+
+void
 ib_progress_done (ib_progress_t *p, int item, bool ok, const char *status)
 {
   if (p == NULL || p->mode == IB_PROGRESS_QUIET)
@@ -690,15 +822,7 @@ ib_progress_end (ib_progress_t *p)
 {
   if (p == NULL)
     return;
-  if (p->ticker_running)
-    {
-      pthread_mutex_lock (&p->lock);
-      p->stop = true;
-      pthread_cond_signal (&p->wake);
-      pthread_mutex_unlock (&p->lock);
-      pthread_join (p->ticker, NULL);
-      pthread_cond_destroy (&p->wake);
-    }
+  ticker_stop (p);
   if (p->mode == IB_PROGRESS_TTY)
     ib_log_set_sink (p->saved_sink, p->saved_sink_ud);
   pthread_mutex_lock (&p->lock);
@@ -716,4 +840,249 @@ ib_progress_end (ib_progress_t *p)
   free (p->title);
   pthread_mutex_destroy (&p->lock);
   free (p);
+}
+
+pid_t
+ib_progress_fork (ib_progress_t *p)
+{
+  if (p == NULL)
+    return fork ();
+  /* The child must start with one thread and no lock taken: not the
+   * display's, nor stdio's, nor the allocator's (AddressSanitizer's is
+   * not reset at fork as glibc's malloc is).  The ticker goes meanwhile. */
+  bool ticker = p->ticker_running;
+  ticker_stop (p);
+  pid_t pid = fork ();
+  int saved = errno;
+  if (pid == 0)
+    {
+      if (p->mode == IB_PROGRESS_TTY)
+        ib_log_set_sink (p->saved_sink, p->saved_sink_ud); /* tty_log would use p */
+      return 0;
+    }
+  if (ticker)
+    ticker_start (p);
+  errno = saved;
+  return pid;
+}
+
+/* ---------- relay ---------- */
+
+#define RELAY_LINE_MAX (1024 * 1024)
+
+static FILE *g_relay; /* ib_progress_relay_to's stream */
+
+/* One line of JSON on the relay stream, in one fwrite (the stream's lock
+ * keeps lines of different threads whole). */
+static void
+relay_write (json_t *o)
+{
+  char *s = json_dumps (o, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_ENSURE_ASCII);
+  json_decref (o);
+  if (s == NULL)
+    abort ();
+  ib_buf_t b = { 0 };
+  ib_buf_puts (&b, s);
+  ib_buf_puts (&b, "\n");
+  free (s);
+  fwrite (b.data, 1, b.len, g_relay);
+  fflush (g_relay);
+  ib_buf_free (&b);
+}
+
+static void
+relay_log (const char *level, const char *line, void *ud)
+{
+  (void) ud;
+  json_t *o = json_object ();
+  json_object_set_new (o, "event", json_string ("log"));
+  json_object_set_new (o, "level", json_text (level, true));
+  json_object_set_new (o, "message", json_text (line, true));
+  relay_write (o);
+}
+
+int
+ib_progress_relay_to (int fd)
+{
+  FILE *f = fdopen (fd, "w");
+  if (f == NULL)
+    return -1;
+  g_relay = f;
+  g_out = f;
+  g_mode = IB_PROGRESS_RELAY;
+  ib_log_set_sink (relay_log, NULL);
+  return 0;
+}
+
+/* An item of the child's, by the title of its display and its id. */
+struct relay_item
+{
+  char *title, *id;
+  int item;      /* in the parent's display */
+  bool finished; /* a later "add" of the same id is a new item */
+};
+
+struct ib_progress_relay
+{
+  ib_progress_t *p;
+  char *prefix;  /* before the titles and ids of displays other than p's */
+  ib_buf_t line; /* a partial line */
+  bool skipping; /* the line being read is too long: dropped up to its newline */
+  struct relay_item *items;
+  size_t n;
+  char **titles; /* titles other than p's, shown as a message once */
+};
+
+ib_progress_relay_t *
+ib_progress_relay_new (ib_progress_t *p, const char *prefix)
+{
+  ib_progress_relay_t *r = xmalloc (sizeof *r);
+  memset (r, 0, sizeof *r);
+  r->p = p;
+  r->prefix = xstrdup (prefix ? prefix : "");
+  return r;
+}
+
+static struct relay_item *
+relay_find (ib_progress_relay_t *r, const char *title, const char *id)
+{
+  for (size_t i = r->n; i-- > 0;) /* the latest first */
+    if (!r->items[i].finished && strcmp (r->items[i].title, title) == 0
+        && strcmp (r->items[i].id, id) == 0)
+      return &r->items[i];
+  return NULL;
+}
+
+/* A display titled other than p: its title as a message, once; true when
+ * the title is not p's (its ids get the prefix). */
+static bool
+relay_title (ib_progress_relay_t *r, const char *title)
+{
+  if (strcmp (title, r->p->title) == 0)
+    return false;
+  for (char **t = r->titles; t && *t; t++)
+    if (strcmp (*t, title) == 0)
+      return true;
+  ib_strv_push (&r->titles, title);
+  ib_progress_message (r->p, "%s%s", r->prefix, title);
+  return true;
+}
+
+static void
+relay_event (ib_progress_relay_t *r, const char *text, size_t len)
+{
+  cleanup_free char *id = NULL; /* before the gotos: cleanup must not see it uninitialised */
+  json_t *o = json_loadb (text, len, 0, NULL);
+  const char *event = json_string_value (json_object_get (o, "event"));
+  const char *message = json_string_value (json_object_get (o, "message"));
+  if (event == NULL)
+    goto out;
+  if (strcmp (event, "log") == 0 && message)
+    {
+      if (r->p)
+        ib_progress_message (r->p, "%s", message);
+      else
+        {
+          cleanup_free char *l = xasprintf ("%s\n", message);
+          fputs (l, stderr);
+        }
+      goto out;
+    }
+  const char *title = json_string_value (json_object_get (o, "title"));
+  if (r->p == NULL || title == NULL)
+    goto out;
+  bool other = relay_title (r, title);
+  if (strcmp (event, "message") == 0)
+    {
+      if (message)
+        ib_progress_message (r->p, "%s", message);
+      goto out;
+    }
+  const char *raw_id = json_string_value (json_object_get (o, "id"));
+  id = raw_id && other ? xasprintf ("%s%s", r->prefix, raw_id) : raw_id ? xstrdup (raw_id) : NULL;
+  const char *status = json_string_value (json_object_get (o, "status"));
+  json_t *cur = json_object_get (o, "current"), *total = json_object_get (o, "total");
+  if (id == NULL)
+    goto out;
+  struct relay_item *it = relay_find (r, title, id);
+  if (strcmp (event, "add") == 0 && it == NULL)
+    {
+      const char *action = json_string_value (json_object_get (o, "action"));
+      int idx = ib_progress_add (r->p, id, action ? action : "",
+                                 json_is_integer (total) ? json_integer_value (total) : -1);
+      r->items = xrealloc (r->items, (r->n + 1) * sizeof *r->items);
+      it = &r->items[r->n++];
+      *it = (struct relay_item){ .title = xstrdup (title), .id = xstrdup (id), .item = idx };
+      if (status && action && strcmp (status, action) != 0)
+        ib_progress_set_status (r->p, idx, status);
+      goto out;
+    }
+  if (it == NULL)
+    goto out;
+  if (strcmp (event, "update") == 0 && json_is_integer (cur))
+    ib_progress_update (r->p, it->item, json_integer_value (cur));
+  else if (strcmp (event, "status") == 0 || strcmp (event, "add") == 0)
+    ib_progress_set_status (r->p, it->item, status);
+  else if (strcmp (event, "elapsed") == 0)
+    ib_progress_show_elapsed (r->p, it->item);
+  else if (strcmp (event, "done") == 0)
+    {
+      if (json_is_integer (cur) && json_integer_value (cur) > 0)
+        ib_progress_update (r->p, it->item, json_integer_value (cur));
+      ib_progress_done (r->p, it->item, json_is_true (json_object_get (o, "ok")), status);
+      it->finished = true;
+    }
+out:
+  json_decref (o);
+}
+
+void
+ib_progress_relay_feed (ib_progress_relay_t *r, const char *data, size_t len)
+{
+  if (r == NULL)
+    return;
+  while (len > 0)
+    {
+      const char *nl = memchr (data, '\n', len);
+      size_t n = nl ? (size_t) (nl - data) : len;
+      if (!r->skipping)
+        {
+          if (r->line.len + n > RELAY_LINE_MAX)
+            {
+              r->skipping = true;
+              r->line.len = 0;
+            }
+          else
+            ib_buf_append (&r->line, data, n);
+        }
+      if (nl == NULL)
+        return;
+      if (!r->skipping && r->line.len)
+        relay_event (r, r->line.data, r->line.len);
+      r->line.len = 0;
+      r->skipping = false;
+      data += n + 1;
+      len -= n + 1;
+    }
+}
+
+void
+ib_progress_relay_end (ib_progress_relay_t *r, const char *status)
+{
+  if (r == NULL)
+    return;
+  if (!r->skipping && r->line.len)
+    relay_event (r, r->line.data, r->line.len);
+  for (size_t i = 0; i < r->n; i++)
+    {
+      if (!r->items[i].finished)
+        ib_progress_done (r->p, r->items[i].item, false, status ? status : "ERROR");
+      free (r->items[i].title);
+      free (r->items[i].id);
+    }
+  free (r->items);
+  ib_strv_free (r->titles);
+  ib_buf_free (&r->line);
+  free (r->prefix);
+  free (r);
 }

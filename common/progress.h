@@ -14,6 +14,8 @@
  *   JSON   one JSON object per line (schema in docs/cli.md); updates at
  *          most twice a second per item.
  *   QUIET  nothing.
+ *   RELAY  (a child process whose parent shows its progress) JSON lines
+ *          on a pipe, log lines included; see "relay" below.
  *
  * Every function is thread-safe (one mutex per display; each line or redraw
  * is written with one fwrite) and accepts p == NULL as a no-op, so callers
@@ -29,6 +31,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <sys/types.h>
 
 typedef enum
 {
@@ -37,6 +40,7 @@ typedef enum
   IB_PROGRESS_PLAIN,
   IB_PROGRESS_JSON,
   IB_PROGRESS_QUIET,
+  IB_PROGRESS_RELAY, /* set by ib_progress_relay_to only: JSON lines for a parent process */
 } ib_progress_mode_t;
 
 /* Process-wide mode (default AUTO); set once by the CLI before any display
@@ -98,6 +102,13 @@ void ib_progress_update (ib_progress_t *p, int item, int64_t done);
  * action.  PLAIN prints "ID: STATUS" when it differs from the last line. */
 void ib_progress_set_status (ib_progress_t *p, int item, const char *status);
 
+/* TTY: while the item is unfinished, its line ends with the whole seconds
+ * since it was added ("  12s"; the text before it is cut to make room),
+ * redrawn at least once a second (e.g. a build step that runs).  Relay: an
+ * "elapsed" event, so that the parent's item shows it too.  PLAIN and
+ * JSON: nothing.  Out-of-range and finished items are ignored. */
+void ib_progress_show_elapsed (ib_progress_t *p, int item);
+
 /* The item is finished: ok or not, with its final text ("Pull complete",
  * "Already exists", "Pushed", or an error message; copied; NULL keeps the
  * current text).  PLAIN prints "ID: STATUS (SIZE in T s, SPEED/s)" when
@@ -114,6 +125,59 @@ void ib_progress_message (ib_progress_t *p, const char *fmt, ...)
 /* Final render (TTY: every item's final line stays on screen) and free.
  * NULL ok. */
 void ib_progress_end (ib_progress_t *p);
+
+/* fork() with p's ticker thread (TTY) stopped, so that the child starts
+ * with one thread and no lock (of the display, of stdio, of the
+ * allocator) held by a thread it does not have; the parent's ticker is
+ * started again after.  The caller must have no other threads at the
+ * time.  Returns fork()'s value (-1 with errno on failure).  In the child
+ * p is abandoned: it must not be used or ended (its memory goes with the
+ * process), and log lines go where they went before p began.  p == NULL:
+ * a plain fork(). */
+pid_t ib_progress_fork (ib_progress_t *p);
+
+/* ---------- relay: a child process's displays shown by its parent ----------
+ *
+ * A child that must not write to the parent's terminal sends its progress
+ * over a pipe instead: every display it begins emits the JSON mode's
+ * events (one object per line, schema in docs/cli.md; plus "elapsed" for
+ * ib_progress_show_elapsed, which JSON mode does not emit) and every log line
+ * of the process (ib_info, ib_warn) becomes a line
+ * {"event":"log","level":"info","message":"..."}.  The parent reads the
+ * pipe and replays the events on a display of its own
+ * (ib_progress_relay_feed). */
+
+/* Send this process's progress to `fd` from now on: the mode becomes
+ * IB_PROGRESS_RELAY (ib_progress_resolved_mode says so; displays behave
+ * as in JSON mode), the output a stream on fd and every log line a "log"
+ * event.  fd is owned from then on (the stream stays open until the
+ * process exits).  For a freshly forked child, before any display begins.
+ * Returns 0, or -1 with errno when fd cannot be opened as a stream (then
+ * nothing changed). */
+int ib_progress_relay_to (int fd);
+
+typedef struct ib_progress_relay ib_progress_relay_t;
+
+/* A reader of one child's relay lines that replays them on display p (not
+ * owned; it must outlive the reader): the child's items become items of
+ * p, its messages and log lines messages of p.  A display of the child's
+ * titled other than p (a pull while it builds) shows as a message with
+ * its title, then its items; both start with `prefix` (copied; NULL: "";
+ * e.g. "[build] ", so that two children's pulls can be told apart).
+ * p == NULL: log lines go to stderr, the rest is dropped.  Never NULL;
+ * free with ib_progress_relay_end. */
+ib_progress_relay_t *ib_progress_relay_new (ib_progress_t *p, const char *prefix);
+
+/* Bytes read from the child's pipe, split anywhere: complete lines are
+ * replayed, a partial line is kept until its newline (at most 1 MiB; a
+ * longer line is dropped).  Lines that are not relay events are ignored.
+ * NULL r ok. */
+void ib_progress_relay_feed (ib_progress_relay_t *r, const char *data, size_t len);
+
+/* The child has ended: what is left of a last line without newline is
+ * replayed, items it left unfinished are marked failed with `status`
+ * (copied; e.g. "CANCELED"; NULL: "ERROR"), and r is freed.  NULL ok. */
+void ib_progress_relay_end (ib_progress_relay_t *r, const char *status);
 
 /* The first 12 hex digits of a "sha256:..." digest (or of any string after
  * its last ':'), as ids are shown: out gets at most 12 characters + NUL. */

@@ -267,3 +267,147 @@ def test_unpack_tty_bars_then_pull_complete(registry, base_image, tmp_path):
         assert len(line) <= 99 or line.startswith("imgbuild: warning: "), line
     assert any(l.startswith("imgbuild: warning: unpack layer 0 ") for l in lines) \
         or "imgbuild: warning:" not in term, term
+
+
+# ---------- build -j N on a terminal: one display for every stage ----------
+
+def tty_text(term):
+    """The terminal bytes without the redraw escapes: what was drawn, line by line."""
+    return re.sub(r"\x1b\[(\d+A|K)|\r", "", term)
+
+
+def write_recipe(path, text):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+def image_digest(store, ref):
+    r = imgbuild("inspect", ref, store=store)
+    assert r.rc == 0, r
+    return json.loads(r.out)["digest"]
+
+
+def test_build_jobs_tty_one_display(registry, base_image, tmp_path):
+    """-j 2 on a terminal: the parent draws both stages' steps (redrawn in
+    place), each RUN's output lines while it runs, then DONE; the image is
+    the one a build of one stage at a time makes."""
+    store = tmp_path / "s"
+    c = tmp_path / "ctx"
+    recipe = write_recipe(c / "j.recipe", f"""
+FROM {base_image} AS a
+RUN echo alpha-1; sleep 1; echo alpha-2 >&2; sleep 1; echo a >/a
+FROM {base_image} AS b
+RUN echo beta-1; sleep 2; echo b >/b
+FROM {base_image} AS final
+COPY --from=a /a /t/
+COPY --from=b /b /t/
+OUTPUT type=image,name=tty-jobs:latest
+""")
+    rc, _, term = run_on_pty(["--store", store, "build", "--reproducible", "-j", "2", recipe])
+    assert rc == 0, term
+    assert term.startswith(f"build {recipe}\n"), term
+    assert re.search(r"\x1b\[\d+A\r", term), term  # redrawn in place by one display
+    text = tty_text(term)
+    lines = text.splitlines()
+    # the running steps' output lines were shown on their step's line
+    run_a = "[a 2/2] RUN echo alpha-1; sleep 1; echo alpha-2 >&2; sleep 1; echo a >/a"
+    run_b = "[b 2/2] RUN echo beta-1; sleep 2; echo b >/b"
+    def shown(step, status):  # the step's line while it ran: status, then the seconds so far
+        return [int(m.group(1)) for l in lines
+                if (m := re.fullmatch(rf"{re.escape(step)}: {re.escape(status)}  (\d+)s", l))]
+    assert shown(run_a, "alpha-1") and shown(run_a, "alpha-2"), text
+    assert shown(run_b, "beta-1"), text
+    assert max(shown(run_b, "beta-1")) >= 1, text  # redrawn as the seconds went by
+    # each stage's process pulled the base (a fresh store): its pull shows
+    # in the same display, its title and blobs marked with the stage
+    for stage in ("a", "b"):
+        assert f"[{stage}] pull {base_image}" in lines, text
+        assert any(re.fullmatch(rf"\[{stage}\] [0-9a-f]{{12}}: (Pull complete|Already exists)", l)
+                   for l in lines), text
+    # every step of the three stages ends with its mark, which stays on screen
+    for stage, n in (("a", 2), ("b", 2), ("final", 3)):
+        assert f"[{stage} 1/{n}] FROM {base_image}: DONE" in lines, text
+    for step in (run_a, run_b, "[final 2/3] COPY --from=a /a /t/", "[final 3/3] COPY --from=b /b /t/"):
+        assert any(re.fullmatch(rf"{re.escape(step)}: DONE [0-9.]+s", l) for l in lines), (step, text)
+    final = term[term.rfind("A\r") + 2:]
+    assert re.search(r"\[final 3/3\] COPY --from=b /b /t/: DONE [0-9.]+s\x1b\[K\n", final), final
+    # not the plain lines of a child that would write to the terminal itself
+    assert "[a 2/2] DONE" not in text and "\nalpha-1\n" not in text, text
+    # log lines (the OUTPUT, the summary) come whole, above or below the steps
+    assert re.search(r"^\[final\] OUTPUT image \S*tty-jobs:latest", text, re.M), text
+    assert "(0 steps cached, 4 run)" in text, text
+    for line in lines:
+        assert len(line) <= 99 or line.startswith(("[final] OUTPUT", "build ", "imgbuild: warning: ")), line
+    digest = image_digest(store, "tty-jobs:latest")
+    # one stage at a time, from scratch, without a terminal: the same image
+    r = imgbuild("build", "--reproducible", "--no-cache", c / "j.recipe", store=store)
+    assert r.rc == 0 and "(0 steps cached, 4 run)" in r.err, r
+    assert image_digest(store, "tty-jobs:latest") == digest
+    # one stage at a time on a terminal: the same lines, the same image
+    rc, _, term = run_on_pty(["--store", store, "build", "--reproducible", "--no-cache", recipe])
+    assert rc == 0, term
+    lines = tty_text(term).splitlines()
+    assert shown(run_a, "alpha-2") and shown(run_b, "beta-1"), term
+    assert any(re.fullmatch(rf"{re.escape(run_b)}: DONE [0-9.]+s", l) for l in lines), term
+    assert image_digest(store, "tty-jobs:latest") == digest
+    # and -j 2 again on a terminal: every step from the cache
+    rc, _, term = run_on_pty(["--store", store, "build", "--reproducible", "-j", "2", recipe])
+    assert rc == 0, term
+    assert f"{run_b}: CACHED" in tty_text(term).splitlines(), term
+    assert "(4 steps cached, 0 run)" in term, term
+    assert image_digest(store, "tty-jobs:latest") == digest
+
+
+def test_build_jobs_tty_failure_shows_output_tail(registry, base_image, tmp_path):
+    """A step failing in one stage of -j 2 on a terminal: its line ends in
+    ERROR, the error names it with its last output lines, the other stage
+    is stopped, the exit status is 1."""
+    c = tmp_path / "ctx"
+    recipe = write_recipe(c / "bad.recipe", f"""
+FROM {base_image} AS a
+RUN echo doomed-1 && echo doomed-2 && sleep 3 && exit 3
+FROM {base_image} AS b
+RUN echo patient && sleep 30
+FROM {base_image}
+COPY --from=a / /a
+COPY --from=b / /b
+""")
+    t0 = time.monotonic()
+    rc, _, term = run_on_pty(["--store", tmp_path / "s", "build", "-j", "2", recipe], timeout=120)
+    assert rc == 1, term
+    assert time.monotonic() - t0 < 25, term  # b was stopped, not waited for
+    text = tty_text(term)
+    run_a = "[a 2/2] RUN echo doomed-1 && echo doomed-2 && sleep 3 && exit 3"
+    assert re.search(rf"^{re.escape(run_a)}: doomed-2  \d+s$", text, re.M), text
+    assert re.search(rf"^{re.escape(run_a)}: ERROR after [0-9.]+s$", text, re.M), text
+    # b's running step (when b got that far: its tree may still have been
+    # in the making) does not stay "running": stopped with the build
+    b_run = [l for l in text.splitlines() if l.startswith("[b 2/2] RUN echo patient && sleep 30: ")]
+    assert not b_run or re.search(r": (ERROR after [0-9.]+s|CANCELED)$", b_run[-1]), text
+    assert "[stage-2" not in text
+    # the error, after the display: the step, its status and its last output lines
+    err = text[text.index("imgbuild: "):]
+    assert "bad.recipe:3: RUN: echo doomed-1 && echo doomed-2 && sleep 3 && exit 3: exit status 3" in err, err
+    assert "last output lines:" in err and "doomed-1\ndoomed-2" in err, err
+
+
+def test_build_jobs_pipe_output_unchanged(registry, base_image, tmp_path):
+    """Without a terminal -j 2 stays plain lines; no escape sequences."""
+    c = tmp_path / "ctx"
+    recipe = write_recipe(c / "p.recipe", f"""
+FROM {base_image} AS a
+RUN echo plain-a
+FROM {base_image} AS b
+RUN echo plain-b
+FROM {base_image}
+COPY --from=a /etc/hostname /x
+COPY --from=b /etc/hostname /y
+""")
+    r = imgbuild("build", "-j", "2", recipe, store=tmp_path / "s")
+    assert r.rc == 0, r
+    assert "\x1b" not in r.err
+    lines = r.err.splitlines()
+    assert "[a 2/2] RUN echo plain-a" in lines and "plain-a" in lines, r.err
+    assert "[b 2/2] RUN echo plain-b" in lines and "plain-b" in lines, r.err
+    assert any(re.fullmatch(r"\[a 2/2\] DONE [0-9.]+s", l) for l in lines), r.err

@@ -13,6 +13,9 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
 
 #define MS 1000000LL
 #define S 1000000000LL
@@ -522,6 +525,45 @@ test_tty_message_when_all_finished_and_nothing_after (void **state)
                                     "done\033[K\n");
 }
 
+static void
+test_tty_elapsed_time (void **state)
+{
+  (void) state;
+  capture (IB_PROGRESS_TTY, 0);
+  ib_progress_set_term_size (30, 24);
+  ib_progress_t *p = ib_progress_begin ("t");
+  int a = ib_progress_add (p, "[a 2/3] RUN make", "Running", -1);
+  int b = ib_progress_add (p, "[a 3/3] RUN x", "Running", -1);
+  ib_progress_show_elapsed (p, a);
+  fake_now += 2500 * MS;
+  ib_progress_set_status (p, a, "gcc -c a-rather-long-file-name.c");
+  fake_now += 1 * S;
+  ib_progress_done (p, a, true, "DONE 3.5s");
+  ib_progress_show_elapsed (p, a); /* finished: ignored */
+  ib_progress_done (p, b, true, "DONE");
+  ib_progress_end (p);
+  const char *out = captured ();
+  /* the seconds stay at the end of the row, the status is cut before them */
+  assert_non_null (strstr (out, "\033[1A\r[a 2/3] RUN make: gcc -c   2s\033[K\n"
+                                "[a 3/3] RUN x: Running\033[K\n"));
+  assert_true (ib_str_has_suffix (out, "\033[2A\r[a 2/3] RUN make: DONE 3.5s\033[K\n"
+                                       "[a 3/3] RUN x: DONE\033[K\n"));
+  /* JSON and PLAIN: nothing for it */
+  capture (IB_PROGRESS_JSON, 0);
+  p = ib_progress_begin ("t");
+  a = ib_progress_add (p, "s", "Running", -1);
+  ib_progress_show_elapsed (p, a);
+  ib_progress_end (p);
+  assert_int_equal (count (captured (), "\n"), 1);
+  capture (IB_PROGRESS_PLAIN, 0);
+  p = ib_progress_begin ("t");
+  a = ib_progress_add (p, "s", "Running", -1);
+  ib_progress_show_elapsed (p, a);
+  ib_progress_end (p);
+  assert_string_equal (captured (), "t\ns: Running\n");
+  ib_progress_show_elapsed (NULL, 0);
+}
+
 /* ---------- threads ---------- */
 
 struct worker
@@ -617,6 +659,211 @@ test_threads_plain_and_tty (void **state)
   assert_int_equal (count (last, ": Done\033[K\n"), 4);
 }
 
+/* ---------- relay: a child's displays replayed by its parent ---------- */
+
+/* What a child process in relay mode writes: a build display with a step
+ * that runs (output lines, one not UTF-8), log lines, a pull display of
+ * its own, and a step left running. */
+static char *
+relay_child_lines (void)
+{
+  char path[] = "/tmp/test_progress_relay.XXXXXX";
+  int fd = mkstemp (path);
+  assert_true (fd >= 0);
+  unlink (path);
+  int wfd = dup (fd);
+  assert_int_equal (ib_progress_relay_to (wfd), 0);
+  assert_int_equal (ib_progress_resolved_mode (), IB_PROGRESS_RELAY);
+  ib_progress_set_clock (fake_clock);
+  fake_now = 5 * S;
+  ib_progress_t *p = ib_progress_begin ("build r.recipe");
+  int a = ib_progress_add (p, "[a 2/3] RUN make", "Running", -1);
+  ib_progress_show_elapsed (p, a);
+  ib_progress_set_status (p, a, "gcc -c x.c");
+  ib_progress_set_status (p, a, "caf\xe9 \xc3\xa9t\xc3\xa9");
+  ib_info ("an info line");
+  ib_warn ("careful: %d", 7);
+  fake_now += 1 * S;
+  ib_progress_done (p, a, true, "DONE 1.0s");
+  ib_progress_end (p);
+  p = ib_progress_begin ("pull x");
+  int l = ib_progress_add (p, "0123456789ab", "Downloading", 100);
+  ib_progress_update (p, l, 0); /* throttled: the add was just sent */
+  fake_now += 1 * S;
+  ib_progress_update (p, l, 40);
+  ib_progress_done (p, l, true, "Pull complete");
+  ib_progress_message (p, "Digest: sha256:abc");
+  ib_progress_end (p);
+  p = ib_progress_begin ("build r.recipe");
+  ib_progress_add (p, "[a 3/3] RUN sleep 9", "Running", -1);
+  ib_progress_end (p); /* the child is stopped here (ending says nothing) */
+  ib_log_set_sink (NULL, NULL);
+  ib_progress_set_mode (IB_PROGRESS_AUTO);
+  ib_progress_set_output (NULL);
+  ib_progress_set_clock (NULL);
+  char *text = NULL;
+  size_t len = 0;
+  FILE *m = open_memstream (&text, &len);
+  char buf[4096];
+  ssize_t n;
+  lseek (fd, 0, SEEK_SET);
+  while ((n = read (fd, buf, sizeof buf)) > 0)
+    fwrite (buf, 1, (size_t) n, m);
+  fclose (m);
+  close (fd);
+  return text;
+}
+
+static void
+test_relay_lines_are_json_events (void **state)
+{
+  (void) state;
+  char *text = relay_child_lines ();
+  json_t *ev = json_lines (text);
+  size_t n = json_array_size (ev);
+  assert_int_equal (n, 12);
+  const char *want[] = { "add", "elapsed", "status", "status", "log", "log", "done",
+                         "add", "update", "done", "message", "add" };
+  for (size_t i = 0; i < n; i++)
+    assert_string_equal (str_field (json_array_get (ev, i), "event"), want[i]);
+  json_t *o = json_array_get (ev, 0);
+  assert_string_equal (str_field (o, "title"), "build r.recipe");
+  assert_string_equal (str_field (o, "id"), "[a 2/3] RUN make");
+  /* bytes that are not UTF-8 are '?', the rest stays */
+  assert_string_equal (str_field (json_array_get (ev, 3), "status"), "caf? \xc3\xa9t\xc3\xa9");
+  o = json_array_get (ev, 4);
+  assert_string_equal (str_field (o, "level"), "info");
+  assert_string_equal (str_field (o, "message"), "an info line");
+  o = json_array_get (ev, 5);
+  assert_string_equal (str_field (o, "level"), "warning");
+  assert_string_equal (str_field (o, "message"), "imgbuild: warning: careful: 7");
+  o = json_array_get (ev, 8);
+  assert_string_equal (str_field (o, "title"), "pull x");
+  assert_int_equal (int_field (o, "current"), 40);
+  assert_int_equal (int_field (o, "total"), 100);
+  json_decref (ev);
+  free (text);
+}
+
+/* Feed `text` to a relay on a display of `mode`, `chunk` bytes at a time
+ * (the clock `step` further each time), with a junk line, an over-long
+ * line and a last line without newline; the output of the display. */
+static const char *
+replay (ib_progress_mode_t mode, const char *text, size_t chunk, int64_t step)
+{
+  capture (mode, 100 * S);
+  ib_progress_set_term_size (60, 24);
+  ib_progress_t *p = ib_progress_begin ("build r.recipe");
+  ib_progress_relay_t *r = ib_progress_relay_new (p, "[a] ");
+  ib_progress_relay_feed (r, "not json\n{\"event\":\"done\"}\n", 27);
+  size_t big = 1024 * 1024 + 10;
+  char *junk = malloc (big);
+  memset (junk, 'x', big);
+  ib_progress_relay_feed (r, junk, big);
+  free (junk);
+  ib_progress_relay_feed (r, "\n", 1);
+  size_t len = strlen (text);
+  for (size_t off = 0; off < len; off += chunk)
+    {
+      ib_progress_relay_feed (r, text + off, len - off < chunk ? len - off : chunk);
+      fake_now += step;
+    }
+  const char *last = "{\"event\":\"log\",\"level\":\"info\",\"message\":\"no newline\"}";
+  ib_progress_relay_feed (r, last, strlen (last));
+  ib_progress_relay_end (r, "CANCELED");
+  ib_progress_end (p);
+  return captured ();
+}
+
+static void
+test_relay_replays_on_plain_display (void **state)
+{
+  (void) state;
+  char *text = relay_child_lines ();
+  char *out = xstrdup (replay (IB_PROGRESS_PLAIN, text, 1, 0)); /* split anywhere */
+  assert_string_equal (out, "build r.recipe\n"
+                            "[a 2/3] RUN make: Running\n"
+                            "[a 2/3] RUN make: gcc -c x.c\n"
+                            "[a 2/3] RUN make: caf? \xc3\xa9t\xc3\xa9\n"
+                            "an info line\n"
+                            "imgbuild: warning: careful: 7\n"
+                            "[a 2/3] RUN make: DONE 1.0s\n"
+                            "[a] pull x\n"
+                            "[a] 0123456789ab: Downloading 100B\n"
+                            "[a] 0123456789ab: Pull complete (40B in 0.0s)\n"
+                            "Digest: sha256:abc\n"
+                            "[a 3/3] RUN sleep 9: Running\n"
+                            "no newline\n"
+                            "[a 3/3] RUN sleep 9: CANCELED\n");
+  /* the same in big pieces */
+  const char *again = replay (IB_PROGRESS_PLAIN, text, 4096, 0);
+  assert_string_equal (again, out);
+  free (out);
+  free (text);
+}
+
+static void
+test_relay_replays_on_tty_display (void **state)
+{
+  (void) state;
+  char *text = relay_child_lines ();
+  const char *out = replay (IB_PROGRESS_TTY, text, 1, 20 * MS); /* a redraw per 5 bytes */
+  /* the step's output lines were its status, redrawn in place, with the
+   * seconds it ran; log lines and messages came whole between the redraws;
+   * the pull's item with its bar; the step left running ends CANCELED */
+  /* 20 ms a byte */
+  assert_non_null (strstr (out, "\033[1A\r[a 2/3] RUN make: gcc -c x.c  6s\033[K\n"));
+  assert_non_null (strstr (out, "\033[1A\r[a 2/3] RUN make: caf? \xc3\xa9t\xc3\xa9  "));
+  assert_non_null (strstr (out, "\033[1A\rimgbuild: warning: careful: 7\033[K\n"));
+  assert_non_null (strstr (out, "[a 2/3] RUN make: DONE 1.0s\033[K\n[a] pull x\033[K\n"));
+  assert_non_null (
+      strstr (out, "[a] 0123456789ab: Downloading [=====>           ]  40B/100B\033[K\n"));
+  assert_non_null (
+      strstr (out, "\033[1A\r[a] 0123456789ab: Pull complete\033[K\nDigest: sha256:abc\033[K\n"));
+  assert_true (ib_str_has_suffix (out, "\033[1A\r[a 3/3] RUN sleep 9: CANCELED\033[K\n"));
+  free (text);
+}
+
+/* ib_progress_fork: the child does not log through the parent's display;
+ * the parent's ticker goes on after. */
+static void
+test_fork_leaves_display_to_parent (void **state)
+{
+  (void) state;
+  capture (IB_PROGRESS_TTY, 0);
+  ib_progress_set_clock (NULL); /* the real clock: the ticker runs */
+  ib_progress_set_term_size (80, 24);
+  ib_progress_t *p = ib_progress_begin ("t");
+  ib_log_sink_fn sink;
+  void *ud;
+  ib_log_get_sink (&sink, &ud);
+  assert_non_null (sink); /* log lines go above the bars */
+  pid_t pid = ib_progress_fork (p);
+  assert_true (pid >= 0);
+  if (pid == 0)
+    {
+      ib_log_get_sink (&sink, &ud);
+      _exit (sink == NULL ? 0 : 1);
+    }
+  int ws = 0;
+  assert_int_equal (waitpid (pid, &ws, 0), pid);
+  assert_true (WIFEXITED (ws) && WEXITSTATUS (ws) == 0);
+  ib_progress_message (p, "still here");
+  int a = ib_progress_add (p, "a", "Waiting", -1);
+  struct timespec ts = { 0, 300 * MS };
+  nanosleep (&ts, NULL); /* the ticker draws the item */
+  ib_progress_done (p, a, true, "Done");
+  ib_progress_end (p);
+  const char *out = captured ();
+  assert_true (ib_str_has_prefix (out, "t\nstill here\033[K\na: Waiting\033[K\n"));
+  assert_true (ib_str_has_suffix (out, "\033[1A\ra: Done\033[K\n"));
+  pid = ib_progress_fork (NULL); /* no display: a plain fork */
+  if (pid == 0)
+    _exit (3);
+  assert_int_equal (waitpid (pid, &ws, 0), pid);
+  assert_true (WIFEXITED (ws) && WEXITSTATUS (ws) == 3);
+}
+
 int
 main (void)
 {
@@ -634,8 +881,13 @@ main (void)
     cmocka_unit_test (test_tty_throttle),
     cmocka_unit_test (test_tty_message_above_or_below_items),
     cmocka_unit_test (test_tty_message_when_all_finished_and_nothing_after),
+    cmocka_unit_test (test_tty_elapsed_time),
     cmocka_unit_test (test_threads_json),
     cmocka_unit_test (test_threads_plain_and_tty),
+    cmocka_unit_test (test_relay_lines_are_json_events),
+    cmocka_unit_test (test_relay_replays_on_plain_display),
+    cmocka_unit_test (test_relay_replays_on_tty_display),
+    cmocka_unit_test (test_fork_leaves_display_to_parent),
   };
   int r = cmocka_run_group_tests (tests, NULL, NULL);
   free (cap_data);
