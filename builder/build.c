@@ -924,7 +924,9 @@ start_layer_job (build_t *b, stage_state_t *st, char **tar, uint64_t entries,
                          .sde = b->sde };
   pid_t parent = getpid ();
   fflush (NULL);
-  pid_t pid = fork ();
+  /* the display's ticker thread stopped across the fork: the child starts
+   * with one thread and no lock held by another */
+  pid_t pid = ib_progress_fork (b->prog);
   if (pid == 0)
     {
       close (p[0]);
