@@ -900,22 +900,41 @@ layer_line (const char *digest, uint64_t entries, uint64_t size, double secs)
            (unsigned long long) entries, (double) size / 1000.0, secs);
 }
 
-/* Compress the tar *tar (taken: the job removes and frees it) of layer
- * st->layers[st->n_layers - 1] in a child process; join_layers takes the
- * result.  -1 when no child could be started (*tar is left). */
-static int
-start_layer_job (build_t *b, stage_state_t *st, char **tar, uint64_t entries,
-                 const struct timespec *t0, ib_error_t *err)
+/* A compressor process started while a layer's tar is being written
+ * (ib_layer_opts_t.raw_start): it follows the file as it grows. */
+typedef struct raw_start_ctx
 {
+  build_t *b;
+  const char *tar;
+  pid_t pid;                 /* -1: none started */
+  int res_fd, ctl_fd;        /* its struct job_result; the tar's final length to it */
+  char *blob;
+} raw_start_ctx_t;
+
+/* Start a process compressing c->tar (followed while written, until its
+ * length comes on the control pipe) into a new temp blob. */
+static int
+spawn_compressor (raw_start_ctx_t *c, ib_error_t *err)
+{
+  build_t *b = c->b;
   char *blob = NULL;
   int fd = ib_store_tmp_file (b->store, "layer", &blob, err);
   if (fd < 0)
     return -1;
   close (fd);
-  int p[2];
+  int p[2], q[2];
   if (pipe2 (p, O_CLOEXEC) < 0)
     {
       ib_error_sys (err, errno, "compress layer: pipe");
+      unlink (blob);
+      free (blob);
+      return -1;
+    }
+  if (pipe2 (q, O_CLOEXEC) < 0)
+    {
+      ib_error_sys (err, errno, "compress layer: pipe");
+      close (p[0]);
+      close (p[1]);
       unlink (blob);
       free (blob);
       return -1;
@@ -930,13 +949,14 @@ start_layer_job (build_t *b, stage_state_t *st, char **tar, uint64_t entries,
   if (pid == 0)
     {
       close (p[0]);
+      close (q[1]);
       prctl (PR_SET_PDEATHSIG, SIGKILL);
       if (getppid () != parent)
         _exit (1);
       struct job_result r;
       memset (&r, 0, sizeof r);
       ib_error_t e = NULL;
-      if (ib_layer_compress (*tar, blob, &lo, r.digest, &r.size, &e) < 0)
+      if (ib_layer_compress_follow (c->tar, q[0], blob, &lo, r.digest, &r.size, &e) < 0)
         {
           r.status = e->status ? e->status : EIO;
           snprintf (r.msg, sizeof r.msg, "%s", e->msg);
@@ -944,32 +964,93 @@ start_layer_job (build_t *b, stage_state_t *st, char **tar, uint64_t entries,
       ssize_t w = write (p[1], &r, sizeof r);
       _exit (w == (ssize_t) sizeof r ? 0 : 1);
     }
+  int en = errno;
   close (p[1]);
+  close (q[0]);
   if (pid < 0)
     {
-      ib_error_sys (err, errno, "compress layer: fork");
       close (p[0]);
+      close (q[1]);
       unlink (blob);
       free (blob);
-      return -1;
+      return ib_error_sys (err, en, "compress layer: fork");
     }
+  c->pid = pid;
+  c->res_fd = p[0];
+  c->ctl_fd = q[1];
+  c->blob = blob;
+  return 0;
+}
+
+/* ib_layer_opts_t.raw_start: a large layer is written as its tar, and
+ * compressed by a process that starts now, when the store's file system
+ * has room for the tar beside the blob (which may be as large). */
+static bool
+layer_raw_start (void *ud, uint64_t est)
+{
+  raw_start_ctx_t *c = ud;
+  struct statvfs fs;
+  if (statvfs (c->tar, &fs) < 0 || (uint64_t) fs.f_bavail * fs.f_frsize < est + JOB_SPARE)
+    return false;
+  ib_error_t e = NULL;
+  if (spawn_compressor (c, &e) < 0)
+    {
+      ib_debug ("%s: compressing in one pass", e->msg);
+      ib_error_free (&e);
+      return false;
+    }
+  return true;
+}
+
+/* The tar was not finished: the compressor is stopped, its blob removed. */
+static void
+abandon_compressor (raw_start_ctx_t *c)
+{
+  if (c->pid < 0)
+    return;
+  close (c->ctl_fd); /* without a length: the child gives up */
+  close (c->res_fd);
+  kill (c->pid, SIGKILL);
+  while (waitpid (c->pid, NULL, 0) < 0 && errno == EINTR)
+    ;
+  unlink (c->blob);
+  free (c->blob);
+  c->pid = -1;
+  c->blob = NULL;
+}
+
+/* The tar *tar (taken: the job removes and frees it) of layer
+ * st->layers[st->n_layers - 1] is complete at `len` bytes: tell its
+ * compressor, and let join_layers take the result. */
+static void
+add_layer_job (build_t *b, stage_state_t *st, raw_start_ctx_t *c, char **tar, uint64_t len,
+               uint64_t entries, const struct timespec *t0)
+{
+  unsigned char v[8];
+  for (int i = 0; i < 8; i++)
+    v[i] = (unsigned char) (len >> (8 * i));
+  ib_error_t e = NULL;
+  if (ib_write_all (c->ctl_fd, v, sizeof v, "compressor", &e) < 0)
+    ib_error_free (&e); /* the child died: join_layers reports it */
+  close (c->ctl_fd);
   b->jobs = xrealloc (b->jobs, (b->n_jobs + 1) * sizeof *b->jobs);
   layer_job_t *j = &b->jobs[b->n_jobs++];
   memset (j, 0, sizeof *j);
   j->st = st;
   j->index = st->n_layers - 1;
-  j->pid = pid;
-  j->fd = p[0];
+  j->pid = c->pid;
+  j->fd = c->res_fd;
   j->tar = *tar;
   *tar = NULL;
-  j->blob = blob;
+  j->blob = c->blob;
   j->what = b->cur_in ? xasprintf ("%s:%d: %s", b->recipe->path, b->cur_in->line,
                                    b->cur_in->keyword)
                       : xstrdup (b->recipe->path);
   j->entries = entries;
   j->t0 = *t0;
   st->n_pending++;
-  return 0;
+  c->pid = -1;
+  c->blob = NULL;
 }
 
 /* Wait for job j and take its blob into the store; its layer gets its
@@ -1115,23 +1196,6 @@ drop_layer_jobs (build_t *b)
   b->n_records = 0;
 }
 
-/* Compress the tar *path here into a new temp file, which replaces it. */
-static int
-compress_here (build_t *b, char **path, const ib_layer_opts_t *lo, ib_layer_result_t *res,
-               ib_error_t *err)
-{
-  char *blob = NULL;
-  int fd = ib_store_tmp_file (b->store, "layer", &blob, err);
-  if (fd < 0)
-    return -1;
-  close (fd);
-  int r = ib_layer_compress (*path, blob, lo, res->digest, &res->size, err);
-  unlink (*path);
-  free (*path);
-  *path = blob;
-  return r;
-}
-
 /* The state of a tree before a step, for its layer: a scan of the whole
  * tree, or, for an overlay tree with nothing in its upper directory yet,
  * that directory and the lower layers (nothing is scanned: the step's
@@ -1232,12 +1296,19 @@ commit_layer (build_t *b, stage_state_t *st, step_scan_t *ss, const char *create
   ib_layer_result_t res;
   ib_layer_opts_t lo = { .compression = b->opts->compression, .level = b->opts->compression_level,
                          .sde = b->sde };
-  lo.raw_above = lo.compression == IB_COMPRESSION_NONE ? 0 : JOB_MIN_TAR;
+  raw_start_ctx_t rc = { .b = b, .tar = tmp, .pid = -1, .res_fd = -1, .ctl_fd = -1 };
+  if (lo.compression != IB_COMPRESSION_NONE)
+    {
+      lo.raw_above = JOB_MIN_TAR;
+      lo.raw_start = layer_raw_start;
+      lo.raw_ud = &rc;
+    }
   bool background = false;
   int ret = -1;
   ib_error_t e = NULL;
   if (ib_layer_write_diff_scans (st->rootfs, before, cur, ib_layer_exclude, tmp, &lo, &res, &e) < 0)
     {
+      abandon_compressor (&rc);
       /* the tar may not fit where the compressed blob does */
       if (lo.raw_above == 0 || (e->status != ENOSPC && e->status != EDQUOT))
         {
@@ -1246,22 +1317,11 @@ commit_layer (build_t *b, stage_state_t *st, step_scan_t *ss, const char *create
         }
       ib_error_free (&e);
       lo.raw_above = 0;
+      lo.raw_start = NULL;
       if (ib_layer_write_diff_scans (st->rootfs, before, cur, ib_layer_exclude, tmp, &lo, &res, err) < 0)
         goto out;
     }
-  if (res.raw)
-    {
-      struct statvfs fs;
-      if (statvfs (tmp, &fs) == 0 && (uint64_t) fs.f_bavail * fs.f_frsize >= res.size + JOB_SPARE)
-        background = true;
-      else
-        {
-          /* no room for the blob beside the tar: one pass */
-          lo.raw_above = 0;
-          if (ib_layer_write_diff_scans (st->rootfs, before, cur, ib_layer_exclude, tmp, &lo, &res, err) < 0)
-            goto out;
-        }
-    }
+  background = res.raw;
   if (res.entries == 0)
     {
       add_history (b, st, created_by, true);
@@ -1288,21 +1348,7 @@ commit_layer (build_t *b, stage_state_t *st, step_scan_t *ss, const char *create
   json_array_append_new (json_object_get (rootfs, "diff_ids"), json_string (res.diff_id));
   add_history (b, st, created_by, false);
   if (background)
-    {
-      ib_error_t e = NULL;
-      if (start_layer_job (b, st, &tmp, res.entries, &t0, &e) < 0)
-        {
-          /* no process to spare: compress here */
-          ib_warn ("%s", e->msg);
-          ib_error_free (&e);
-          if (compress_here (b, &tmp, &lo, &res, err) < 0
-              || ib_store_commit_blob_hashed (b->store, tmp, res.digest, err) < 0)
-            goto out;
-          memcpy (d->digest, res.digest, IB_DIGEST_LEN);
-          d->size = (int64_t) res.size;
-          background = false;
-        }
-    }
+    add_layer_job (b, st, &rc, &tmp, res.size, res.entries, &t0);
   /* An overlay tree keeps this step's changes as a layered snapshot (its
    * upper directory, moved, not copied): a later build that misses after
    * this step (the edit loop) mounts it instead of unpacking the layers. */
@@ -1323,6 +1369,7 @@ commit_layer (build_t *b, stage_state_t *st, step_scan_t *ss, const char *create
     layer_line (res.digest, res.entries, res.size, seconds_since (&t0));
   ret = 0;
 out:
+  abandon_compressor (&rc); /* none left once the job is added */
   if (tmp)
     {
       if (ret < 0 || !background)

@@ -20,6 +20,7 @@
 #include <isa-l/crc.h>
 #include <isa-l/igzip_lib.h>
 #include <linux/openat2.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1268,7 +1269,7 @@ write_diff (const char *rootfs, const ib_fs_scan_t *before, const ib_fs_scan_t *
           if (items[k].e && S_ISREG (items[k].e->mode) && items[k].link_to == NULL)
             est += (items[k].e->size + 511) / 512 * 512;
         }
-      if (est >= o->raw_above)
+      if (est >= o->raw_above && (o->raw_start == NULL || o->raw_start (o->raw_ud, est)))
         {
           raw_opts = *o;
           raw_opts.compression = IB_COMPRESSION_NONE;
@@ -1380,15 +1381,53 @@ ib_layer_write_diff (const char *rootfs, const ib_fs_scan_t *before, char *const
   return ib_layer_write_diff_scans (rootfs, before, NULL, exclude, out_path, opts, res, err);
 }
 
+/* The tar's final length from the writer (ib_layer_compress_follow):
+ * waits up to `ms` for it; 1 when known (*final), 0 not yet, -1 when the
+ * writer gave up (the pipe closed without it). */
+static int
+follow_final (int ctl, int ms, uint64_t *final)
+{
+  struct pollfd pfd = { .fd = ctl, .events = POLLIN };
+  int r = poll (&pfd, 1, ms);
+  if (r <= 0)
+    return 0;
+  unsigned char b[8];
+  size_t got = 0;
+  while (got < sizeof b)
+    {
+      ssize_t n = read (ctl, b + got, sizeof b - got);
+      if (n < 0 && errno == EINTR)
+        continue;
+      if (n <= 0)
+        return -1;
+      got += (size_t) n;
+    }
+  uint64_t v = 0;
+  for (int i = 7; i >= 0; i--)
+    v = (v << 8) | b[i];
+  *final = v;
+  return 1;
+}
+
 int
-ib_layer_compress (const char *tar_path, const char *out_path, const ib_layer_opts_t *opts,
-                   char digest[IB_DIGEST_LEN], uint64_t *size, ib_error_t *err)
+ib_layer_compress_follow (const char *tar_path, int ctl_fd, const char *out_path,
+                          const ib_layer_opts_t *opts, char digest[IB_DIGEST_LEN],
+                          uint64_t *size, ib_error_t *err)
 {
   if (opts->compression == IB_COMPRESSION_NONE)
     return ib_error_set (err, EINVAL, "compress layer %s: no compression asked", tar_path);
   cleanup_close int in = open (tar_path, O_RDONLY | O_CLOEXEC);
   if (in < 0)
     return ib_error_sys (err, errno, "compress layer: open %s", tar_path);
+  bool known = ctl_fd < 0;
+  uint64_t final = 0;
+  if (known)
+    {
+      struct stat st;
+      if (fstat (in, &st) < 0)
+        return ib_error_sys (err, errno, "compress layer: stat %s", tar_path);
+      final = (uint64_t) st.st_size;
+    }
   struct sink s = { .fd = -1 };
   if (sink_open (&s, out_path, opts, err) < 0)
     {
@@ -1399,30 +1438,52 @@ ib_layer_compress (const char *tar_path, const char *out_path, const ib_layer_op
    * them: the same tar gives the same bytes on either path */
   unsigned char *buf = xmalloc (PIPE_CHUNK);
   int ret = -1;
+  uint64_t off = 0;
+  size_t len = 0;
   for (;;)
     {
-      size_t len = 0;
-      while (len < PIPE_CHUNK)
+      if (known && off == final)
+        break;
+      size_t want = PIPE_CHUNK - len;
+      if (known && final - off < want)
+        want = (size_t) (final - off);
+      ssize_t r = pread (in, buf + len, want, (off_t) off);
+      if (r < 0 && errno == EINTR)
+        continue;
+      if (r < 0)
         {
-          ssize_t r = read (in, buf + len, PIPE_CHUNK - len);
-          if (r < 0 && errno == EINTR)
-            continue;
-          if (r < 0)
-            {
-              ib_error_sys (err, errno, "compress layer: read %s", tar_path);
-              goto out;
-            }
-          if (r == 0)
-            break;
-          len += (size_t) r;
+          ib_error_sys (err, errno, "compress layer: read %s", tar_path);
+          goto out;
         }
-      if (len == 0)
-        break;
-      if (sink_push (&s, buf, len, false) < 0)
-        goto failed;
-      if (len < PIPE_CHUNK)
-        break;
+      if (r > 0)
+        {
+          len += (size_t) r;
+          off += (uint64_t) r;
+          if (len == PIPE_CHUNK)
+            {
+              if (sink_push (&s, buf, len, false) < 0)
+                goto failed;
+              len = 0;
+            }
+          continue;
+        }
+      if (known)
+        {
+          ib_error_set (err, EIO, "compress layer: %s ends at %llu bytes, not %llu", tar_path,
+                        (unsigned long long) off, (unsigned long long) final);
+          goto out;
+        }
+      /* at the end of what is written so far: wait for more, or its end */
+      int f = follow_final (ctl_fd, 5, &final);
+      if (f < 0)
+        {
+          ib_error_set (err, ECANCELED, "compress layer %s: its writer gave up", tar_path);
+          goto out;
+        }
+      known = f > 0;
     }
+  if (len > 0 && sink_push (&s, buf, len, false) < 0)
+    goto failed;
   if (sink_push (&s, NULL, 0, true) < 0)
     goto failed;
   ib_sha256_final (s.gz_hash, digest);
@@ -1437,4 +1498,11 @@ out:
   free (buf);
   sink_close (&s);
   return ret;
+}
+
+int
+ib_layer_compress (const char *tar_path, const char *out_path, const ib_layer_opts_t *opts,
+                   char digest[IB_DIGEST_LEN], uint64_t *size, ib_error_t *err)
+{
+  return ib_layer_compress_follow (tar_path, -1, out_path, opts, digest, size, err);
 }

@@ -74,6 +74,13 @@ typedef struct ib_layer_opts
    * gets the uncompressed tar instead (res->raw), for the caller to
    * compress later with ib_layer_compress. */
   uint64_t raw_above;
+  /* With raw_above: asked, once the estimate `est` (bytes) reaches it and
+   * before anything is written to the file, whether to write the tar
+   * uncompressed; false keeps the compressed one pass.  A caller may start
+   * reading the file as it grows here (ib_layer_compress_follow).  NULL:
+   * always. */
+  bool (*raw_start) (void *ud, uint64_t est);
+  void *raw_ud;
 } ib_layer_opts_t;
 
 /* "gzip", "zstd" or "none" (also "uncompressed") -> *out; -1 (errno EINVAL)
@@ -147,5 +154,14 @@ int ib_fs_scan_nodev (const char *rootfs, char *const *exclude, ib_fs_scan_t **o
  * on success; errors (read, write, a full disk) name the path. */
 int ib_layer_compress (const char *tar_path, const char *out_path, const ib_layer_opts_t *opts,
                        char digest[IB_DIGEST_LEN], uint64_t *size, ib_error_t *err);
+/* ib_layer_compress of a tar still being written: reads `tar_path` as it
+ * grows until the writer sends its final length on `ctl_fd` (8 bytes,
+ * little-endian; ctl_fd < 0: the file is complete), polling every 5 ms at
+ * the end of what is there.  The bytes are the same as ib_layer_compress
+ * gives for the finished file.  ECANCELED when ctl_fd closes without a
+ * length (the writer failed); EIO when the file is shorter than said. */
+int ib_layer_compress_follow (const char *tar_path, int ctl_fd, const char *out_path,
+                              const ib_layer_opts_t *opts, char digest[IB_DIGEST_LEN],
+                              uint64_t *size, ib_error_t *err);
 
 #endif

@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <sys/xattr.h>
 #include <unistd.h>
 
@@ -501,6 +502,69 @@ test_roundtrip (void **state)
 /* Every compression and level: valid streams that decode (with the peers'
  * tools, which check the gzip CRC-32 and length) to the same tar, the same
  * bytes when written twice, the gzip header fixed. */
+/* ib_layer_compress_follow on a copy of `plain` written by a child in
+ * pieces while it reads: the same bytes; and a writer that gives up. */
+static void
+follow_case (const char *tmp, const char *plain, const ib_layer_opts_t *o, const char *digest,
+             uint64_t size)
+{
+  cleanup_free char *grow = xasprintf ("%s/growing.tar", tmp);
+  cleanup_free char *out = xasprintf ("%s/growing.gz", tmp);
+  for (int give_up = 0; give_up < 2; give_up++)
+    {
+      int fd = open (grow, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      assert_true (fd >= 0);
+      int ctl[2];
+      assert_int_equal (pipe (ctl), 0);
+      pid_t pid = fork ();
+      assert_true (pid >= 0);
+      if (pid == 0)
+        {
+          close (ctl[0]);
+          int in = open (plain, O_RDONLY);
+          char buf[300000];
+          ssize_t n;
+          uint64_t len = 0;
+          while ((n = read (in, buf, sizeof buf)) > 0)
+            {
+              if (write (fd, buf, (size_t) n) != n)
+                _exit (2);
+              len += (uint64_t) n;
+              usleep (3000);
+            }
+          unsigned char v[8];
+          for (int k = 0; k < 8; k++)
+            v[k] = (unsigned char) (len >> (8 * k));
+          if (!give_up && write (ctl[1], v, 8) != 8)
+            _exit (3);
+          _exit (0);
+        }
+      close (fd);
+      close (ctl[1]);
+      char dg[IB_DIGEST_LEN];
+      uint64_t sz = 0;
+      ib_error_t err = NULL;
+      int r = ib_layer_compress_follow (grow, ctl[0], out, o, dg, &sz, &err);
+      close (ctl[0]);
+      int st;
+      assert_int_equal (waitpid (pid, &st, 0), pid);
+      assert_true (WIFEXITED (st) && WEXITSTATUS (st) == 0);
+      if (give_up)
+        {
+          assert_int_equal (r, -1);
+          assert_int_equal (err->status, ECANCELED);
+          ib_error_free (&err);
+        }
+      else
+        {
+          if (r < 0)
+            fail_msg ("follow: %s", err->msg);
+          assert_string_equal (dg, digest);
+          assert_int_equal (sz, size);
+        }
+    }
+}
+
 static void
 test_compressions (void **state)
 {
@@ -584,6 +648,8 @@ test_compressions (void **state)
           assert_int_equal (sz, r1.size);
           cleanup_free char *c3 = xasprintf ("cmp -s '%s' '%s'", o1, o3);
           assert_int_equal (system (c3), 0);
+          if (i == 0)
+            follow_case (f->tmp, plain, &o, r1.digest, r1.size);
         }
       else
         {
