@@ -1030,7 +1030,7 @@ add_layer_job (build_t *b, stage_state_t *st, raw_start_ctx_t *c, char **tar, ui
   for (int i = 0; i < 8; i++)
     v[i] = (unsigned char) (len >> (8 * i));
   ib_error_t e = NULL;
-  if (ib_write_all (c->ctl_fd, v, sizeof v, "compressor", &e) < 0)
+  if (ib_write_pipe (c->ctl_fd, v, sizeof v, "compressor", &e) < 0)
     ib_error_free (&e); /* the child died: join_layers reports it */
   close (c->ctl_fd);
   b->jobs = xrealloc (b->jobs, (b->n_jobs + 1) * sizeof *b->jobs);
@@ -1206,13 +1206,6 @@ typedef struct step_scan
   char *upper;
   char **lowers;
 } step_scan_t;
-
-static void
-cleanup_scanp (ib_fs_scan_t **s)
-{
-  ib_fs_scan_free (*s);
-}
-#define cleanup_scan __attribute__ ((cleanup (cleanup_scanp)))
 
 static int
 step_scan_begin (stage_state_t *st, step_scan_t *ss, ib_error_t *err)

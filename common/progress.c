@@ -489,6 +489,19 @@ utf8_seq (const unsigned char *q)
   return n;
 }
 
+/* `o` (taken) as one compact line of JSON, newline included, appended to b. */
+static void
+json_line (json_t *o, ib_buf_t *b)
+{
+  char *s = json_dumps (o, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_ENSURE_ASCII);
+  json_decref (o);
+  if (s == NULL)
+    abort ();
+  ib_buf_puts (b, s);
+  ib_buf_puts (b, "\n");
+  free (s);
+}
+
 /* A JSON string of `s`; NULL when s is not UTF-8 (the field is left out,
  * as JSON mode always did), unless `repair`: then bytes that do not decode
  * are made '?' (relay: a RUN's output line in another encoding must still
@@ -533,14 +546,8 @@ json_emit (ib_progress_t *p, const char *event, struct item *it, int64_t now, co
     }
   if (message)
     json_object_set_new (o, "message", json_text (message, p->relay));
-  char *s = json_dumps (o, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_ENSURE_ASCII);
-  json_decref (o);
-  if (s == NULL)
-    abort ();
   ib_buf_t b = { 0 };
-  ib_buf_puts (&b, s);
-  ib_buf_puts (&b, "\n");
-  free (s);
+  json_line (o, &b);
   write_buf (p, &b);
 }
 
@@ -877,14 +884,8 @@ static FILE *g_relay; /* ib_progress_relay_to's stream */
 static void
 relay_write (json_t *o)
 {
-  char *s = json_dumps (o, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_ENSURE_ASCII);
-  json_decref (o);
-  if (s == NULL)
-    abort ();
   ib_buf_t b = { 0 };
-  ib_buf_puts (&b, s);
-  ib_buf_puts (&b, "\n");
-  free (s);
+  json_line (o, &b);
   fwrite (b.data, 1, b.len, g_relay);
   fflush (g_relay);
   ib_buf_free (&b);

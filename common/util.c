@@ -3,9 +3,12 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <linux/fs.h>
 #include <sys/ioctl.h>
 #include <sys/stat.h>
@@ -285,6 +288,24 @@ ib_write_all (int fd, const void *data, size_t len, const char *shown, ib_error_
       len -= (size_t) n;
     }
   return 0;
+}
+
+int
+ib_write_pipe (int fd, const void *data, size_t len, const char *shown, ib_error_t *err)
+{
+  sigset_t pipe_set, old;
+  sigemptyset (&pipe_set);
+  sigaddset (&pipe_set, SIGPIPE);
+  pthread_sigmask (SIG_BLOCK, &pipe_set, &old);
+  int r = ib_write_all (fd, data, len, shown, err);
+  if (r < 0)
+    {
+      struct timespec zero = { 0, 0 };
+      while (sigtimedwait (&pipe_set, NULL, &zero) > 0)
+        ;
+    }
+  pthread_sigmask (SIG_SETMASK, &old, NULL);
+  return r;
 }
 
 int

@@ -78,6 +78,11 @@ int ib_write_file_atomic (const char *path, const void *data, size_t len, mode_t
 /* write() all `len` bytes, retrying on EINTR and short writes.  `shown`
  * names the file in the error. */
 int ib_write_all (int fd, const void *data, size_t len, const char *shown, ib_error_t *err);
+/* ib_write_all to a pipe whose reader may be gone (a child that exited):
+ * EPIPE comes back as an error naming `shown` instead of SIGPIPE killing
+ * the process (SIGPIPE is blocked for the calling thread meanwhile, and a
+ * pending one consumed). */
+int ib_write_pipe (int fd, const void *data, size_t len, const char *shown, ib_error_t *err);
 
 /* Copy the rest of `in` to `out` (both regular files): a reflink (FICLONE)
  * where the filesystem shares extents, else copy_file_range, else

@@ -261,29 +261,12 @@ run_helper (const char *name, const char *action, const char *input, char **outp
                              "executable: permission denied)", prog);
       return ib_error_sys (err, rc, "run credential helper %s", prog);
     }
-  /* The helper may exit without reading: no SIGPIPE for us. */
-  sigset_t pipe_set, old;
-  sigemptyset (&pipe_set);
-  sigaddset (&pipe_set, SIGPIPE);
-  pthread_sigmask (SIG_BLOCK, &pipe_set, &old);
-  size_t len = strlen (input), off = 0;
-  while (off < len)
-    {
-      ssize_t w = write (in[1], input + off, len - off);
-      if (w < 0 && errno == EINTR)
-        continue;
-      if (w <= 0)
-        break;
-      off += (size_t) w;
-    }
+  /* The helper may exit without reading: no SIGPIPE for us, and what it
+   * did not read does not matter (its answer says how it went). */
+  ib_error_t we = NULL;
+  if (ib_write_pipe (in[1], input, strlen (input), "credential helper input", &we) < 0)
+    ib_error_free (&we);
   close (in[1]);
-  if (off < len)
-    {
-      struct timespec zero = { 0, 0 };
-      while (sigtimedwait (&pipe_set, NULL, &zero) > 0)
-        ;
-    }
-  pthread_sigmask (SIG_SETMASK, &old, NULL);
 
   ib_buf_t b = { 0 };
   char buf[4096];

@@ -70,12 +70,11 @@ ib_fs_scan_free (ib_fs_scan_t *s)
   free (s);
 }
 
-static void
-cleanup_scanp (ib_fs_scan_t **s)
+void
+ib_fs_scan_freep (ib_fs_scan_t **s)
 {
   ib_fs_scan_free (*s);
 }
-#define cleanup_scan __attribute__ ((cleanup (cleanup_scanp)))
 
 /* Exclusions normalized like entry paths ("/proc/" -> "proc"). */
 static char **
@@ -184,19 +183,33 @@ open_subdir (int dfd, const char *name, const struct stat *st, bool *restore)
   return sub;
 }
 
-static int
-scan_dir (ib_fs_scan_t *s, int dfd, const char *rel, char *const *ex, ib_error_t *err)
+/* A DIR stream of directory dfd itself (its own descriptor, so the
+ * caller's dfd stays open); errors say "scan WHAT/REL". */
+static DIR *
+open_dir_stream (int dfd, const char *what, const char *rel, ib_error_t *err)
 {
   int rfd = openat (dfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (rfd < 0)
-    return ib_error_sys (err, errno, "scan /%s", rel);
+    {
+      ib_error_sys (err, errno, "scan %s/%s", what, rel);
+      return NULL;
+    }
   DIR *d = fdopendir (rfd);
   if (d == NULL)
     {
       int e = errno;
       close (rfd);
-      return ib_error_sys (err, e, "scan /%s", rel);
+      ib_error_sys (err, e, "scan %s/%s", what, rel);
     }
+  return d;
+}
+
+static int
+scan_dir (ib_fs_scan_t *s, int dfd, const char *rel, char *const *ex, ib_error_t *err)
+{
+  DIR *d = open_dir_stream (dfd, "", rel, err);
+  if (d == NULL)
+    return -1;
   int ret = 0;
   struct dirent *de;
   while (ret == 0 && (de = readdir (d)) != NULL)
@@ -298,16 +311,9 @@ static int
 scan_upper (ib_fs_scan_t *before, ib_fs_scan_t *cur, int ufd, int mfd, int lfd, const char *rel,
             char *const *ex, ib_error_t *err)
 {
-  int rfd = openat (ufd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (rfd < 0)
-    return ib_error_sys (err, errno, "scan upper /%s", rel);
-  DIR *d = fdopendir (rfd);
+  DIR *d = open_dir_stream (ufd, "upper ", rel, err);
   if (d == NULL)
-    {
-      int e = errno;
-      close (rfd);
-      return ib_error_sys (err, e, "scan upper /%s", rel);
-    }
+    return -1;
   int ret = 0;
   struct dirent *de;
   while (ret == 0 && (de = readdir (d)) != NULL)

@@ -56,6 +56,9 @@ typedef struct ib_fs_scan ib_fs_scan_t;
  * ib_fs_scan_free. */
 int ib_fs_scan (const char *rootfs, char *const *exclude, ib_fs_scan_t **out, ib_error_t *err);
 void ib_fs_scan_free (ib_fs_scan_t *s);
+/* For cleanup_scan: frees *s. */
+void ib_fs_scan_freep (ib_fs_scan_t **s);
+#define cleanup_scan __attribute__ ((cleanup (ib_fs_scan_freep)))
 
 typedef enum
 {

@@ -2142,6 +2142,40 @@ ovl_path_ok (const char *p)
   return p[0] == '/' && strpbrk (p, ",:\\=") == NULL;
 }
 
+/* The lower layers named by the `lowers` file of overlay directory `ovl`
+ * (DEST.ovl), top first, into *out; false (nothing added) when it has none. */
+static bool
+ovl_read_lowers (const char *ovl, char ***out)
+{
+  cleanup_free char *lfile = ib_path_join (ovl, "lowers");
+  cleanup_free char *ltext = NULL;
+  ib_error_t e = NULL;
+  if (ib_read_file (lfile, &ltext, NULL, &e) < 0)
+    {
+      ib_error_free (&e);
+      return false;
+    }
+  char *save = NULL;
+  for (char *l = strtok_r (ltext, "\n", &save); l; l = strtok_r (NULL, "\n", &save))
+    ib_strv_push (out, l);
+  return true;
+}
+
+/* Whether directory `path` exists and holds nothing. */
+static bool
+dir_is_empty (const char *path)
+{
+  DIR *d = opendir (path);
+  if (d == NULL)
+    return false;
+  bool empty = true;
+  struct dirent *de;
+  while (empty && (de = readdir (d)) != NULL)
+    empty = strcmp (de->d_name, ".") == 0 || strcmp (de->d_name, "..") == 0;
+  closedir (d);
+  return empty;
+}
+
 /* The lower layers an overlay on `src` stacks, top first, into *out:
  * src's own upper directory and lower layers when src is an overlay made
  * here (or a layered snapshot, which has only src.ovl/), else src itself.
@@ -2151,30 +2185,17 @@ static void
 ovl_lowers (const char *src, char ***out)
 {
   cleanup_free char *sovl = ovl_dir (src);
-  cleanup_free char *lfile = ib_path_join (sovl, "lowers");
-  cleanup_free char *ltext = NULL;
-  ib_error_t e = NULL;
-  if (ib_read_file (lfile, &ltext, NULL, &e) < 0)
+  cleanup_strv char **below = NULL;
+  if (!ovl_read_lowers (sovl, &below))
     {
-      ib_error_free (&e);
       ib_strv_push (out, src);
       return;
     }
   cleanup_free char *up = ib_path_join (sovl, "upper");
-  bool empty = true;
-  DIR *d = opendir (up);
-  if (d)
-    {
-      struct dirent *de;
-      while (empty && (de = readdir (d)) != NULL)
-        empty = strcmp (de->d_name, ".") == 0 || strcmp (de->d_name, "..") == 0;
-      closedir (d);
-    }
-  if (!empty || !is_dir (src))
+  if (!dir_is_empty (up) || !is_dir (src))
     ib_strv_push (out, up);
-  char *save = NULL;
-  for (char *l = strtok_r (ltext, "\n", &save); l; l = strtok_r (NULL, "\n", &save))
-    ib_strv_push (out, l);
+  for (char **l = below; l && *l; l++)
+    ib_strv_push (out, *l);
 }
 
 /* "lowerdir=...,upperdir=...,workdir=..." for dest over `lowers`, or NULL
@@ -2297,30 +2318,11 @@ ib_rootfs_overlay_clean (const char *dest, char **upper, char ***lowers)
   *upper = NULL;
   *lowers = NULL;
   cleanup_free char *ovl = ovl_dir (dest);
-  cleanup_free char *lfile = ib_path_join (ovl, "lowers");
-  cleanup_free char *ltext = NULL;
-  ib_error_t e = NULL;
-  if (ib_read_file (lfile, &ltext, NULL, &e) < 0)
-    {
-      ib_error_free (&e);
-      return false;
-    }
   cleanup_free char *up = ib_path_join (ovl, "upper");
-  DIR *d = opendir (up);
-  if (d == NULL)
+  cleanup_strv char **below = NULL;
+  if (!dir_is_empty (up) || !ovl_read_lowers (ovl, &below) || below == NULL)
     return false;
-  bool empty = true;
-  struct dirent *de;
-  while (empty && (de = readdir (d)) != NULL)
-    empty = strcmp (de->d_name, ".") == 0 || strcmp (de->d_name, "..") == 0;
-  closedir (d);
-  if (!empty)
-    return false;
-  char *save = NULL;
-  for (char *l = strtok_r (ltext, "\n", &save); l; l = strtok_r (NULL, "\n", &save))
-    ib_strv_push (lowers, l);
-  if (*lowers == NULL)
-    return false;
+  *lowers = steal_pointer (&below);
   *upper = steal_pointer (&up);
   return true;
 }
