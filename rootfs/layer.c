@@ -9,6 +9,7 @@
  * gzip bytes are hashed (digest) and written out: a single pass.
  */
 #include "rootfs/layer.h"
+#include "rootfs/pgzip.h"
 #include "common/util.h"
 #include "oci/manifest.h"
 
@@ -479,14 +480,10 @@ ib_compression_level_ok (ib_compression_t c, int level)
 /* ---------------------------------------------------------------------- */
 /* Output: tar bytes -> sha256 (diff_id) + compressor -> sha256 (digest) + fd. */
 
-/* gzip member header (RFC 1952): no FNAME, MTIME 0, XFL 0, OS 3 (Unix). */
-static const unsigned char gzip_header[10] = { 0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 3 };
-
 enum engine
 {
   ENGINE_NONE,
-  ENGINE_ZLIB,
-  ENGINE_ISAL,
+  ENGINE_GZIP, /* rootfs/pgzip.c */
   ENGINE_ZSTD,
 };
 
@@ -494,16 +491,11 @@ struct sink
 {
   int fd;
   enum engine engine;
-  z_stream z;
-  bool z_live;
-  struct isal_zstream iz;
-  unsigned char *isal_buf;
-  uint32_t crc;            /* ISA-L: CRC-32 of the input, for the gzip trailer */
-  uint64_t in_size;
+  ib_pgz_t *pgz;
   ZSTD_CCtx *zc;
   ib_sha256_t *tar_hash, *gz_hash;
   uint64_t gz_size;
-  unsigned char *out;      /* SINK_BUF_SIZE bytes of compressed output */
+  unsigned char *out;      /* SINK_BUF_SIZE bytes of compressed output (zstd) */
   size_t out_len;
   int status;
   char *msg;
@@ -540,6 +532,12 @@ sink_emit (struct sink *s, const unsigned char *p, size_t n)
 }
 
 static int
+sink_emit_cb (void *ud, const unsigned char *p, size_t n)
+{
+  return sink_emit (ud, p, n);
+}
+
+static int
 sink_drain (struct sink *s)
 {
   int r = sink_emit (s, s->out, s->out_len);
@@ -548,46 +546,16 @@ sink_drain (struct sink *s)
 }
 
 static int
-zlib_step (struct sink *s, const void *data, size_t len, bool finish)
+gzip_step (struct sink *s, const void *data, size_t len, bool finish)
 {
-  s->z.next_in = (Bytef *) data;
-  s->z.avail_in = (uInt) len;
-  for (;;)
-    {
-      s->z.next_out = s->out + s->out_len;
-      s->z.avail_out = (uInt) (SINK_BUF_SIZE - s->out_len);
-      int r = deflate (&s->z, finish ? Z_FINISH : Z_NO_FLUSH);
-      if (r == Z_STREAM_ERROR)
-        return sink_fail (s, EIO, xstrdup ("deflate failed"));
-      s->out_len = SINK_BUF_SIZE - s->z.avail_out;
-      if (s->out_len == SINK_BUF_SIZE && sink_drain (s) < 0)
-        return -1;
-      if (finish ? r == Z_STREAM_END : s->z.avail_in == 0)
-        return 0;
-    }
-}
-
-static int
-isal_step (struct sink *s, const void *data, size_t len, bool finish)
-{
-  s->iz.next_in = (uint8_t *) data;
-  s->iz.avail_in = (uint32_t) len;
-  s->iz.end_of_stream = finish;
-  s->iz.flush = NO_FLUSH;
-  for (;;)
-    {
-      s->iz.next_out = s->out + s->out_len;
-      s->iz.avail_out = (uint32_t) (SINK_BUF_SIZE - s->out_len);
-      int r = isal_deflate (&s->iz);
-      if (r != COMP_OK)
-        return sink_fail (s, EIO, xasprintf ("igzip deflate failed (%d)", r));
-      s->out_len = SINK_BUF_SIZE - s->iz.avail_out;
-      bool done = finish ? s->iz.internal_state.state == ZSTATE_END : s->iz.avail_in == 0;
-      if ((s->out_len == SINK_BUF_SIZE || done) && s->out_len > 0 && sink_drain (s) < 0)
-        return -1;
-      if (done)
-        return 0;
-    }
+  ib_error_t e = NULL;
+  int r = len > 0 ? ib_pgz_write (s->pgz, data, len, &e) : 0;
+  if (r == 0 && finish)
+    r = ib_pgz_finish (s->pgz, &e);
+  if (r < 0 && s->status == 0) /* not the output's own failure */
+    sink_fail (s, e ? e->status : EIO, xstrdup (e ? e->msg : "gzip failed"));
+  ib_error_free (&e);
+  return r;
 }
 
 static int
@@ -613,11 +581,6 @@ static int
 sink_push (struct sink *s, const void *data, size_t len, bool finish)
 {
   int r = 0;
-  if ((s->engine == ENGINE_ZLIB || s->engine == ENGINE_ISAL) && len > 0)
-    {
-      s->crc = crc32_gzip_refl (s->crc, data, len);
-      s->in_size += len;
-    }
   switch (s->engine)
     {
     case ENGINE_NONE:
@@ -627,22 +590,8 @@ sink_push (struct sink *s, const void *data, size_t len, bool finish)
           r = sink_emit (s, data, len);
         }
       break;
-    case ENGINE_ZLIB: r = zlib_step (s, data, len, finish); break;
-    case ENGINE_ISAL: r = isal_step (s, data, len, finish); break;
+    case ENGINE_GZIP: r = gzip_step (s, data, len, finish); break;
     case ENGINE_ZSTD: r = zstd_step (s, data, len, finish); break;
-    }
-  if (r == 0 && finish && (s->engine == ENGINE_ZLIB || s->engine == ENGINE_ISAL))
-    {
-      /* the gzip trailer (RFC 1952): CRC-32 and ISIZE, little-endian */
-      uint32_t isize = (uint32_t) s->in_size;
-      if (s->out_len + 8 > SINK_BUF_SIZE)
-        r = sink_drain (s);
-      for (int i = 0; r == 0 && i < 4; i++)
-        {
-          s->out[s->out_len + i] = (unsigned char) (s->crc >> (8 * i));
-          s->out[s->out_len + 4 + i] = (unsigned char) (isize >> (8 * i));
-        }
-      s->out_len += 8;
     }
   if (r == 0 && finish && s->out_len > 0)
     r = sink_drain (s);
@@ -651,7 +600,8 @@ sink_push (struct sink *s, const void *data, size_t len, bool finish)
 
 /* The compressor runs in a thread of its own, fed PIPE_SLOTS buffers of
  * PIPE_CHUNK tar bytes: the tree walk, file reads and the diff_id hash on
- * one core, deflate/zstd, the blob hash and the writes on another. */
+ * one core; the blob hash and the writes on another, with deflate on
+ * rootfs/pgzip.c's worker threads (zstd: libzstd's) beside them. */
 #define PIPE_CHUNK (1 << 20)
 #define PIPE_SLOTS 4
 
@@ -839,29 +789,8 @@ sink_open (struct sink *s, const char *path, const ib_layer_opts_t *o, ib_error_
       s->engine = ENGINE_NONE;
       break;
     case IB_COMPRESSION_GZIP:
-      if (level < 0)
-        level = 1;
-      memcpy (s->out, gzip_header, sizeof gzip_header);
-      s->out_len = sizeof gzip_header;
-      if (level >= 1 && level <= ISAL_DEF_MAX_LEVEL)
-        {
-          static const uint32_t bufsz[] = { 0, ISAL_DEF_LVL1_DEFAULT, ISAL_DEF_LVL2_DEFAULT,
-                                            ISAL_DEF_LVL3_DEFAULT };
-          s->engine = ENGINE_ISAL;
-          isal_deflate_init (&s->iz);
-          s->iz.level = (uint32_t) level;
-          s->iz.level_buf_size = bufsz[level];
-          s->isal_buf = xmalloc (bufsz[level]);
-          s->iz.level_buf = s->isal_buf;
-          s->iz.gzip_flag = 0; /* raw deflate: header and trailer are ours */
-          s->crc = 0;
-          break;
-        }
-      s->engine = ENGINE_ZLIB;
-      /* raw deflate (windowBits -15): the header is ours, the trailer too */
-      if (deflateInit2 (&s->z, level, Z_DEFLATED, -15, 8, Z_DEFAULT_STRATEGY) != Z_OK)
-        return ib_error_set (err, ENOMEM, "deflateInit2 failed");
-      s->z_live = true;
+      s->engine = ENGINE_GZIP;
+      s->pgz = ib_pgz_new (level < 0 ? 1 : level, o->threads, sink_emit_cb, s);
       break;
     case IB_COMPRESSION_ZSTD:
       s->engine = ENGINE_ZSTD;
@@ -872,7 +801,7 @@ sink_open (struct sink *s, const char *path, const ib_layer_opts_t *o, ib_error_
       ZSTD_CCtx_setParameter (s->zc, ZSTD_c_checksumFlag, 1);
       /* a libzstd built without threads refuses nbWorkers: single-threaded
        * then, which gives other bytes; say so */
-      if (ZSTD_isError (ZSTD_CCtx_setParameter (s->zc, ZSTD_c_nbWorkers, online_cpus ())))
+      if (ZSTD_isError (ZSTD_CCtx_setParameter (s->zc, ZSTD_c_nbWorkers, o->threads > 0 ? o->threads : online_cpus ())))
         ib_warn ("libzstd has no multithreading: zstd layers are compressed on one thread "
                  "and their bytes differ from multithreaded builds");
       break;
@@ -886,11 +815,8 @@ sink_close (struct sink *s)
   if (s->fd >= 0)
     close (s->fd);
   s->fd = -1;
-  if (s->z_live)
-    deflateEnd (&s->z);
-  s->z_live = false;
-  free (s->isal_buf);
-  s->isal_buf = NULL;
+  ib_pgz_free (s->pgz);
+  s->pgz = NULL;
   ZSTD_freeCCtx (s->zc);
   s->zc = NULL;
   ib_sha256_free (s->tar_hash);
@@ -1441,7 +1367,8 @@ ib_layer_compress_follow (const char *tar_path, int ctl_fd, const char *out_path
       return ib_error_prefix (err, "compress layer %s", tar_path);
     }
   /* PIPE_CHUNK pieces, as ib_layer_write_diff's compressor thread gets
-   * them: the same tar gives the same bytes on either path */
+   * them (gzip's bytes do not depend on the pieces; libzstd's are kept
+   * alike too): the same tar gives the same bytes on either path */
   unsigned char *buf = xmalloc (PIPE_CHUNK);
   int ret = -1;
   uint64_t off = 0;

@@ -26,14 +26,17 @@
  * sorted by name (others, e.g. security.selinux, are host details);
  * tar blocks of 10240 bytes.
  *
- * Compression (ib_layer_opts_t): gzip levels 1-3 are ISA-L's igzip levels
- * 1-3 (default 1: several times faster than zlib), 0 and 4-9 zlib's levels
- * (0 = stored); the gzip header is always the 10 bytes 1f 8b 08 00
- * 00000000 00 03 (no name, mtime 0, OS Unix).  zstd: libzstd at the level
- * (default 3), checksum on, nbWorkers = online CPUs (at least 1: zstd's
- * multithreaded format does not depend on the worker count).  none: the
- * tar itself (media type ...layer.v1.tar).  Bytes for a given level depend
- * on the library version (ISA-L, zlib, libzstd) as well.
+ * Compression (ib_layer_opts_t): gzip is rootfs/pgzip.h's block-parallel
+ * stream (1 MiB blocks deflated on their own with the 32 KiB before them
+ * as dictionary, one gzip member; bytes independent of the thread count);
+ * levels 1-3 are ISA-L's igzip levels 1-3 (default 1: several times faster
+ * than zlib), 0 and 4-9 zlib's levels (0 = stored); the gzip header is
+ * always the 10 bytes 1f 8b 08 00 00000000 00 03 (no name, mtime 0, OS
+ * Unix).  zstd: libzstd at the level (default 3), checksum on, nbWorkers =
+ * opts->threads or the online CPUs (at least 1: zstd's multithreaded
+ * format does not depend on the worker count).  none: the tar itself
+ * (media type ...layer.v1.tar).  Bytes for a given level depend on the
+ * library version (ISA-L, zlib, libzstd) as well.
  */
 #ifndef IB_ROOTFS_LAYER_H
 #define IB_ROOTFS_LAYER_H
@@ -72,6 +75,8 @@ typedef struct ib_layer_opts
   ib_compression_t compression;
   int level;                   /* -1: the compression's default (gzip 1, zstd 3) */
   int64_t sde;                 /* SOURCE_DATE_EPOCH (seconds) or -1: mtimes are kept */
+  int threads;                 /* gzip/zstd worker threads; 0: the online CPUs.  The
+                                * bytes do not depend on it. */
   /* ib_layer_write_diff: when not 0 and the layer's tar comes to at least
    * this many bytes (counted from the entries before writing), the file
    * gets the uncompressed tar instead (res->raw), for the caller to
