@@ -596,8 +596,9 @@ step_end (build_t *b, bool ok)
     ib_info ("%s DONE %.1fs", b->step_label, s);
 }
 
-/* A RUN's output in TTY/JSON mode: complete lines become the step's status
- * (TTY, and RELAY for the parent's TTY) or "message" events (JSON). */
+/* A RUN's output in TTY/JSON mode: complete lines become the step's output
+ * lines (TTY: the last ones under the step's line; RELAY: for the parent's
+ * TTY) or "message" events (JSON). */
 static void
 step_output (void *ud, const char *data, size_t len)
 {
@@ -621,7 +622,7 @@ step_output (void *ud, const char *data, size_t len)
       if (ib_progress_resolved_mode () == IB_PROGRESS_JSON)
         ib_progress_message (b->prog, "%s %s", b->step_label, line);
       else
-        ib_progress_set_status (b->prog, b->step_item, line);
+        ib_progress_output (b->prog, b->step_item, line);
     }
   size_t rest = b->out_line.len - (size_t) (start - b->out_line.data);
   memmove (b->out_line.data, start, rest);

@@ -43,6 +43,8 @@ struct item
   bool started, finished, ok;
   bool frozen_unfinished; /* TTY: scrolled out of the redrawn rows before it finished */
   bool elapsed;           /* TTY: its line ends with the time since it was added */
+  char *tail[IB_PROGRESS_TAIL_LINES]; /* TTY: its last output lines, oldest first */
+  int n_tail;
   int64_t start_ns, start_done, end_ns;
   int64_t last_json_ns, last_plain_ns;
 };
@@ -274,6 +276,30 @@ tty_put_line (ib_buf_t *b, const char *line, size_t len, int cols)
   ib_buf_puts (b, "\033[K\n");
 }
 
+/* The output lines a redrawn item shows under its line: at most `cap`,
+ * none once it finished. */
+static int
+tty_tail_rows (const struct item *it, int cap)
+{
+  if (it->finished)
+    return 0;
+  return it->n_tail < cap ? it->n_tail : cap;
+}
+
+/* The last `cap` output lines of the item, indented under its line. */
+static void
+tty_put_tail (ib_buf_t *b, const struct item *it, int cols, int cap)
+{
+  int k = tty_tail_rows (it, cap);
+  for (int i = it->n_tail - k; i < it->n_tail; i++)
+    {
+      ib_buf_t l = { 0 };
+      ib_buf_printf (&l, "  > %s", it->tail[i]);
+      tty_put_line (b, l.data, l.len, cols);
+      ib_buf_free (&l);
+    }
+}
+
 static void
 tty_put_item (ib_buf_t *b, const struct item *it, int cols, int64_t now)
 {
@@ -326,18 +352,43 @@ tty_render (ib_progress_t *p, int64_t now, const char *message, bool final)
   bool all_finished = true;
   for (int i = p->first_live; i < p->n; i++)
     all_finished &= p->items[i].finished;
+  int pre = 0; /* rows before the redrawn ones, of this render */
   if (message && !all_finished)
-    tty_put_line (&b, message, strlen (message), INT_MAX); /* never redrawn: may wrap */
+    {
+      tty_put_line (&b, message, strlen (message), INT_MAX); /* never redrawn: may wrap */
+      pre++;
+    }
   while (p->n - p->first_live > max)
     {
+      pre++;
       struct item *it = &p->items[p->first_live++];
       tty_put_item (&b, it, cols, now);
       if (!it->finished)
         it->frozen_unfinished = true;
     }
+  /* the running items' output lines, as many as the rows left allow */
+  int cap = IB_PROGRESS_TAIL_LINES, used;
+  for (;; cap--)
+    {
+      used = p->n - p->first_live;
+      for (int i = p->first_live; i < p->n; i++)
+        used += tty_tail_rows (&p->items[i], cap);
+      if (used <= max || cap == 0)
+        break;
+    }
   for (int i = p->first_live; i < p->n; i++)
-    tty_put_item (&b, &p->items[i], cols, now);
-  p->lines_drawn = p->n - p->first_live;
+    {
+      tty_put_item (&b, &p->items[i], cols, now);
+      tty_put_tail (&b, &p->items[i], cols, cap);
+    }
+  /* rows drawn last time and not now (a finished item's output lines)
+   * are cleared, and the cursor goes back under the new rows */
+  int stale = p->lines_drawn - pre - used;
+  for (int i = 0; i < stale; i++)
+    ib_buf_puts (&b, "\033[K\n");
+  if (stale > 0)
+    ib_buf_printf (&b, "\033[%dA", stale);
+  p->lines_drawn = used;
   if (message && all_finished)
     {
       tty_put_line (&b, message, strlen (message), INT_MAX); /* never redrawn: may wrap */
@@ -730,6 +781,53 @@ out:
   pthread_mutex_unlock (&p->lock);
 }
 
+static void
+tail_clear (struct item *it)
+{
+  for (int i = 0; i < it->n_tail; i++)
+    free (it->tail[i]);
+  it->n_tail = 0;
+}
+
+void
+ib_progress_output (ib_progress_t *p, int item, const char *line)
+{
+  if (p == NULL || p->mode == IB_PROGRESS_QUIET)
+    return;
+  pthread_mutex_lock (&p->lock);
+  struct item *it = live_item (p, item);
+  if (it == NULL || it->finished)
+    goto out;
+  int64_t now = mono_now ();
+  switch (p->mode)
+    {
+    case IB_PROGRESS_TTY:
+      if (it->n_tail == IB_PROGRESS_TAIL_LINES)
+        {
+          free (it->tail[0]);
+          memmove (it->tail, it->tail + 1, (IB_PROGRESS_TAIL_LINES - 1) * sizeof *it->tail);
+          it->n_tail--;
+        }
+      it->tail[it->n_tail++] = clean_dup (line);
+      tty_changed (p, now);
+      break;
+    case IB_PROGRESS_PLAIN: plain_line (p, it, now, "%s", line); break;
+    case IB_PROGRESS_JSON:
+      /* relay: for the parent's item; JSON: a message naming the item */
+      if (p->relay)
+        json_emit (p, "output", it, now, line);
+      else
+        {
+          cleanup_free char *m = xasprintf ("%s %s", it->id, line);
+          json_emit (p, "message", NULL, now, m);
+        }
+      break;
+    default: break;
+    }
+out:
+  pthread_mutex_unlock (&p->lock);
+}
+
 void
 ib_progress_show_elapsed (ib_progress_t *p, int item)
 {
@@ -767,6 +865,7 @@ ib_progress_done (ib_progress_t *p, int item, bool ok, const char *status)
   it->finished = true;
   it->ok = ok;
   it->end_ns = now;
+  tail_clear (it);
   switch (p->mode)
     {
     case IB_PROGRESS_TTY: tty_changed (p, now); break;
@@ -842,6 +941,7 @@ ib_progress_end (ib_progress_t *p)
       free (p->items[i].action);
       free (p->items[i].status);
       free (p->items[i].last_plain);
+      tail_clear (&p->items[i]);
     }
   free (p->items);
   free (p->title);
@@ -1026,6 +1126,8 @@ relay_event (ib_progress_relay_t *r, const char *text, size_t len)
     ib_progress_set_status (r->p, it->item, status);
   else if (strcmp (event, "elapsed") == 0)
     ib_progress_show_elapsed (r->p, it->item);
+  else if (strcmp (event, "output") == 0 && message)
+    ib_progress_output (r->p, it->item, message);
   else if (strcmp (event, "done") == 0)
     {
       if (json_is_integer (cur) && json_integer_value (cur) > 0)

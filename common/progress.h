@@ -102,6 +102,18 @@ void ib_progress_update (ib_progress_t *p, int item, int64_t done);
  * action.  PLAIN prints "ID: STATUS" when it differs from the last line. */
 void ib_progress_set_status (ib_progress_t *p, int item, const char *status);
 
+/* Output lines an item keeps for the TTY view. */
+#define IB_PROGRESS_TAIL_LINES 5
+
+/* A line of output of the item's work (e.g. a build step's RUN; copied,
+ * control characters shown as '?'), while it is unfinished.  TTY: the
+ * item's last IB_PROGRESS_TAIL_LINES lines are shown under its line, "  > "
+ * first (fewer when the terminal has not the rows), until it finishes.
+ * PLAIN: "ID: LINE".  JSON: a "message" event "ID LINE"; relay: an
+ * "output" event, which the parent's item shows.  Finished and
+ * out-of-range items are ignored. */
+void ib_progress_output (ib_progress_t *p, int item, const char *line);
+
 /* TTY: while the item is unfinished, its line ends with the whole seconds
  * since it was added ("  12s"; the text before it is cut to make room),
  * redrawn at least once a second (e.g. a build step that runs).  Relay: an

@@ -290,7 +290,7 @@ def image_digest(store, ref):
 
 def test_build_jobs_tty_one_display(registry, base_image, tmp_path):
     """-j 2 on a terminal: the parent draws both stages' steps (redrawn in
-    place), each RUN's output lines while it runs, then DONE; the image is
+    place), each RUN's last output lines under it while it runs, then DONE; the image is
     the one a build of one stage at a time makes."""
     store = tmp_path / "s"
     c = tmp_path / "ctx"
@@ -310,12 +310,21 @@ OUTPUT type=image,name=tty-jobs:latest
     assert re.search(r"\x1b\[\d+A\r", term), term  # redrawn in place by one display
     text = tty_text(term)
     lines = text.splitlines()
-    # the running steps' output lines were shown on their step's line
+    # the running steps' output lines were shown under their step's line
     run_a = "[a 2/2] RUN echo alpha-1; sleep 1; echo alpha-2 >&2; sleep 1; echo a >/a"
     run_b = "[b 2/2] RUN echo beta-1; sleep 2; echo b >/b"
-    def shown(step, status):  # the step's line while it ran: status, then the seconds so far
-        return [int(m.group(1)) for l in lines
-                if (m := re.fullmatch(rf"{re.escape(step)}: {re.escape(status)}  (\d+)s", l))]
+    def shown(step, out):  # the step's row while it ran (the seconds so far), `out` under it
+        secs = []
+        for i, l in enumerate(lines):
+            if (m := re.fullmatch(rf"{re.escape(step)}: Running  (\d+)s", l)):
+                tail = []
+                for t in lines[i + 1:]:
+                    if not t.startswith("  > "):
+                        break
+                    tail.append(t[4:])
+                if out in tail:
+                    secs.append(int(m.group(1)))
+        return secs
     assert shown(run_a, "alpha-1") and shown(run_a, "alpha-2"), text
     assert shown(run_b, "beta-1"), text
     assert max(shown(run_b, "beta-1")) >= 1, text  # redrawn as the seconds went by
@@ -379,7 +388,8 @@ COPY --from=b / /b
     assert time.monotonic() - t0 < 25, term  # b was stopped, not waited for
     text = tty_text(term)
     run_a = "[a 2/2] RUN echo doomed-1 && echo doomed-2 && sleep 3 && exit 3"
-    assert re.search(rf"^{re.escape(run_a)}: doomed-2  \d+s$", text, re.M), text
+    # its output lines under its row while it ran
+    assert re.search(rf"^{re.escape(run_a)}: Running  \d+s\n  > doomed-1\n  > doomed-2$", text, re.M), text
     assert re.search(rf"^{re.escape(run_a)}: ERROR after [0-9.]+s$", text, re.M), text
     # b's running step (when b got that far: its tree may still have been
     # in the making) does not stay "running": stopped with the build

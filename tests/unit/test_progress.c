@@ -564,6 +564,74 @@ test_tty_elapsed_time (void **state)
   ib_progress_show_elapsed (NULL, 0);
 }
 
+/* A running item's last output lines under its line (TTY), as many as the
+ * terminal's rows allow; gone, their rows cleared, once it finishes. */
+static void
+test_tty_output_tail (void **state)
+{
+  (void) state;
+  capture (IB_PROGRESS_TTY, 0);
+  ib_progress_set_term_size (40, 24);
+  ib_progress_t *p = ib_progress_begin ("t");
+  int a = ib_progress_add (p, "[a 2/2] RUN x", "Running", -1);
+  for (int i = 1; i <= 7; i++)
+    {
+      fake_now += 200 * MS;
+      char l[32];
+      snprintf (l, sizeof l, "line %d%s", i, i == 7 ? " \033[31mred" : "");
+      ib_progress_output (p, a, l);
+    }
+  fake_now += 200 * MS;
+  ib_progress_done (p, a, true, "DONE 1.6s");
+  ib_progress_output (p, a, "late"); /* finished: ignored */
+  ib_progress_end (p);
+  const char *out = captured ();
+  /* the last five, oldest first, control characters as '?' */
+  assert_non_null (strstr (out, "\033[6A\r[a 2/2] RUN x: Running\033[K\n"
+                                "  > line 3\033[K\n  > line 4\033[K\n  > line 5\033[K\n"
+                                "  > line 6\033[K\n  > line 7 ?[31mred\033[K\n"));
+  /* done: the item's line, then the five rows cleared and the cursor back
+   * under it (where the final render finds it) */
+  assert_true (ib_str_has_suffix (out, "\033[6A\r[a 2/2] RUN x: DONE 1.6s\033[K\n"
+                                       "\033[K\n\033[K\n\033[K\n\033[K\n\033[K\n\033[5A"
+                                       "\033[1A\r[a 2/2] RUN x: DONE 1.6s\033[K\n"));
+  assert_null (strstr (out, "late"));
+  /* a terminal of 4 rows: the item and two of its lines */
+  capture (IB_PROGRESS_TTY, 0);
+  ib_progress_set_term_size (40, 4);
+  p = ib_progress_begin ("t");
+  a = ib_progress_add (p, "s", "Running", -1);
+  for (int i = 1; i <= 4; i++)
+    {
+      fake_now += 200 * MS;
+      char l[16];
+      snprintf (l, sizeof l, "out %d", i);
+      ib_progress_output (p, a, l);
+    }
+  ib_progress_end (p);
+  out = captured ();
+  assert_non_null (strstr (out, "\033[3A\rs: Running\033[K\n  > out 3\033[K\n  > out 4\033[K\n"));
+  assert_null (strstr (out, "  > out 1\033[K\n  > out 2\033[K\n  > out 3")); /* never 3 */
+  /* PLAIN: each line once; JSON: a message naming the item */
+  capture (IB_PROGRESS_PLAIN, 0);
+  p = ib_progress_begin ("t");
+  a = ib_progress_add (p, "s", "Running", -1);
+  ib_progress_output (p, a, "hello");
+  ib_progress_end (p);
+  assert_string_equal (captured (), "t\ns: Running\ns: hello\n");
+  capture (IB_PROGRESS_JSON, 0);
+  p = ib_progress_begin ("t");
+  a = ib_progress_add (p, "s", "Running", -1);
+  ib_progress_output (p, a, "hello");
+  ib_progress_end (p);
+  json_t *ev = json_lines (captured ());
+  assert_int_equal (json_array_size (ev), 2); /* add, message */
+  assert_string_equal (str_field (json_array_get (ev, 1), "event"), "message");
+  assert_string_equal (str_field (json_array_get (ev, 1), "message"), "s hello");
+  json_decref (ev);
+  ib_progress_output (NULL, 0, "x");
+}
+
 /* ---------- threads ---------- */
 
 struct worker
@@ -681,6 +749,7 @@ relay_child_lines (void)
   ib_progress_show_elapsed (p, a);
   ib_progress_set_status (p, a, "gcc -c x.c");
   ib_progress_set_status (p, a, "caf\xe9 \xc3\xa9t\xc3\xa9");
+  ib_progress_output (p, a, "cc1: note");
   ib_info ("an info line");
   ib_warn ("careful: %d", 7);
   fake_now += 1 * S;
@@ -721,8 +790,8 @@ test_relay_lines_are_json_events (void **state)
   char *text = relay_child_lines ();
   json_t *ev = json_lines (text);
   size_t n = json_array_size (ev);
-  assert_int_equal (n, 12);
-  const char *want[] = { "add", "elapsed", "status", "status", "log", "log", "done",
+  assert_int_equal (n, 13);
+  const char *want[] = { "add", "elapsed", "status", "status", "output", "log", "log", "done",
                          "add", "update", "done", "message", "add" };
   for (size_t i = 0; i < n; i++)
     assert_string_equal (str_field (json_array_get (ev, i), "event"), want[i]);
@@ -731,13 +800,14 @@ test_relay_lines_are_json_events (void **state)
   assert_string_equal (str_field (o, "id"), "[a 2/3] RUN make");
   /* bytes that are not UTF-8 are '?', the rest stays */
   assert_string_equal (str_field (json_array_get (ev, 3), "status"), "caf? \xc3\xa9t\xc3\xa9");
-  o = json_array_get (ev, 4);
+  assert_string_equal (str_field (json_array_get (ev, 4), "message"), "cc1: note");
+  o = json_array_get (ev, 5);
   assert_string_equal (str_field (o, "level"), "info");
   assert_string_equal (str_field (o, "message"), "an info line");
-  o = json_array_get (ev, 5);
+  o = json_array_get (ev, 6);
   assert_string_equal (str_field (o, "level"), "warning");
   assert_string_equal (str_field (o, "message"), "imgbuild: warning: careful: 7");
-  o = json_array_get (ev, 8);
+  o = json_array_get (ev, 9);
   assert_string_equal (str_field (o, "title"), "pull x");
   assert_int_equal (int_field (o, "current"), 40);
   assert_int_equal (int_field (o, "total"), 100);
@@ -785,6 +855,7 @@ test_relay_replays_on_plain_display (void **state)
                             "[a 2/3] RUN make: Running\n"
                             "[a 2/3] RUN make: gcc -c x.c\n"
                             "[a 2/3] RUN make: caf? \xc3\xa9t\xc3\xa9\n"
+                            "[a 2/3] RUN make: cc1: note\n"
                             "an info line\n"
                             "imgbuild: warning: careful: 7\n"
                             "[a 2/3] RUN make: DONE 1.0s\n"
@@ -814,7 +885,11 @@ test_relay_replays_on_tty_display (void **state)
   /* 20 ms a byte */
   assert_non_null (strstr (out, "\033[1A\r[a 2/3] RUN make: gcc -c x.c  6s\033[K\n"));
   assert_non_null (strstr (out, "\033[1A\r[a 2/3] RUN make: caf? \xc3\xa9t\xc3\xa9  "));
-  assert_non_null (strstr (out, "\033[1A\rimgbuild: warning: careful: 7\033[K\n"));
+  /* the output line under the step's line, and gone once it is done */
+  assert_non_null (strstr (out, "\033[1A\r[a 2/3] RUN make: caf? \xc3\xa9t\xc3\xa9  14s\033[K\n"
+                                "  > cc1: note\033[K\n"));
+  assert_non_null (strstr (out, "\033[2A\r[a 2/3] RUN make: DONE 1.0s\033[K\n\033[K\n\033[1A"));
+  assert_non_null (strstr (out, "\033[2A\rimgbuild: warning: careful: 7\033[K\n"));
   assert_non_null (strstr (out, "[a 2/3] RUN make: DONE 1.0s\033[K\n[a] pull x\033[K\n"));
   assert_non_null (
       strstr (out, "[a] 0123456789ab: Downloading [=====>           ]  40B/100B\033[K\n"));
@@ -882,6 +957,7 @@ main (void)
     cmocka_unit_test (test_tty_message_above_or_below_items),
     cmocka_unit_test (test_tty_message_when_all_finished_and_nothing_after),
     cmocka_unit_test (test_tty_elapsed_time),
+    cmocka_unit_test (test_tty_output_tail),
     cmocka_unit_test (test_threads_json),
     cmocka_unit_test (test_threads_plain_and_tty),
     cmocka_unit_test (test_relay_lines_are_json_events),
