@@ -813,32 +813,47 @@ key_context_path (build_t *b, ib_buf_t *t, const char *path, const ib_ignore_t *
     }
 }
 
+/* What a FROM names, its ARGs expanded (*image), and the platform asked
+ * (*want: its --platform or the build's, NULL for the host's) as os,
+ * arch and variant (the host's when none is asked).  All allocated. */
+static int
+from_target (build_t *b, const ib_instr_t *in, char **image, char **want, char **os, char **arch,
+             char **variant, ib_error_t *err)
+{
+  *image = *want = *os = *arch = *variant = NULL;
+  if (expand (b, NULL, in->text, image, err) < 0)
+    return -1;
+  const char *platform = ib_instr_flag (in, "platform");
+  if (platform && expand (b, NULL, platform, want, err) < 0)
+    return -1;
+  if (*want == NULL && b->opts->platform)
+    *want = xstrdup (b->opts->platform); /* build --platform: the default of every FROM */
+  if (*want)
+    {
+      if (ib_platform_parse (*want, os, arch, variant, err) < 0)
+        return ib_error_prefix (err, "--platform=%s", *want);
+      return 0;
+    }
+  const char *hos, *harch, *hvar;
+  ib_host_platform (&hos, &harch, &hvar);
+  *os = xstrdup (hos);
+  *arch = xstrdup (harch);
+  *variant = hvar ? xstrdup (hvar) : NULL;
+  return 0;
+}
+
 static int
 do_from (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err)
 {
-  cleanup_free char *image = NULL;
-  if (expand (b, NULL, in->text, &image, err) < 0)
+  cleanup_free char *image = NULL, *want = NULL, *os = NULL, *arch = NULL, *variant = NULL;
+  if (from_target (b, in, &image, &want, &os, &arch, &variant, err) < 0)
     return -1;
-  const char *platform = ib_instr_flag (in, "platform");
   const char *hos, *harch, *hvar;
   ib_host_platform (&hos, &harch, &hvar);
-  cleanup_free char *os = xstrdup (hos), *arch = xstrdup (harch);
-  cleanup_free char *variant = hvar ? xstrdup (hvar) : NULL;
-  cleanup_free char *want = NULL;
-  if (platform && expand (b, NULL, platform, &want, err) < 0)
-    return -1;
-  if (want == NULL && b->opts->platform)
-    want = xstrdup (b->opts->platform); /* build --platform: the default of every FROM */
-  if (want)
-    {
-      /* Another platform's image may be pulled, copied from and added to;
-       * RUN in it is refused (do_run), as there is no emulation. */
-      free (os), free (arch), free (variant);
-      if (ib_platform_parse (want, &os, &arch, &variant, err) < 0)
-        return ib_error_prefix (err, "--platform=%s", want);
-      if (ib_platform_rank (hos, harch, hvar, os, arch, variant) == 0)
-        st->foreign = ib_platform_string (os, arch, variant);
-    }
+  /* Another platform's image may be pulled, copied from and added to; RUN
+   * in it is refused (do_run), as there is no emulation. */
+  if (want && ib_platform_rank (hos, harch, hvar, os, arch, variant) == 0)
+    st->foreign = ib_platform_string (os, arch, variant);
   if (ib_store_tmp_dir (b->store, "stage", &st->rootfs, err) < 0)
     return -1;
   int idx = stage_index (b, image);
@@ -3435,6 +3450,71 @@ relay_read (ib_progress_relay_t *r, int *fd)
     }
 }
 
+/* -j: an image that two or more of the stages to build start FROM (the
+ * same name and platform) and that the store does not hold is pulled here,
+ * once, before the stages' processes start; each would download it by
+ * itself.  The pull records its snapshot, from which the stages make their
+ * trees.  An image only one stage uses is left to that stage, whose pull
+ * unpacks while it downloads. */
+static int
+pull_shared_bases (build_t *b, ib_error_t *err)
+{
+  cleanup_strv char **seen = NULL, **done = NULL;
+  for (size_t i = 0; i < b->n_stages; i++)
+    {
+      stage_state_t *st = &b->stages[i];
+      if (!st->needed)
+        continue;
+      cleanup_free char *image = NULL, *want = NULL, *os = NULL, *arch = NULL, *variant = NULL;
+      ib_error_t e = NULL;
+      if (from_target (b, &st->def->instrs[0], &image, &want, &os, &arch, &variant, &e) < 0)
+        {
+          ib_error_free (&e); /* the stage reports it */
+          continue;
+        }
+      int idx = stage_index (b, image);
+      if ((idx >= 0 && (size_t) idx < i) || strcmp (image, "scratch") == 0)
+        continue;
+      cleanup_free char *key = xasprintf ("%s\n%s", image, want ? want : "");
+      if (!ib_strv_has (seen, key))
+        {
+          ib_strv_push (&seen, key);
+          continue;
+        }
+      if (ib_strv_has (done, key))
+        continue;
+      ib_strv_push (&done, key);
+      ib_descriptor_t desc = { 0 };
+      ib_manifest_t *m = NULL;
+      json_t *config = NULL;
+      bool stored = ib_store_load_image (b->store, image, &desc, &m, &config, &e) == 0
+                    && config_serves (config, os, arch, variant);
+      ib_error_free (&e);
+      ib_descriptor_clear (&desc);
+      ib_manifest_free (m);
+      json_decref (config);
+      if (stored)
+        continue;
+      cleanup_free char *tree = NULL;
+      if (ib_store_tmp_dir (b->store, "stage", &tree, err) < 0)
+        return -1;
+      rmdir (tree); /* ib_rootfs_pull creates it */
+      prog_pause (b); /* the pull shows its own display */
+      int r = ib_rootfs_pull (b->store, image, want ? os : NULL, want ? arch : NULL,
+                              want ? variant : NULL, tree, true, err);
+      prog_resume (b);
+      ib_error_t e2 = NULL;
+      if (ib_rootfs_remove (tree, &e2) < 0)
+        {
+          ib_warn ("%s", e2->msg);
+          ib_error_free (&e2);
+        }
+      if (r < 0)
+        return -1;
+    }
+  return 0;
+}
+
 /* Build the needed stages, up to `jobs` at once, each in a child process
  * (forked after the user namespace is entered), a stage starting once the
  * stages it reads are built.  The first failure stops the others (SIGTERM)
@@ -3451,6 +3531,8 @@ run_stages_parallel (build_t *b, size_t jobs, ib_error_t *err)
       cleanup_free char *title = xasprintf ("build %s", b->recipe->path);
       b->prog = ib_progress_begin (title);
     }
+  if (pull_shared_bases (b, err) < 0)
+    return -1;
   size_t n = b->n_stages;
   pid_t *pid = xmalloc (n * sizeof (pid_t));
   int *fd = xmalloc (n * sizeof (int));

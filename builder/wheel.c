@@ -54,19 +54,10 @@ ib_wheel_policy_json (size_t *len)
 
 /* ---- small containers ---------------------------------------------------- */
 
-static bool
-strv_has (char *const *v, const char *s)
-{
-  for (size_t i = 0; v && v[i]; i++)
-    if (strcmp (v[i], s) == 0)
-      return true;
-  return false;
-}
-
 static void
 strv_add_unique (char ***v, const char *s)
 {
-  if (!strv_has (*v, s))
+  if (!ib_strv_has (*v, s))
     ib_strv_push (v, s);
 }
 
@@ -827,12 +818,12 @@ verify_dist_info (ib_wheel_t *w, ib_error_t *err)
   cleanup_strv char **want
       = expand_tags (w->name.python, w->name.abi, w->name.platform);
   for (size_t i = 0; want[i]; i++)
-    if (!strv_has (w->wheel_tags, want[i]))
+    if (!ib_strv_has (w->wheel_tags, want[i]))
       return ib_error_set (err, EINVAL,
                            "wheel %s: WHEEL: no Tag line for %s, a tag of the file name", w->base,
                            want[i]);
   for (size_t i = 0; w->wheel_tags && w->wheel_tags[i]; i++)
-    if (!strv_has (want, w->wheel_tags[i]))
+    if (!ib_strv_has (want, w->wheel_tags[i]))
       return ib_error_set (err, EINVAL, "wheel %s: WHEEL: Tag %s is not in the file name",
                            w->base, w->wheel_tags[i]);
   /* METADATA */
@@ -1770,7 +1761,7 @@ external_refs (ib_wheel_audit_t *a, tree_t *t, ib_error_t *err)
       json_t *syms;
       json_object_foreach (p->blacklist, key, syms)
         {
-          if (!strv_has (t->needed, key))
+          if (!ib_strv_has (t->needed, key))
             continue;
           size_t i;
           json_t *s;
@@ -1799,7 +1790,7 @@ external_refs (ib_wheel_audit_t *a, tree_t *t, ib_error_t *err)
           strv_add_unique (&reqs, lib);
           lib_t *l = tree_lib (t, lib);
           for (size_t i = 0; l && l->needed && l->needed[i]; i++)
-            if (!in_whitelist (p, l->needed[i]) && !strv_has (reqs, l->needed[i]))
+            if (!in_whitelist (p, l->needed[i]) && !ib_strv_has (reqs, l->needed[i]))
               strv_add_unique (&todo, l->needed[i]);
         }
       for (size_t i = 0; reqs && reqs[i]; i++)
@@ -1973,7 +1964,7 @@ fixup_trees (ib_wheel_audit_t *a)
           /* and what it needs, transitively, from the same tree */
           cleanup_strv char **todo = NULL;
           for (size_t k = 0; rl->needed && rl->needed[k]; k++)
-            if (!strv_has (all, rl->needed[k]))
+            if (!ib_strv_has (all, rl->needed[k]))
               strv_add_unique (&todo, rl->needed[k]);
           while (ib_strv_len (todo))
             {
@@ -1990,7 +1981,7 @@ fixup_trees (ib_wheel_audit_t *a)
               if (!tree_lib (&fixed, so))
                 tree_add_lib (&fixed, dep);
               for (size_t k = 0; dep->needed && dep->needed[k]; k++)
-                if (!strv_has (all, dep->needed[k]))
+                if (!ib_strv_has (all, dep->needed[k]))
                   strv_add_unique (&todo, dep->needed[k]);
             }
         }
@@ -2173,7 +2164,7 @@ ib_wheel_audit (ib_wheel_t *w, const ib_wheel_audit_opts_t *opts, ib_wheel_audit
       tree_t *t = &a->t[i];
       const char *b = strrchr (t->rel, '/');
       b = b ? b + 1 : t->rel;
-      t->full = t->info->pyext || !strv_has (needed_libs, b);
+      t->full = t->info->pyext || !ib_strv_has (needed_libs, b);
       if (external_refs (a, t, err) < 0)
         goto out;
     }
@@ -2718,7 +2709,7 @@ static size_t
 policy_index (const ib_wheel_audit_t *a, const char *name)
 {
   for (size_t k = 0; k < a->npol; k++)
-    if (strcmp (a->pol[k].name, name) == 0 || strv_has (a->pol[k].aliases, name))
+    if (strcmp (a->pol[k].name, name) == 0 || ib_strv_has (a->pol[k].aliases, name))
       return k;
   return SIZE_MAX;
 }
@@ -2737,7 +2728,7 @@ ib_wheel_policy_check (const char *plat, ib_error_t *err)
     return -1;
   bool found = false;
   for (size_t k = 1; k < n; k++) /* 0 is linux_<arch>: not a policy to satisfy */
-    if (strcmp (p[k].name, plat) == 0 || strv_has (p[k].aliases, plat))
+    if (strcmp (p[k].name, plat) == 0 || ib_strv_has (p[k].aliases, plat))
       found = true;
   for (size_t k = 0; k < n; k++)
     {
@@ -3269,7 +3260,7 @@ write_wheel_zip (ib_wheel_t *w, const char *out, ib_error_t *err)
   cleanup_free char *record_rel = xasprintf ("%s/RECORD", w->dist_info);
   cleanup_free char *di_prefix = xasprintf ("%s/", w->dist_info);
   size_t n = ib_strv_len (files);
-  bool have_record = strv_has (files, record_rel);
+  bool have_record = ib_strv_has (files, record_rel);
   zip_item_t *items = xmalloc ((n + 1) * sizeof *items);
   size_t ni = 0;
   for (size_t i = 0; i < n; i++)
@@ -3421,7 +3412,7 @@ retag (ib_wheel_t *w, char *const *abis, const char *remove, char **new_base, ib
   }
   for (size_t i = 0; abis[i]; i++)
     strv_add_unique (&plats, abis[i]);
-  if (ib_strv_len (plats) > 1 && strv_has (plats, "any"))
+  if (ib_strv_len (plats) > 1 && ib_strv_has (plats, "any"))
     {
       cleanup_strv char **np = NULL;
       for (size_t i = 0; plats[i]; i++)

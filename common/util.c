@@ -132,6 +132,15 @@ ib_strv_len (char *const *v)
   return n;
 }
 
+bool
+ib_strv_has (char *const *v, const char *s)
+{
+  for (size_t i = 0; v && v[i]; i++)
+    if (strcmp (v[i], s) == 0)
+      return true;
+  return false;
+}
+
 void
 ib_strv_push (char ***v, const char *s)
 {

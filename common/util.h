@@ -48,6 +48,7 @@ void ib_buf_free (ib_buf_t *b);
 
 /* NULL-terminated string vectors. */
 size_t ib_strv_len (char *const *v);
+bool ib_strv_has (char *const *v, const char *s); /* an element equal to s (v may be NULL) */
 void ib_strv_push (char ***v, const char *s);   /* copies s */
 void ib_strv_free (char **v);
 char **ib_strv_dup (char *const *v);

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import imgbuild
+from conftest import imgbuild, sh
 
 
 def write(path, text, mode=None):
@@ -430,3 +430,43 @@ COPY --from=b / /b
     assert "[stage-2" not in r.err
     r = imgbuild("build", "-j", "0", c / "r.recipe", store=store)
     assert r.rc == 2 and "--jobs: expected a number from 1 to 64, got '0'" in r.err
+
+
+def test_jobs_pull_a_shared_base_once(tmp_path, registry, base_image, faultproxy):
+    """-j 2 on an empty store, two stages FROM one image and a third FROM
+    another name of it: the shared image is pulled once, before the stages
+    start (each stage's process would download it by itself); the image
+    only one stage uses is pulled by that stage."""
+    proxy = faultproxy([])
+    repo = base_image.split("/", 1)[1]
+    shared = f"{proxy.host}/{repo}"
+    sh("skopeo", "copy", "--quiet", "--dest-tls-verify=false", f"docker://{base_image}",
+       f"docker://{registry}/jobs-other:1", "--src-tls-verify=false")
+    other = f"{proxy.host}/jobs-other:1"
+    store = tmp_path / "store"
+    c = tmp_path / "ctx"
+    write(c / "r.recipe", f"""
+FROM {shared} AS a
+RUN echo a > /a
+FROM {shared} AS b
+RUN echo b > /b
+FROM {other}
+COPY --from=a /a /t/
+COPY --from=b /b /t/
+OUTPUT type=image,name=jobs-pull:latest
+""")
+    r = imgbuild("build", "-j", "2", c / "r.recipe", store=store)
+    assert r.rc == 0, r
+    assert cat(store, "jobs-pull:latest", "/t/a") == "a\n" and cat(store, "jobs-pull:latest", "/t/b") == "b\n"
+    log = proxy.log()
+    seen = [(e["method"], e["path"], e["status"]) for e in log]
+    shared_blobs = [e for e in log if e["method"] == "GET" and e["path"].startswith(f"/v2/{repo.split(':')[0]}/blobs/")]
+    manifest = [e for e in log if e["method"] in ("GET", "HEAD") and e["path"].startswith(f"/v2/{repo.split(':')[0]}/manifests/")]
+    # the layer and the config, once each; one manifest request (or a HEAD then a GET)
+    assert len(shared_blobs) == 2 and len({e["path"] for e in shared_blobs}) == 2, seen
+    assert 1 <= len(manifest) <= 2, seen
+    # the final stage's image: its own manifest; its layer was stored already
+    # (its config, a few hundred bytes, is fetched again)
+    layer = max(shared_blobs, key=lambda e: e["sent"] or 0)["path"].rsplit("/", 1)[1]
+    assert any(e["path"].startswith("/v2/jobs-other/manifests/") for e in log), seen
+    assert not any(e["path"] == f"/v2/jobs-other/blobs/{layer}" for e in log), [x for x in seen if "jobs-other" in x[1]]
