@@ -3074,8 +3074,19 @@ resolve_manifest (ib_registry_t *r, ib_store_t *store, const ib_ref_t *ref, cons
                     (*m)->config.media_type);
       goto out;
     }
-  if (get_small_blob (r, ref->repository, &(*m)->config, &config, &config_len, err) < 0)
-    goto out;
+  /* a config the store holds (another name of the image, a base pulled
+   * before) is read there: verified, and no request */
+  ib_error_t se = NULL;
+  if (store == NULL || !ib_store_has_blob (store, (*m)->config.digest)
+      || ib_store_read_blob (store, (*m)->config.digest, &config, &config_len, &se) < 0
+      || (int64_t) config_len != (*m)->config.size)
+    {
+      ib_error_free (&se);
+      free (config);
+      config = NULL;
+      if (get_small_blob (r, ref->repository, &(*m)->config, &config, &config_len, err) < 0)
+        goto out;
+    }
   json_error_t je;
   json_t *c = json_loadb (config, config_len, 0, &je);
   if (!json_is_object (c))
