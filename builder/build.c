@@ -182,6 +182,7 @@ typedef struct build
   ib_cache_memo_t *memo;     /* content digests of context files (opened when first needed) */
   ib_ignore_t *ignore;       /* .dockerignore of the context (empty when none) */
   const ib_instr_t *cur_in;  /* the instruction running (messages of background work) */
+  bool stage_process;        /* -j: this is a stage's process (stage_child) */
   layer_job_t *jobs;         /* layers compressing in the background, oldest first */
   size_t n_jobs;
   pending_record_t *records; /* cache records waiting for them */
@@ -1818,6 +1819,13 @@ keep_failed_tree (build_t *b, stage_state_t *st, char **env, const char *cwd, ui
       ib_warn ("--debug-shell: stdin is not a terminal: run the command above instead");
       return;
     }
+  if (b->stage_process)
+    {
+      /* the other stages' processes and the display share the terminal */
+      ib_warn ("--debug-shell: with -j the stages share the terminal: run the command above "
+               "instead");
+      return;
+    }
   prog_pause (b);
   char *argv[] = { st->shell && st->shell[0] ? st->shell[0] : (char *) "/bin/sh", NULL };
   ib_sandbox_opts_t so = { .rootfs = dir, .argv = argv, .env = env, .cwd = cwd, .uid = uid,
@@ -3284,6 +3292,7 @@ static void
 stage_child (build_t *b, stage_state_t *st, int wfd, int evfd)
 {
   prctl (PR_SET_PDEATHSIG, SIGTERM);
+  b->stage_process = true;
   /* the parent's display (ib_progress_fork: abandoned here, never ended) */
   b->prog = NULL;
   b->prog_paused = false;

@@ -170,6 +170,19 @@ clean_dup (const char *s)
   return c;
 }
 
+/* clean_dup for a log line of imgbuild's own (ib_warn, ib_info), which may
+ * have several lines: '\n' stays, as on stderr without a display.
+ * Messages (which may carry a registry's text) go through clean_dup. */
+static char *
+clean_dup_lines (const char *s)
+{
+  char *c = xstrdup (s);
+  for (char *q = c; q && *q; q++)
+    if (((unsigned char) *q < 0x20 && *q != '\n') || *q == 0x7f)
+      *q = '?';
+  return c;
+}
+
 static const char *
 label (const struct item *it)
 {
@@ -276,6 +289,22 @@ tty_put_line (ib_buf_t *b, const char *line, size_t len, int cols)
   ib_buf_puts (b, "\033[K\n");
 }
 
+/* Put a message (never redrawn: its lines may wrap) line by line, each
+ * clearing the rest of its row; the lines put. */
+static int
+tty_put_message (ib_buf_t *b, const char *message)
+{
+  int n = 0;
+  for (const char *l = message;; n++)
+    {
+      const char *nl = strchr (l, '\n');
+      tty_put_line (b, l, nl ? (size_t) (nl - l) : strlen (l), INT_MAX);
+      if (nl == NULL)
+        return n + 1;
+      l = nl + 1;
+    }
+}
+
 /* The output lines a redrawn item shows under its line: at most `cap`,
  * none once it finished. */
 static int
@@ -354,10 +383,7 @@ tty_render (ib_progress_t *p, int64_t now, const char *message, bool final)
     all_finished &= p->items[i].finished;
   int pre = 0; /* rows before the redrawn ones, of this render */
   if (message && !all_finished)
-    {
-      tty_put_line (&b, message, strlen (message), INT_MAX); /* never redrawn: may wrap */
-      pre++;
-    }
+    pre += tty_put_message (&b, message);
   while (p->n - p->first_live > max)
     {
       pre++;
@@ -391,7 +417,7 @@ tty_render (ib_progress_t *p, int64_t now, const char *message, bool final)
   p->lines_drawn = used;
   if (message && all_finished)
     {
-      tty_put_line (&b, message, strlen (message), INT_MAX); /* never redrawn: may wrap */
+      tty_put_message (&b, message);
       p->first_live = p->n;
       p->lines_drawn = 0;
     }
@@ -479,7 +505,7 @@ tty_log (const char *level, const char *line, void *ud)
 {
   (void) level;
   ib_progress_t *p = ud;
-  cleanup_free char *text = clean_dup (line);
+  cleanup_free char *text = clean_dup_lines (line);
   pthread_mutex_lock (&p->lock);
   tty_render (p, mono_now (), text, false);
   pthread_mutex_unlock (&p->lock);
@@ -1080,7 +1106,9 @@ relay_event (ib_progress_relay_t *r, const char *text, size_t len)
     goto out;
   if (strcmp (event, "log") == 0 && message)
     {
-      if (r->p)
+      if (r->p && r->p->mode == IB_PROGRESS_TTY)
+        tty_log ("", message, r->p); /* a log line of the child's: its lines stay lines */
+      else if (r->p)
         ib_progress_message (r->p, "%s", message);
       else
         {

@@ -375,6 +375,16 @@ RUN echo partial > /w/partial && exit 3
     # without a terminal it only says what to run
     r = imgbuild("build", "--debug-shell", c / "fail.recipe", store=store)
     assert r.rc == 1 and "stdin is not a terminal: run the command above instead" in r.err, r.err
+    # with -j on a terminal too: the stages' processes share it
+    cmd = f"{IMGBUILD} --store {store} build -j 2 --debug-shell {c / 'fail.recipe'}"
+    p = subprocess.run(["script", "-qec", cmd, "/dev/null"], input="echo typed-in-a-shell\nexit\n",
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 1, p.stdout
+    assert "with -j the stages share the terminal: run the command above instead" in p.stdout, p.stdout
+    assert "a shell in the failed step's tree" not in p.stdout, p.stdout
+    # the command on a line of its own, though the warning came through the display
+    assert re.search(r"to look around in it:(\x1b\[K)?\r?\n  imgbuild --store ", p.stdout), p.stdout
+    assert "fail.recipe:5: RUN: echo partial > /w/partial && exit 3: exit status 3" in p.stdout, p.stdout
 
 
 def test_jobs_run_independent_stages_at_once(tmp_path, registry, base_image):

@@ -630,6 +630,17 @@ test_tty_output_tail (void **state)
   assert_string_equal (str_field (json_array_get (ev, 1), "message"), "s hello");
   json_decref (ev);
   ib_progress_output (NULL, 0, "x");
+  /* a log line of several lines above the items: each a row of its own,
+   * other control characters as '?' */
+  capture (IB_PROGRESS_TTY, 0);
+  ib_progress_set_term_size (40, 24);
+  p = ib_progress_begin ("t");
+  a = ib_progress_add (p, "s", "Running", -1);
+  fake_now += 200 * MS;
+  ib_warn ("kept in X; to look:\n  run it\033[2J");
+  ib_progress_end (p);
+  assert_non_null (strstr (captured (), "\033[1A\rimgbuild: warning: kept in X; to look:\033[K\n"
+                                        "  run it?[2J\033[K\ns: Running\033[K\n"));
 }
 
 /* ---------- threads ---------- */
