@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Build cache: imgbuild beside buildah bud --layers and podman build, in one
-# run, every store on tmpfs, every tool run as an unprivileged user.
+# Build cache: imgbuild beside buildah bud --layers, podman build and
+# ch-image build, in one run, every store on tmpfs, every tool run as an
+# unprivileged user.
 #
 #   sudo bash tests/bench/install-deps.sh     # once: the peers and tools
 #   make                                      # bin/imgbuild
@@ -31,12 +32,18 @@
 # cache. buildah and podman use the overlay driver (native rootless
 # overlay on tmpfs; fuse-overlayfs is not usable by the user here) with
 # --isolation chroot (crun fails on this machine's cgroup setup).
-# ch-image is left out: it needs an HTTPS registry (docs/benchmarks.md).
+# ch-image (charliecloud 0.31) pulls from an HTTPS twin of the registry
+# (tests/bench/tls-registry.sh, --tls-no-verify), builds with --force
+# (its fakeroot workarounds for apt-get) and its git build cache, from
+# variants of the recipes it can parse: no ARG in FROM (the base is
+# written in), and no RUN --mount: the wheel recipe COPYs the .debs in and
+# removes them in the apt-get step. Its CMD is ignored (unsupported).
 #
 # Options (or the environment variable after each):
 #   --rounds N       rounds (BENCH_RUNS, default 3)
 #   --noop-runs N    no-op rebuilds per round (BENCH_NOOP_RUNS, default 10)
-#   --tools "T..."   a subset of: imgbuild buildah podman plain (BENCH_TOOLS)
+#   --tools "T..."   a subset of: imgbuild buildah podman ch-image plain
+#                    (BENCH_TOOLS)
 # Other settings: IMGBUILD (binary, default bin/imgbuild), BENCH_FS (tmpfs,
 # default /dev/shm), BENCH_USER (default imgbuild-bench), BENCH_OUT,
 # IMGBUILD_BENCH_CACHE (default /var/tmp/imgbuild-bench: the .debs, the
@@ -52,7 +59,7 @@ cache=${IMGBUILD_BENCH_CACHE:-/var/tmp/imgbuild-bench}
 imgbuild_src=${IMGBUILD:-$top/bin/imgbuild}
 runs=${BENCH_RUNS:-3}
 noop_runs=${BENCH_NOOP_RUNS:-10}
-tools=${BENCH_TOOLS:-"imgbuild buildah podman plain"}
+tools=${BENCH_TOOLS:-"imgbuild buildah podman ch-image plain"}
 fs=${BENCH_FS:-/dev/shm}
 out=${BENCH_OUT:-$cache/results/cache-$(date -u +%Y%m%dT%H%M%SZ)}
 sys_path=/usr/sbin:/usr/bin:/sbin:/bin
@@ -69,9 +76,13 @@ while [ $# -gt 0 ]; do
   *) die "unknown option $1" ;;
   esac
 done
-for c in buildah podman skopeo umoci mmdebstrap unshare runuser python3; do
+for c in buildah podman skopeo umoci mmdebstrap unshare runuser python3 git openssl; do
   command -v "$c" >/dev/null || die "missing $c: sudo bash tests/bench/install-deps.sh"
 done
+if [[ " $tools " == *" ch-image "* ]]; then
+  command -v ch-image >/dev/null && /usr/bin/python3 -c 'import lark' 2>/dev/null \
+    || die "missing ch-image (charliecloud-builders, python3-lark): sudo bash tests/bench/install-deps.sh"
+fi
 [ -x "$imgbuild_src" ] || die "no imgbuild binary at $imgbuild_src: run 'make'"
 [ "$(id -u)" -eq 0 ] || die "run as root: the tools run as the unprivileged user \$BENCH_USER"
 
@@ -91,11 +102,15 @@ imgbuild=$cache/bin/imgbuild-cache
 chmod 755 "$cache" "$cache/bin"
 
 as_user() {
+  # (GIT_*: ch-image's build cache commits with git)
   (cd / && runuser -u "$user" -- env -i HOME="$uhome" USER="$user" LOGNAME="$user" \
-     PATH="$sys_path" XDG_RUNTIME_DIR="$xdg" LANG=C.UTF-8 "$@")
+     PATH="$sys_path" XDG_RUNTIME_DIR="$xdg" LANG=C.UTF-8 GIT_AUTHOR_NAME=bench \
+     GIT_AUTHOR_EMAIL=bench@localhost GIT_COMMITTER_NAME=bench GIT_COMMITTER_EMAIL=bench@localhost "$@")
 }
+tlsdir=$cache/registry-tls
 stop_all() {
   bash "$top/tests/lib/registry.sh" stop "$regdir" 2>/dev/null || true
+  bash "$here/tls-registry.sh" stop "$tlsdir"
   rm -rf "$base"
 }
 trap stop_all EXIT
@@ -107,6 +122,11 @@ mkdir -p "$regdir"
 bash "$top/tests/lib/registry.sh" stop "$regdir" 2>/dev/null || true
 port=$(bash "$top/tests/lib/registry.sh" start "$regdir")
 ref=$(IMGBUILD_TEST_CACHE=$cache bash "$top/tests/lib/base-image.sh" "127.0.0.1:$port")
+tref=
+if [[ " $tools " == *" ch-image "* ]]; then
+  tlsport=$(bash "$here/tls-registry.sh" start "$regdir" "$tlsdir") || die "HTTPS registry did not start"
+  tref=127.0.0.1:$tlsport/${ref#*/}
+fi
 base_tar=$cache/bookworm-minbase.tar
 debs=$cache/debs
 if [ -z "$(ls "$debs"/*.deb 2>/dev/null)" ]; then
@@ -121,6 +141,12 @@ mkdir -p "$ctx/debs"
 cp -r "$here/cache-ext" "$ctx/ext"
 cp "$debs"/*.deb "$ctx/debs/"
 cp "$here/wheel.recipe" "$here/ten.recipe" "$ctx/"
+# ch-image's variants (see above): the base written in, the .debs copied in
+for r in wheel ten; do
+  sed -e '/^ARG BASE$/d' -e "s|\${BASE}|$tref|" \
+      -e 's|^RUN --mount=type=bind,source=debs,target=/debs \(.*\)$|COPY debs/ /debs/\nRUN \1 \&\& rm -rf /debs|' \
+      "$here/$r.recipe" > "$ctx/$r-ch.recipe"
+done
 # Context files older than the run: imgbuild's digest memo (like buildah's
 # and podman's own caches) only keeps files unchanged for 2 s.
 find "$ctx" -exec touch -h -d '1 minute ago' {} +
@@ -182,6 +208,10 @@ for round in $(seq 1 "$runs"); do
                -t "bench-$recipe:1" -f "$ctx/$recipe.recipe" "$ctx")
         fi
         as_user "$tool" "${st[@]}" pull -q --tls-verify=false "$ref" >/dev/null ;;
+      ch-image)
+        cmd=(ch-image -s "$w/storage" --tls-no-verify build --force -t "bench-$recipe"
+             -f "$ctx/$recipe-ch.recipe" "$ctx")
+        as_user ch-image -s "$w/storage" --tls-no-verify pull "$tref" >/dev/null ;;
       plain)
         cmd=(unshare --map-root-user --map-auto --mount --pid --fork -- "$cache/bin/plain-wheel.sh"
              "$base_tar" "$ctx" "$w/tree") ;;
@@ -202,6 +232,7 @@ for round in $(seq 1 "$runs"); do
       # every output checked: the wheel is in the client image under /opt
       case $tool in
       imgbuild) chk=$(as_user "$imgbuild" -q --store "$w/store" run "bench-$recipe:1" -- ls /opt /app 2>/dev/null || true) ;;
+      ch-image) chk=$(ls "$w/storage/img/bench-$recipe/opt" "$w/storage/img/bench-$recipe/app" 2>/dev/null || true) ;;
       *) B=(buildah --root "$w/root" --runroot "$base/rr-$tool" --storage-driver overlay)
          c=$(as_user "${B[@]}" from -q "bench-$recipe:1" 2>/dev/null || true)
          chk=$(as_user "${B[@]}" run --isolation chroot "$c" ls /opt /app 2>/dev/null || true) ;;
@@ -220,7 +251,7 @@ done
   echo "# cache.sh $(date -u +%Y-%m-%dT%H:%M:%SZ)"
   echo
   echo "Machine: $(nproc) CPUs, $(uname -r), stores on $fs; rounds $runs, no-op runs $noop_runs per round."
-  echo "Versions: imgbuild $("$imgbuild" version | cut -d' ' -f2), $(buildah --version | cut -d' ' -f1-3), $(podman --version)."
+  echo "Versions: imgbuild $("$imgbuild" version | cut -d' ' -f2), $(buildah --version | cut -d' ' -f1-3), $(podman --version), ch-image $(USER=$user ch-image --version 2>&1 || echo none)."
   echo
   python3 - "$raw" <<'EOF'
 import collections, statistics, sys
@@ -231,7 +262,7 @@ for line in open(sys.argv[1]):
 med = {k: statistics.median(v) for k, v in rows.items()}
 print("| tool | recipe | phase | median s | min s | max s | n | ratio to imgbuild |")
 print("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: |")
-order = {"imgbuild": 0, "buildah": 1, "podman": 2, "plain": 3}
+order = {"imgbuild": 0, "buildah": 1, "podman": 2, "ch-image": 3, "plain": 4}
 for (t, r, p) in sorted(rows, key=lambda k: (k[1], ["cold", "noop", "edit", "edit2"].index(k[2]), order.get(k[0], 9))):
     v = rows[(t, r, p)]
     base = med.get(("imgbuild", r, p))

@@ -159,7 +159,7 @@ regdir=$cache/registry
 tlsdir=$cache/registry-tls
 stop_all() {
   bash "$top/tests/lib/registry.sh" stop "$regdir" || true
-  if [ -f "$tlsdir/pid" ]; then kill "$(cat "$tlsdir/pid")" 2>/dev/null || true; rm -f "$tlsdir/pid"; fi
+  bash "$here/tls-registry.sh" stop "$tlsdir"
   for fs in $fss; do [ -d "$fs/imgbuild-bench-work" ] && wipe "$fs/imgbuild-bench-work"; done
 }
 trap stop_all EXIT
@@ -170,34 +170,7 @@ reg=127.0.0.1:$port
 say "registry (HTTP) on $reg"
 
 # The HTTPS twin, same storage, for ch-image.
-mkdir -p "$tlsdir"
-if [ ! -s "$tlsdir/cert.pem" ]; then
-  openssl req -x509 -newkey rsa:2048 -nodes -days 3650 -subj /CN=127.0.0.1 \
-    -addext subjectAltName=IP:127.0.0.1 -keyout "$tlsdir/key.pem" -out "$tlsdir/cert.pem" 2>/dev/null
-fi
-tlsport=$(/usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-cat > "$tlsdir/config.yml" <<YML
-version: 0.1
-log:
-  level: error
-  accesslog:
-    disabled: true
-storage:
-  filesystem:
-    rootdirectory: $regdir/data
-http:
-  addr: 127.0.0.1:$tlsport
-  tls:
-    certificate: $tlsdir/cert.pem
-    key: $tlsdir/key.pem
-YML
-setsid timeout 10800 docker-registry serve "$tlsdir/config.yml" >"$tlsdir/log" 2>&1 </dev/null &
-echo $! > "$tlsdir/pid"
-for _ in $(seq 1 100); do
-  curl -ksf "https://127.0.0.1:$tlsport/v2/" >/dev/null 2>&1 && break
-  sleep 0.1
-done
-curl -ksf "https://127.0.0.1:$tlsport/v2/" >/dev/null || die "HTTPS registry did not start: $(tail -n 3 "$tlsdir/log")"
+tlsport=$(bash "$here/tls-registry.sh" start "$regdir" "$tlsdir") || die "HTTPS registry did not start"
 treg=127.0.0.1:$tlsport
 say "registry (HTTPS, same storage) on $treg"
 
