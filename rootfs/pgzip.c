@@ -13,7 +13,9 @@
 #include <unistd.h>
 #include <zlib.h>
 
-#define PGZ_MAX_THREADS 16
+/* 8 workers deflate (igzip level 1) faster than one thread hashes the
+ * output; each costs two blocks of memory (about 6 MiB) */
+#define PGZ_MAX_THREADS 8
 
 /* gzip member header (RFC 1952): no FNAME, MTIME 0, XFL 0, OS 3 (Unix). */
 static const unsigned char gzip_header[10] = { 0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 3 };
@@ -378,6 +380,8 @@ ib_pgz_new (int level, int threads, ib_pgz_emit_fn emit_fn, void *ud)
   z->max_threads = threads > PGZ_MAX_THREADS ? PGZ_MAX_THREADS : threads;
   z->emit = emit_fn;
   z->ud = ud;
+  /* two blocks a worker and two more: the caller fills and emits while
+   * every worker has the next block queued */
   z->n_slots = (size_t) z->max_threads * 2 + 2;
   z->slots = xmalloc (z->n_slots * sizeof *z->slots);
   pthread_mutex_init (&z->mu, NULL);

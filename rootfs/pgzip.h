@@ -42,7 +42,7 @@ typedef int (*ib_pgz_emit_fn) (void *ud, const unsigned char *p, size_t n);
 typedef struct ib_pgz ib_pgz_t;
 
 /* A compressor at `level` (0-9; -1: 1) on up to `threads` worker threads
- * (< 1: the online CPUs, at most 16).  The header is emitted with the first
+ * (< 1: the online CPUs; at most 8).  The header is emitted with the first
  * output.  Never NULL (allocation failure aborts, as xmalloc).  Free with
  * ib_pgz_free. */
 ib_pgz_t *ib_pgz_new (int level, int threads, ib_pgz_emit_fn emit, void *ud);
