@@ -159,28 +159,23 @@ rfc3339_now (char out[32])
 
 /* A copy with control characters (C0, DEL) made '?': texts can come from a
  * registry's error body and must not move the cursor or recolour the
- * terminal.  NULL -> NULL. */
+ * terminal; `keep_nl`: '\n' stays (a log line of imgbuild's own, ib_warn
+ * or ib_info, may have several lines, as on stderr without a display).
+ * NULL -> NULL. */
 static char *
-clean_dup (const char *s)
+clean_copy (const char *s, bool keep_nl)
 {
   char *c = xstrdup (s);
   for (char *q = c; q && *q; q++)
-    if ((unsigned char) *q < 0x20 || *q == 0x7f)
+    if (((unsigned char) *q < 0x20 && !(keep_nl && *q == '\n')) || *q == 0x7f)
       *q = '?';
   return c;
 }
 
-/* clean_dup for a log line of imgbuild's own (ib_warn, ib_info), which may
- * have several lines: '\n' stays, as on stderr without a display.
- * Messages (which may carry a registry's text) go through clean_dup. */
 static char *
-clean_dup_lines (const char *s)
+clean_dup (const char *s)
 {
-  char *c = xstrdup (s);
-  for (char *q = c; q && *q; q++)
-    if (((unsigned char) *q < 0x20 && *q != '\n') || *q == 0x7f)
-      *q = '?';
-  return c;
+  return clean_copy (s, false);
 }
 
 static const char *
@@ -505,7 +500,7 @@ tty_log (const char *level, const char *line, void *ud)
 {
   (void) level;
   ib_progress_t *p = ud;
-  cleanup_free char *text = clean_dup_lines (line);
+  cleanup_free char *text = clean_copy (line, true);
   pthread_mutex_lock (&p->lock);
   tty_render (p, mono_now (), text, false);
   pthread_mutex_unlock (&p->lock);

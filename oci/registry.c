@@ -3075,9 +3075,12 @@ resolve_manifest (ib_registry_t *r, ib_store_t *store, const ib_ref_t *ref, cons
       goto out;
     }
   /* a config the store holds (another name of the image, a base pulled
-   * before) is read there: verified, and no request */
+   * before) is read there: verified, and no request; one larger than a
+   * config may be (a manifest naming a layer as its config) is left to
+   * get_small_blob, which refuses it before reading a byte */
   ib_error_t se = NULL;
-  if (store == NULL || !ib_store_has_blob (store, (*m)->config.digest)
+  if (store == NULL || (*m)->config.size > CONFIG_MAX
+      || !ib_store_has_blob (store, (*m)->config.digest)
       || ib_store_read_blob (store, (*m)->config.digest, &config, &config_len, &se) < 0
       || (int64_t) config_len != (*m)->config.size)
     {

@@ -5,8 +5,8 @@
  * again, merges the two sorted arrays and writes the changed entries, their
  * parent directories and ".wh." whiteouts, sorted by path, as a PAX tar.
  * The tar bytes go through one callback that hashes them (diff_id) and
- * deflates them (zlib, fixed level, gzip header without name or mtime); the
- * gzip bytes are hashed (digest) and written out: a single pass.
+ * hands them to the compressor (rootfs/pgzip.h for gzip, libzstd); the
+ * compressed bytes are hashed (digest) and written out: a single pass.
  */
 #include "rootfs/layer.h"
 #include "rootfs/pgzip.h"
@@ -18,8 +18,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <isa-l/crc.h>
-#include <isa-l/igzip_lib.h>
 #include <linux/openat2.h>
 #include <poll.h>
 #include <pthread.h>
@@ -30,7 +28,6 @@
 #include <sys/sysmacros.h>
 #include <sys/xattr.h>
 #include <unistd.h>
-#include <zlib.h>
 #include <zstd.h>
 
 #define SINK_BUF_SIZE (256 * 1024)
@@ -790,7 +787,7 @@ sink_open (struct sink *s, const char *path, const ib_layer_opts_t *o, ib_error_
       break;
     case IB_COMPRESSION_GZIP:
       s->engine = ENGINE_GZIP;
-      s->pgz = ib_pgz_new (level < 0 ? 1 : level, o->threads, sink_emit_cb, s);
+      s->pgz = ib_pgz_new (level, o->threads, sink_emit_cb, s);
       break;
     case IB_COMPRESSION_ZSTD:
       s->engine = ENGINE_ZSTD;
@@ -801,7 +798,8 @@ sink_open (struct sink *s, const char *path, const ib_layer_opts_t *o, ib_error_
       ZSTD_CCtx_setParameter (s->zc, ZSTD_c_checksumFlag, 1);
       /* a libzstd built without threads refuses nbWorkers: single-threaded
        * then, which gives other bytes; say so */
-      if (ZSTD_isError (ZSTD_CCtx_setParameter (s->zc, ZSTD_c_nbWorkers, o->threads > 0 ? o->threads : online_cpus ())))
+      if (ZSTD_isError (ZSTD_CCtx_setParameter (s->zc, ZSTD_c_nbWorkers,
+                                                o->threads > 0 ? o->threads : online_cpus ())))
         ib_warn ("libzstd has no multithreading: zstd layers are compressed on one thread "
                  "and their bytes differ from multithreaded builds");
       break;
