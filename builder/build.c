@@ -1829,7 +1829,8 @@ keep_failed_tree (build_t *b, stage_state_t *st, char **env, const char *cwd, ui
   prog_pause (b);
   char *argv[] = { st->shell && st->shell[0] ? st->shell[0] : (char *) "/bin/sh", NULL };
   ib_sandbox_opts_t so = { .rootfs = dir, .argv = argv, .env = env, .cwd = cwd, .uid = uid,
-                           .gid = gid, .keep_stdin = true, .provide_etc_files = true };
+                           .gid = gid, .keep_stdin = true, .tty = true,
+                           .provide_etc_files = true };
   int status = 0;
   ib_info ("--debug-shell: a shell in the failed step's tree (exit to end the build)");
   if (ib_sandbox_run (&so, &status, &e) < 0)

@@ -1160,15 +1160,17 @@ cmd_run (int argc, char **argv, int *exit_status, ib_error_t *err)
     { "mount", required_argument, NULL, 'M' },    { "tmpfs", required_argument, NULL, 'T' },
     { "env-file", required_argument, NULL, 'E' }, { "device", required_argument, NULL, 'D' },
     { "cdi-spec-dir", required_argument, NULL, 'S' }, { "entrypoint", required_argument, NULL, 'P' },
+    { "tty", no_argument, NULL, 't' },            { "interactive", no_argument, NULL, 'i' },
     { NULL, 0, NULL, 0 },
   };
+  bool want_tty = false;
   cleanup_strv char **extra_env = NULL, **devices = NULL, **cdi_dirs = NULL;
   const char *workdir = NULL, *rootfs = NULL, *network = NULL, *user = NULL, *entrypoint = NULL;
   ib_mount_spec_t *specs = NULL;
   size_t n_specs = 0;
   int c;
   optind = 0; /* 0: GNU getopt re-reads the optstring's ordering flag */
-  while ((c = getopt_long (argc, argv, "+e:w:u:v:", opts, NULL)) != -1)
+  while ((c = getopt_long (argc, argv, "+e:w:u:v:ti", opts, NULL)) != -1)
     {
       ib_mount_spec_t ms;
       ib_error_t perr = NULL;
@@ -1183,6 +1185,8 @@ cmd_run (int argc, char **argv, int *exit_status, ib_error_t *err)
         case 'D': ib_strv_push (&devices, optarg); continue;
         case 'S': ib_strv_push (&cdi_dirs, optarg); continue;
         case 'P': entrypoint = optarg; continue;
+        case 't': want_tty = true; continue;
+        case 'i': continue; /* stdin is always the command's (docker's -i) */
         case 'E':
           if (read_env_file (optarg, &extra_env, &perr) < 0)
             usage_error ("run: %s", perr->msg);
@@ -1212,6 +1216,11 @@ cmd_run (int argc, char **argv, int *exit_status, ib_error_t *err)
     optind++;
   if (network && strcmp (network, "host") && strcmp (network, "none"))
     usage_error ("run: --network takes host or none, got '%s'", network);
+  if (want_tty && !isatty (STDIN_FILENO))
+    usage_error ("%s", "run: -t: stdin is not a terminal");
+  /* on a terminal the command gets a pty of its own, relayed: the
+   * caller's terminal never reaches the sandbox */
+  bool tty = want_tty || (isatty (STDIN_FILENO) && isatty (STDOUT_FILENO));
 
   ib_store_t *store = NULL;
   if (enter_userns (err) < 0 || open_store (&store, err) < 0)
@@ -1362,7 +1371,7 @@ cmd_run (int argc, char **argv, int *exit_status, ib_error_t *err)
   ib_sandbox_opts_t so = { .rootfs = rootfs, .argv = cmd, .env = env,
                            .cwd = wd && *wd ? wd : "/", .uid = uid, .gid = gid,
                            .network_none = network && strcmp (network, "none") == 0,
-                           .keep_stdin = true, .provide_etc_files = true,
+                           .keep_stdin = true, .tty = tty, .provide_etc_files = true,
                            .mounts = mounts, .n_mounts = n_specs + gpu.n_mounts,
                            .symlinks = gpu.symlinks, .n_symlinks = gpu.n_symlinks,
                            .ldconfig = gpu.ldconfig, .ldconfig_dirs = gpu.ldconfig_dirs };

@@ -72,15 +72,47 @@ check_layout (ib_store_t *s, ib_error_t *err)
   return 0;
 }
 
+/* The store is its owner's alone (containers/storage makes rootless
+ * stores 0700 too): base snapshots keep the image's 1777 directories
+ * (tmp, var/tmp), and another local user who could reach them could put
+ * files into the owner's next build.  A store of another user is refused;
+ * one open to others is closed, once, with a warning. */
+static int
+make_private (const char *abs, ib_error_t *err)
+{
+  cleanup_close int fd = open (abs, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  struct stat st;
+  if (fd < 0 || fstat (fd, &st) < 0)
+    return ib_error_sys (err, errno, "%s", abs);
+  if (st.st_uid != geteuid ())
+    return ib_error_set (err, EPERM,
+                         "%s belongs to uid %lu, not to this user (uid %lu): another user could "
+                         "change what the builds run; use a store of your own (--store DIR)",
+                         abs, (unsigned long) st.st_uid, (unsigned long) geteuid ());
+  if ((st.st_mode & 077) == 0)
+    return 0;
+  if (fchmod (fd, st.st_mode & 07700) < 0)
+    return ib_error_sys (err, errno, "%s is open to other users (mode %04o): chmod 0700", abs,
+                         (unsigned) (st.st_mode & 07777));
+  ib_warn ("store %s was open to other users (mode %04o): made private (0700)", abs,
+           (unsigned) (st.st_mode & 07777));
+  return 0;
+}
+
 int
 ib_store_open (const char *root, ib_store_t **out, ib_error_t *err)
 {
   *out = NULL;
-  if (ib_mkdir_p (root, 0755, err) < 0)
+  if (ib_mkdir_p (root, 0700, err) < 0)
     return ib_error_prefix (err, "open store %s", root);
   char *abs = realpath (root, NULL);
   if (abs == NULL)
     return ib_error_sys (err, errno, "open store %s", root);
+  if (make_private (abs, err) < 0)
+    {
+      free (abs);
+      return ib_error_prefix (err, "open store %s", root);
+    }
   ib_store_t *s = xmalloc (sizeof *s);
   s->root = abs;
   s->lock_fd = -1;

@@ -32,7 +32,10 @@ typedef struct ib_store
  * ~/.local/share/imgbuild.  Caller frees. */
 char *ib_store_default_root (void);
 
-/* Open (creating when missing) the layout at `root`.  Caller closes. */
+/* Open (creating when missing, mode 0700) the layout at `root`.  Caller
+ * closes.  The store is private to its owner: a `root` that belongs to
+ * another uid fails (EPERM, naming both uids); one whose mode lets others
+ * in is chmod'ed to 0700 with a warning. */
 int ib_store_open (const char *root, ib_store_t **out, ib_error_t *err);
 void ib_store_close (ib_store_t *s);
 

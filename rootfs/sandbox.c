@@ -19,6 +19,7 @@
  */
 #include "rootfs/sandbox.h"
 #include "common/util.h"
+#include "rootfs/console.h"
 #include "rootfs/unpack.h"
 
 #include <errno.h>
@@ -87,6 +88,8 @@ struct run_ctx
   const char *cwd;
   int err_w;          /* close-on-exec pipe for setup / exec failures */
   int tail_w;         /* -1, or stdout+stderr of the command */
+  int console_w;      /* opts->tty: socket that gets the pty's master, else -1 */
+  struct winsize ws;  /* opts->tty: our terminal's size (0x0: unknown) */
 };
 
 static void write_all (int fd, const char *p, size_t n);
@@ -122,7 +125,9 @@ child_fail_err (int fd, int code, ib_error_t *err)
 
 /* --- signals ------------------------------------------------------------- */
 
-/* Children: one forwarding target (S forwards to P1, P1 to C). */
+/* Children: one forwarding target (S forwards to P1, P1 to C's process
+ * group: C leads its own session, and a terminal's ^C would have reached
+ * the whole foreground group). */
 static volatile pid_t child_forward_to;
 
 static void
@@ -130,7 +135,7 @@ child_forward_handler (int sig)
 {
   int saved = errno;
   pid_t p = child_forward_to;
-  if (p > 0)
+  if (p != 0)
     kill (p, sig);
   errno = saved;
 }
@@ -397,6 +402,84 @@ setup_dev (const char *dev, ib_error_t *err)
   cleanup_free char *priv = ib_path_join (dev, &PRIVATE_DIR[sizeof "/dev/" - 1]);
   if (mkdir (priv, 0755) < 0)
     return ib_error_sys (err, errno, "create %s", priv);
+  return 0;
+}
+
+/* Parts of /proc and /sys that reach the host's kernel, as Docker and
+ * runc hide them (moby oci/defaults.go DefaultLinuxSpec: MaskedPaths and
+ * ReadonlyPaths; the same lists in runc's and podman's defaults).  In root
+ * mode the namespace's uid 0 is the host's: a writable /proc/sys would let
+ * a step set kernel.core_pattern to a program the kernel then runs as host
+ * root.  Paths are relative to the rootfs; those the kernel lacks are
+ * skipped. */
+static const char *const masked_paths[] = {
+  "proc/asound",     "proc/acpi",       "proc/kcore",       "proc/keys",
+  "proc/latency_stats", "proc/timer_list", "proc/timer_stats", "proc/sched_debug",
+  "proc/scsi",       "sys/firmware",    "sys/devices/virtual/powercap",
+};
+static const char *const readonly_paths[] = {
+  "proc/bus", "proc/fs", "proc/irq", "proc/sys", "proc/sysrq-trigger",
+};
+
+/* Hide rootfs/rel: a directory under an empty read-only tmpfs, a file under
+ * the host's /dev/null (reads give nothing, writes go nowhere). */
+static int
+mask_path (const char *rootfs, const char *rel, ib_error_t *err)
+{
+  cleanup_free char *path = ib_path_join (rootfs, rel);
+  struct stat st;
+  if (lstat (path, &st) < 0)
+    {
+      if (errno == ENOENT || errno == ENOTDIR)
+        return 0;
+      return ib_error_sys (err, errno, "sandbox: mask /%s", rel);
+    }
+  if (S_ISDIR (st.st_mode))
+    {
+      if (mount ("tmpfs", path, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
+                 "size=0,mode=0555")
+          < 0)
+        return ib_error_sys (err, errno, "sandbox: mask /%s", rel);
+      return 0;
+    }
+  if (mount ("/dev/null", path, NULL, MS_BIND, NULL) < 0)
+    return ib_error_sys (err, errno, "sandbox: mask /%s", rel);
+  return 0;
+}
+
+/* Make rootfs/rel read-only: bound onto itself, then remounted. */
+static int
+readonly_path (const char *rootfs, const char *rel, ib_error_t *err)
+{
+  cleanup_free char *path = ib_path_join (rootfs, rel);
+  struct stat st;
+  if (lstat (path, &st) < 0)
+    {
+      if (errno == ENOENT || errno == ENOTDIR)
+        return 0;
+      return ib_error_sys (err, errno, "sandbox: read-only /%s", rel);
+    }
+  if (mount (path, path, NULL, MS_BIND | MS_REC, NULL) < 0 || remount_ro (path, true, err) < 0)
+    {
+      if (*err == NULL)
+        ib_error_sys (err, errno, "sandbox: read-only /%s", rel);
+      return -1;
+    }
+  return 0;
+}
+
+/* Apply the lists above to the paths under `top` ("proc/" or "sys/"). */
+static int
+protect_kernel_paths (const char *rootfs, const char *top, ib_error_t *err)
+{
+  size_t n = strlen (top);
+  for (size_t i = 0; i < sizeof readonly_paths / sizeof *readonly_paths; i++)
+    if (strncmp (readonly_paths[i], top, n) == 0
+        && readonly_path (rootfs, readonly_paths[i], err) < 0)
+      return -1;
+  for (size_t i = 0; i < sizeof masked_paths / sizeof *masked_paths; i++)
+    if (strncmp (masked_paths[i], top, n) == 0 && mask_path (rootfs, masked_paths[i], err) < 0)
+      return -1;
   return 0;
 }
 
@@ -927,7 +1010,8 @@ setup_rootfs (const struct run_ctx *ctx, ib_error_t *err)
   cleanup_free char *proc = ib_path_join (rootfs, "proc");
   if (is_real_dir (proc))
     {
-      if (do_mount ("proc", proc, "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL, err) < 0)
+      if (do_mount ("proc", proc, "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL, err) < 0
+          || protect_kernel_paths (rootfs, "proc/", err) < 0)
         return -1;
     }
   else
@@ -946,14 +1030,25 @@ setup_rootfs (const struct run_ctx *ctx, ib_error_t *err)
   cleanup_free char *sys = ib_path_join (rootfs, "sys");
   if (is_real_dir (sys))
     {
+      /* Read-only all the way down (mount_setattr, Linux 5.12): in root
+       * mode sysfs, cgroupfs and tracefs files are the host root's.  Where
+       * the kernel cannot, only the top mount is bound, without the
+       * mounts under it. */
+      struct ib_mount_attr attr = { .attr_set = MOUNT_ATTR_RDONLY };
       if (do_mount ("/sys", sys, NULL, MS_BIND | MS_REC, NULL, err) < 0)
         return -1;
-      ib_error_t ro_err = NULL;
-      if (remount_ro (sys, true, &ro_err) < 0)
+      if (syscall (SYS_mount_setattr, AT_FDCWD, sys, AT_RECURSIVE, &attr, sizeof attr) < 0)
         {
-          ib_debug ("sandbox: /sys stays writable: %s", ro_err->msg);
-          ib_error_free (&ro_err);
+          ib_debug ("sandbox: mount_setattr /sys: %s: binding /sys without its submounts",
+                    strerror (errno));
+          if (umount2 (sys, MNT_DETACH) < 0)
+            return ib_error_sys (err, errno, "sandbox: unmount %s", sys);
+          if (do_mount ("/sys", sys, NULL, MS_BIND, NULL, err) < 0
+              || remount_ro (sys, false, err) < 0)
+            return -1;
         }
+      if (protect_kernel_paths (rootfs, "sys/", err) < 0)
+        return -1;
     }
   else
     ib_debug ("sandbox: rootfs has no /sys directory, not mounting sysfs");
@@ -992,6 +1087,71 @@ setup_rootfs (const struct run_ctx *ctx, ib_error_t *err)
   return 0;
 }
 
+/* --- what the sandbox's own processes hold -------------------------------- */
+
+/* Close every descriptor except 0-2 and those in keep (-1 entries
+ * ignored): imgbuild's store lock, its pipes to other stages and the
+ * progress display must not reach the sandbox. */
+static void
+close_fds_except (const int *keep, size_t n_keep)
+{
+  int lo = 3;
+  for (;;)
+    {
+      int next = INT_MAX; /* the smallest kept fd >= lo */
+      for (size_t i = 0; i < n_keep; i++)
+        if (keep[i] >= lo && keep[i] < next)
+          next = keep[i];
+      unsigned int hi = next == INT_MAX ? ~0U : (unsigned int) next - 1;
+      if (next > lo)
+        {
+#ifdef SYS_close_range
+          if (syscall (SYS_close_range, (unsigned int) lo, hi, 0) < 0)
+#endif
+            {
+              long max = sysconf (_SC_OPEN_MAX);
+              if (max < 0 || max > 1 << 20)
+                max = 1 << 20;
+              for (long fd = lo; fd < max && (unsigned long) fd <= hi; fd++)
+                close ((int) fd);
+            }
+        }
+      if (next == INT_MAX)
+        return;
+      lo = next + 1;
+    }
+}
+
+#ifndef _LINUX_CAPABILITY_VERSION_3
+#define _LINUX_CAPABILITY_VERSION_3 0x20080522
+#endif
+/* P1 once the command is forked: nothing left that a step could use.  It
+ * keeps CAP_KILL only (forwarding a signal to a step running as another
+ * uid), is under the same seccomp filter as the step, with NO_NEW_PRIVS;
+ * it was made non-dumpable when it started (pid1_main). */
+static int
+pid1_harden (ib_error_t *err)
+{
+  if (prctl (PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
+    return ib_error_sys (err, errno, "sandbox: pid 1: no_new_privs");
+  prctl (PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0);
+  for (int cap = 0; cap <= 63; cap++)
+    if (cap != 5 /* CAP_KILL */ && prctl (PR_CAPBSET_DROP, cap, 0, 0, 0) < 0 && errno != EINVAL)
+      return ib_error_sys (err, errno, "sandbox: pid 1: drop capability %d", cap);
+  struct
+  {
+    uint32_t version;
+    int pid;
+  } hdr = { _LINUX_CAPABILITY_VERSION_3, 0 };
+  struct
+  {
+    uint32_t effective, permitted, inheritable;
+  } data[2] = { { 1u << 5, 1u << 5, 0 }, { 0, 0, 0 } };
+  if (syscall (SYS_capset, &hdr, data) < 0)
+    return ib_error_sys (err, errno, "sandbox: pid 1: drop capabilities");
+  return ib_seccomp_install (false, err);
+}
+
 /* --- the command (C) ------------------------------------------------------ */
 
 /* Mark every descriptor above stderr close-on-exec (the error pipe must
@@ -1015,7 +1175,7 @@ cloexec_from (int lowest)
 }
 
 static void __attribute__ ((noreturn))
-command_main (const struct run_ctx *ctx)
+command_main (const struct run_ctx *ctx, int pty)
 {
   const ib_sandbox_opts_t *o = ctx->opts;
   int efd = ctx->err_w;
@@ -1027,11 +1187,26 @@ command_main (const struct run_ctx *ctx)
   reset_signals ();
   unblock_all_signals ();
   umask (022);
+  /* A session of its own, without a controlling terminal: /dev/tty is
+   * nobody's, and TIOCSTI on a terminal the caller passed as stdio is
+   * refused by the kernel (bubblewrap's CVE-2017-5226), besides the
+   * seccomp filter. */
+  if (setsid () < 0)
+    child_fail (efd, 125, errno, "sandbox: setsid");
+  if (pty >= 0)
+    {
+      if (ioctl (pty, TIOCSCTTY, 0) < 0)
+        child_fail (efd, 125, errno, "sandbox: make the pty the controlling terminal");
+      if (dup2 (pty, 0) < 0 || dup2 (pty, 1) < 0 || dup2 (pty, 2) < 0)
+        child_fail (efd, 125, errno, "dup2");
+      if (pty > 2)
+        close (pty);
+    }
 
   /* stdio: no stdin unless asked (a build step is not interactive: apt and
    * debconf must not wait for answers); stdout+stderr into the tail pipe
    * when asked. */
-  if (!o->keep_stdin)
+  if (!o->keep_stdin && pty < 0)
     {
       int devnull = open ("/dev/null", O_RDONLY | O_CLOEXEC);
       if (devnull >= 0)
@@ -1179,6 +1354,15 @@ pid1_main (const struct run_ctx *ctx)
   int efd = ctx->err_w;
 
   prctl (PR_SET_PDEATHSIG, SIGKILL);
+  /* Non-dumpable from the start: the kernel then asks for CAP_SYS_PTRACE
+   * in the user namespace our memory was made in (the host's: imgbuild
+   * was exec'd there) before it lets anyone ptrace us or open
+   * /proc/1/{exe,fd,mem,environ,root}.  A step never has that: pid 1
+   * cannot be traced into, and /proc/1/exe does not lead to the host's
+   * imgbuild binary (runc's CVE-2019-5736).  Children of ours are
+   * dumpable again once they exec. */
+  if (prctl (PR_SET_DUMPABLE, 0, 0, 0, 0) < 0)
+    child_fail (efd, 125, errno, "sandbox: pid 1: set non-dumpable");
   reset_signals (); /* signals stay blocked until the handlers are in */
 
   if (ctx->opts->network_none)
@@ -1190,18 +1374,39 @@ pid1_main (const struct run_ctx *ctx)
   if (ctx->ldconfig)
     run_ldconfig (ctx);
 
+  /* opts->tty: a pty of the sandbox's devpts (mounted above, reached
+   * after pivot_root), its master passed to imgbuild to relay */
+  int pty = -1;
+  if (ctx->console_w >= 0)
+    {
+      int master;
+      if (ib_console_open (&master, &pty, &ctx->ws, &err) < 0
+          || ib_console_send (ctx->console_w, master, &err) < 0)
+        child_fail (efd, 125, 0, "sandbox: %s", err->msg);
+      close (master);
+      close (ctx->console_w);
+    }
+
   pid_t cmd = fork ();
   if (cmd < 0)
     child_fail (efd, 125, errno, "sandbox: fork");
   if (cmd == 0)
-    command_main (ctx);
+    command_main (ctx, pty);
 
-  close (efd);
-  if (ctx->tail_w >= 0)
-    close (ctx->tail_w);
+  if (pid1_harden (&err) < 0)
+    {
+      kill (cmd, SIGKILL);
+      child_fail (efd, 125, 0, "%s", err->msg);
+    }
+  /* Nothing of the host's stays with us, not even the caller's terminal:
+   * from here on we only reap and forward signals. */
+  close_fds_except (NULL, 0);
+  close (0);
+  close (1);
+  close (2);
   /* pid 1 of a namespace ignores every signal it has no handler for: catch
    * the usual termination signals and pass them on to the command. */
-  child_install_forwarding (cmd);
+  child_install_forwarding (-cmd);
   unblock_all_signals ();
 
   for (;;)
@@ -1228,6 +1433,11 @@ setup_parent_main (const struct run_ctx *ctx, pid_t imgbuild_pid)
   if (getppid () != imgbuild_pid)
     _exit (125);
   reset_signals (); /* still blocked */
+  prctl (PR_SET_DUMPABLE, 0, 0, 0, 0);
+  /* Before anything of the sandbox exists: only stdio and our own pipes
+   * go on to pid 1 and the command. */
+  int keep[] = { ctx->err_w, ctx->tail_w, ctx->ldcache_fd, ctx->console_w };
+  close_fds_except (keep, sizeof keep / sizeof *keep);
 
   int flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWUTS | CLONE_NEWIPC;
   if (ctx->opts->network_none)
@@ -1244,6 +1454,8 @@ setup_parent_main (const struct run_ctx *ctx, pid_t imgbuild_pid)
   close (efd);
   if (ctx->tail_w >= 0)
     close (ctx->tail_w);
+  if (ctx->console_w >= 0)
+    close (ctx->console_w);
   child_install_forwarding (p1);
   unblock_all_signals ();
 
@@ -1455,6 +1667,8 @@ check_opts (const ib_sandbox_opts_t *o, ib_error_t *err)
     return ib_error_set (err, EINVAL, "sandbox: empty command");
   if (o->cwd != NULL && o->cwd[0] != '/')
     return ib_error_set (err, EINVAL, "sandbox: working directory %s is not absolute", o->cwd);
+  if (o->tty && o->tail_lines > 0)
+    return ib_error_set (err, EINVAL, "sandbox: a terminal and an output tail exclude each other");
   return 0;
 }
 
@@ -1796,6 +2010,20 @@ run_in_sandbox (const ib_sandbox_opts_t *opts, ib_userns_mode_t mode, char *root
       fcntl (tail_r, F_SETFD, FD_CLOEXEC);
     }
 
+  cleanup_close int console_r = -1;
+  cleanup_close int console_w = -1;
+  struct winsize ws = { 0 };
+  if (opts->tty)
+    {
+      int sv[2];
+      if (socketpair (AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0)
+        return ib_error_sys (err, errno, "sandbox: socketpair");
+      console_r = sv[0];
+      console_w = sv[1];
+      if (ioctl (STDOUT_FILENO, TIOCGWINSZ, &ws) < 0)
+        ioctl (STDIN_FILENO, TIOCGWINSZ, &ws);
+    }
+
   struct run_ctx ctx = {
     .opts = opts,
     .mounts = x->mounts,
@@ -1809,6 +2037,8 @@ run_in_sandbox (const ib_sandbox_opts_t *opts, ib_userns_mode_t mode, char *root
     .cwd = opts->cwd ? opts->cwd : "/",
     .err_w = err_w,
     .tail_w = tail_w,
+    .console_w = console_w,
+    .ws = ws,
   };
 
   /* Block the forwarded signals across fork: a child must not run our
@@ -1835,6 +2065,8 @@ run_in_sandbox (const ib_sandbox_opts_t *opts, ib_userns_mode_t mode, char *root
       close (err_r);
       if (tail_r >= 0)
         close (tail_r);
+      if (console_r >= 0)
+        close (console_r);
       setup_parent_main (&ctx, me);
     }
   int slot = forward_slot_add (child);
@@ -1846,7 +2078,22 @@ run_in_sandbox (const ib_sandbox_opts_t *opts, ib_userns_mode_t mode, char *root
 
   ib_buf_t errmsg = { 0 };
   ib_buf_t tail = { 0 };
-  collect_output (steal_fd (&err_r), steal_fd (&tail_r), opts, &errmsg, &tail);
+  int master = -1;
+  if (console_r >= 0)
+    {
+      close (steal_fd (&console_w));
+      ib_error_t cerr = NULL;
+      if (ib_console_recv (console_r, &master, &cerr) < 0)
+        {
+          ib_buf_puts (&errmsg, "0:");
+          ib_buf_puts (&errmsg, cerr->msg);
+          ib_error_free (&cerr);
+        }
+    }
+  if (master >= 0)
+    ib_console_relay (master, STDIN_FILENO, STDOUT_FILENO, steal_fd (&err_r), &errmsg);
+  else
+    collect_output (steal_fd (&err_r), steal_fd (&tail_r), opts, &errmsg, &tail);
 
   int status = 0;
   int wait_errno = 0;

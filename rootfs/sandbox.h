@@ -131,6 +131,13 @@ typedef struct ib_sandbox_opts
    * build step must not wait for input; true lets it read our stdin
    * (`imgbuild run`). */
   bool keep_stdin;
+  /* Added: the command's stdin, stdout and stderr are a new terminal of
+   * the sandbox (a pty on its devpts, its controlling terminal), which
+   * ib_sandbox_run relays to and from our stdin and stdout (in raw mode
+   * while it runs; window size passed on), as podman run -t does: the
+   * caller's terminal itself never reaches the sandbox.  For an
+   * interactive shell; implies keep_stdin; tail_lines must be 0. */
+  bool tty;
   /* Added: when the rootfs has an /etc directory but no /etc/resolv.conf
    * (or /etc/hosts) at all, create an empty one for the duration of the
    * run so that the host's can be bound onto it, and remove it before
@@ -167,7 +174,9 @@ typedef struct ib_sandbox_opts
  * found: X"), not for a command that exits non-zero.  ib_userns_enter must
  * have been called (else -1, EPERM).
  *
- * The command runs with stdin from /dev/null unless keep_stdin,
+ * The command runs in a session of its own without a controlling terminal
+ * (with tty: its pty is the controlling terminal), with stdin from
+ * /dev/null unless keep_stdin,
  * umask 022, default signal dispositions, an empty signal mask, no fds but
  * 0-2, seccomp (root emulation in SINGLE mode) and NO_NEW_PRIVS.  It is pid 2;
  * when it exits every process it left behind is killed.

@@ -147,6 +147,20 @@ ib_seccomp_install (bool root_emulation, ib_error_t *err)
     if (add_rule (ctx, SCMP_ACT_ERRNO (EPERM), "socket", 1, &vsock, err) < 0)
       goto out;
   }
+  /* Typing into a terminal (TIOCSTI) and the Linux console's control
+   * calls (TIOCLINUX, which can also paste a selection as input): a step
+   * runs in a session of its own, so the kernel refuses TIOCSTI on the
+   * caller's terminal already; this is the second line (bubblewrap's
+   * CVE-2017-5226; Docker's profile allows it and relies on the missing
+   * capability).  The kernel reads the request as a 32-bit int: the mask
+   * makes sure high bits set in the 64-bit register do not slip past. */
+  {
+    struct scmp_arg_cmp sti = SCMP_A1 (SCMP_CMP_MASKED_EQ, 0xffffffffu, 0x5412 /* TIOCSTI */);
+    struct scmp_arg_cmp lnx = SCMP_A1 (SCMP_CMP_MASKED_EQ, 0xffffffffu, 0x541C /* TIOCLINUX */);
+    if (add_rule (ctx, SCMP_ACT_ERRNO (EPERM), "ioctl", 1, &sti, err) < 0
+        || add_rule (ctx, SCMP_ACT_ERRNO (EPERM), "ioctl", 1, &lnx, err) < 0)
+      goto out;
+  }
   /* clone3 passes its flags in a struct that seccomp cannot look into:
    * answer ENOSYS so that glibc falls back to clone, which is filtered above
    * (Docker and runc do the same). */

@@ -4,9 +4,16 @@
 # subordinate ids: map mode; then forced to the single-id mode); the
 # unit test binaries (already run by `make unit` as the caller) run as that
 # user too.
+#
+# Arguments (optional) name test files or node ids under tests/e2e
+# (`bash tests/run-e2e.sh test_escape.py test_identity.py::test_chown`):
+# only those run, in every pass.  IMGBUILD_BIN names the binary to test
+# (default bin/imgbuild).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$PWD
+bin=${IMGBUILD_BIN:-bin/imgbuild}
+selected=("$@")
 py=/usr/bin/python3
 unpriv=${IMGBUILD_TEST_USER:-imgbuild-test}
 status=0
@@ -25,11 +32,18 @@ run_suite() { # label, then the command prefix to run pytest with
     extra=(--basetemp "$bt")
   fi
   "$@" env IMGBUILD_TEST_CACHE="$IMGBUILD_TEST_CACHE" PATH=/usr/sbin:/usr/bin:/sbin:/bin \
-    $py -m pytest -p no:cacheprovider -v -rs "${extra[@]}" "$e2e_dir/tests/e2e" || status=1
+    $py -m pytest -p no:cacheprovider -v -rs "${extra[@]}" "${targets[@]}" || status=1
   if [ -n "$bt" ]; then
     echo "== disk after this pass: $(du -sh "$bt" | cut -f1) left in its base temp; $(df -h --output=avail "$bt" | tail -1 | tr -d ' ') free"
     rm -rf "$bt"
   fi
+}
+
+select_targets() { # after e2e_dir is known
+  targets=()
+  local t
+  for t in "${selected[@]}"; do targets+=("$e2e_dir/tests/e2e/$t"); done
+  [ ${#targets[@]} -gt 0 ] || targets=("$e2e_dir/tests/e2e")
 }
 
 if [ "$(id -u)" -eq 0 ]; then
@@ -40,9 +54,10 @@ if [ "$(id -u)" -eq 0 ]; then
   e2e_dir=$(mktemp -d /tmp/imgbuild-e2e.XXXXXX)
   trap 'rm -rf "$e2e_dir"' EXIT
   mkdir -p "$e2e_dir/bin"
-  cp bin/imgbuild "$e2e_dir/bin/"
+  cp "$bin" "$e2e_dir/bin/imgbuild"
   cp -r tests recipes "$e2e_dir/"
   chmod -R a+rX "$e2e_dir"
+  select_targets
   # The base image tarball is made once, as root (mmdebstrap), for both runs.
   d=$(mktemp -d) && port=$(bash tests/lib/registry.sh start "$d") \
     && bash tests/lib/base-image.sh "127.0.0.1:$port" >/dev/null; bash tests/lib/registry.sh stop "$d"; rm -rf "$d"
@@ -64,17 +79,21 @@ if [ "$(id -u)" -eq 0 ]; then
   grep -q "^$unpriv:" /etc/subuid 2>/dev/null || usermod --add-subuids 300000-365535 "$unpriv"
   grep -q "^$unpriv:" /etc/subgid 2>/dev/null || usermod --add-subgids 300000-365535 "$unpriv"
   chown -R "$unpriv" "$e2e_dir"
-  echo "== unit tests as unprivileged user $unpriv"
-  mkdir -p "$e2e_dir/unit" && cp build/tests/test_* "$e2e_dir/unit/" && chmod -R a+rX "$e2e_dir/unit"
-  for t in "$e2e_dir"/unit/test_*; do
-    echo "== $(basename "$t") as $unpriv"
-    (cd "$e2e_dir" && runuser -u "$unpriv" -- "$t") || status=1  # tests/ of the copy: the checkout may be unreadable to the user
-  done
+  if [ ${#selected[@]} -eq 0 ]; then  # a selection runs e2e tests only
+    echo "== unit tests as unprivileged user $unpriv"
+    mkdir -p "$e2e_dir/unit" && cp build/tests/test_* "$e2e_dir/unit/" && chmod -R a+rX "$e2e_dir/unit"
+    for t in "$e2e_dir"/unit/test_*; do
+      echo "== $(basename "$t") as $unpriv"
+      (cd "$e2e_dir" && runuser -u "$unpriv" -- "$t") || status=1  # tests/ of the copy: the checkout may be unreadable to the user
+    done
+  fi
   run_suite "unprivileged user $unpriv (map mode)" runuser -u "$unpriv" --
   run_suite "unprivileged user $unpriv (single-id mode)" runuser -u "$unpriv" -- env IMGBUILD_USERNS=single
 else
   export IMGBUILD_TEST_CACHE=${IMGBUILD_TEST_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/imgbuild-tests}
   e2e_dir=$repo
+  select_targets
+  [ "$bin" = bin/imgbuild ] || export IMGBUILD="$repo/$bin"
   run_suite "$(id -un) (unprivileged; run as root to cover both)"
 fi
 exit $status

@@ -89,7 +89,10 @@ def test_no_descriptor_leaks_in(esc):
 ])
 def test_writes_stay_inside(esc, path):
     out = attempt(esc, "write", path.replace("{canary}", str(esc["canary"])))
-    assert out in ("OK", "ERRNO ENOENT"), out      # inside the rootfs, or nowhere
+    if path.startswith("/proc/1/"):
+        assert out == "ERRNO EACCES", out          # pid 1 is not the step's to look into
+    else:
+        assert out in ("OK", "ERRNO ENOENT"), out  # inside the rootfs, or nowhere
     assert canary_untouched(esc)
 
 
@@ -106,3 +109,268 @@ def test_bind_mount_escapes(esc):
     out = attempt(esc, "write", "/mnt/src/new", extra=("-v", f"{esc['bindsrc']}:/mnt/src:ro"))
     assert out == "ERRNO EROFS", out
     assert not (esc["bindsrc"] / "new").exists()
+
+
+# --- imgbuild's own processes in the sandbox (pid 1) ----------------------
+
+def test_pid1_cannot_be_traced(esc):
+    # every process the step sees but itself: pid 1 only here
+    assert attempt(esc, "ptrace-visible") == "1 EPERM"
+    # in a step's shell too: pid 1 refuses, the step's own shell is its own
+    r = imgbuild("run", "--rootfs", esc["rootfs"], "--", "/bin/sh", "-c", "/try ptrace-visible; true",
+                 store=esc["store"])
+    assert r.rc == 0, r
+    lines = sorted(r.out.split("\n")[:-1])
+    assert lines[0] == "1 EPERM" and all(l.endswith(" OK") for l in lines[1:]), lines
+
+
+@pytest.mark.parametrize("path", ["/proc/1/exe", "/proc/1/cwd", "/proc/1/root"])
+def test_pid1_links_closed(esc, path):
+    # /proc/1/exe would lead to the host's imgbuild binary (runc's CVE-2019-5736)
+    assert attempt(esc, "readlink", path) == "ERRNO EACCES"
+    assert attempt(esc, "open-read", path) == "ERRNO EACCES"
+
+
+@pytest.mark.parametrize("path", ["/proc/1/fd", "/proc/1/map_files"])
+def test_pid1_descriptors_hidden(esc, path):
+    out = attempt(esc, "list", path)
+    if os.getuid() == 0 and path == "/proc/1/fd":
+        # the directory is the host root's, which the step is in root
+        # mode: it may list it, and pid 1 holds nothing
+        assert out == "OK 0"
+    else:
+        assert out == "ERRNO EACCES"
+
+
+@pytest.mark.parametrize("path", ["/proc/1/mem", "/proc/1/environ", "/proc/1/auxv"])
+def test_pid1_memory_closed(esc, path):
+    assert attempt(esc, "read", path) == "ERRNO EACCES"
+
+
+def _children(pid):
+    out = []
+    for p in os.listdir("/proc"):
+        if p.isdigit():
+            try:
+                fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == pid:
+                out.append(int(p))
+    return out
+
+
+def _status(pid):
+    return dict(l.split(":\t", 1) for l in Path(f"/proc/{pid}/status").read_text().splitlines()
+                if ":\t" in l)
+
+
+def test_pid1_holds_nothing_from_the_host(esc):
+    """From the host, while a step runs: pid 1 of the sandbox is under
+    seccomp with no_new_privs, keeps CAP_KILL only, holds no descriptor,
+    and the command leads a session of its own."""
+    import conftest
+    proc = subprocess.Popen([str(conftest.IMGBUILD), "--store", str(esc["store"]), "run",
+                             "--rootfs", str(esc["rootfs"]), "--", "/try", "hold"],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "READY"
+        (setup,) = _children(proc.pid)
+        (pid1,) = _children(setup)
+        (cmd,) = _children(pid1)
+        st = _status(pid1)
+        assert st["NSpid"].split()[-1] == "1", st["NSpid"]
+        assert st["Seccomp"].strip() == "2"
+        assert st["NoNewPrivs"].strip() == "1"
+        assert int(st["CapEff"], 16) == 1 << 5          # CAP_KILL, to forward signals
+        assert int(st["CapBnd"], 16) == 1 << 5
+        if os.getuid() == 0:
+            assert os.listdir(f"/proc/{pid1}/fd") == []
+        else:
+            # non-dumpable: even its owner cannot look (nor can a step)
+            with pytest.raises(PermissionError):
+                os.listdir(f"/proc/{pid1}/fd")
+        # the command: its own session, its own process group
+        fields = Path(f"/proc/{cmd}/stat").read_text().rsplit(")", 1)[1].split()
+        assert int(fields[3]) == cmd and int(fields[2]) == cmd  # session, pgrp
+        assert _status(cmd)["Seccomp"].strip() == "2"
+    finally:
+        proc.stdin.close()
+        proc.wait(timeout=30)
+    assert proc.returncode == 0
+
+
+# --- the caller's terminal ---------------------------------------------------
+
+def test_own_session_without_terminal(esc):
+    assert attempt(esc, "session") == "sid=own tty=ENXIO"
+
+
+@pytest.mark.parametrize("relayed", [False, True], ids=["stdin-only", "stdin-stdout"])
+@pytest.mark.parametrize("call", [["tiocsti", "0"], ["tiocsti", "1"], ["tiocsti", "2"],
+                                  ["tiocsti", "0", "hi"], ["tiocsti", "tty"],
+                                  ["tioclinux", "0"]])
+def test_no_keystrokes_into_the_callers_terminal(esc, call, relayed):
+    """imgbuild run with the caller's terminal (a pty here, the caller's
+    controlling terminal) as stdin, and as stdout too (then the command
+    gets a pty of its own, relayed): the step can neither type into the
+    caller's terminal (TIOCSTI; CVE-2017-5226) nor paste (TIOCLINUX), and
+    nothing is waiting as input once imgbuild has exited."""
+    import conftest
+    import fcntl
+    import pty
+    import termios
+    master, slave = pty.openpty()
+    try:
+        attr = termios.tcgetattr(slave)
+        attr[3] &= ~(termios.ICANON | termios.ECHO)     # injected bytes readable at once
+        termios.tcsetattr(slave, termios.TCSANOW, attr)
+
+        def as_session_leader():
+            os.setsid()
+            fcntl.ioctl(0, termios.TIOCSCTTY, 0)         # the pty is the caller's terminal
+        out = subprocess.PIPE if not relayed else slave
+        proc = subprocess.Popen([str(conftest.IMGBUILD), "--store", str(esc["store"]), "run",
+                                 "--rootfs", str(esc["rootfs"]), "--", "/try", *call],
+                                stdin=slave, stdout=out, stderr=subprocess.PIPE,
+                                preexec_fn=as_session_leader)
+        if relayed:
+            # the command's output comes through the caller's terminal
+            got = b""
+            while proc.poll() is None or b"\n" not in got:
+                import select
+                r, _, _ = select.select([master], [], [], 1)
+                if r:
+                    got += os.read(master, 4096)
+            stdout = got.decode()
+        else:
+            stdout = proc.stdout.read().decode()
+        proc.wait(timeout=120)
+        assert proc.returncode == 0, proc.stderr.read()
+        expected = "ERRNO ENXIO" if call == ["tiocsti", "tty"] and not relayed else "ERRNO EPERM"
+        assert stdout.strip().splitlines()[-1] == expected, stdout
+        # what the terminal's reader (the caller's shell) would get next
+        os.set_blocking(slave, False)
+        try:
+            pending = os.read(slave, 4096)
+        except BlockingIOError:
+            pending = b""
+        assert b"#" not in pending, pending
+    finally:
+        os.close(master)
+        os.close(slave)
+
+
+def test_interactive_run_gets_its_own_terminal(esc):
+    """On a terminal, `imgbuild run` gives the command a pty of the
+    sandbox (its controlling terminal, with the caller's window size) and
+    relays keystrokes and output, as podman run -t does."""
+    import conftest
+    import fcntl
+    import pty
+    import select
+    import struct
+    import termios
+    pid, fd = pty.fork()
+    if pid == 0:
+        fcntl.ioctl(0, termios.TIOCSWINSZ, struct.pack("HHHH", 33, 111, 0, 0))
+        os.execv(str(conftest.IMGBUILD), [str(conftest.IMGBUILD), "--store", str(esc["store"]),
+                                          "run", "--rootfs", str(esc["rootfs"]), "--", "/bin/sh"])
+    os.write(fd, b"tty; stty size; /try session; exit 7\n")
+    got = b""
+    while True:
+        r, _, _ = select.select([fd], [], [], 60)
+        if not r:
+            break
+        try:
+            chunk = os.read(fd, 4096)
+        except OSError:
+            break
+        if not chunk:
+            break
+        got += chunk
+    _, status = os.waitpid(pid, 0)
+    text = got.decode(errors="replace")
+    assert os.waitstatus_to_exitcode(status) == 7, text
+    assert "/dev/pts/0" in text and "33 111" in text, text
+    # the shell's child is in the shell's session, whose terminal is the pty
+    assert "sid=caller's tty=OK" in text, text
+
+
+# --- /proc and /sys: runc's masked and read-only paths ---------------------
+
+@pytest.mark.parametrize("path", [
+    "/proc/sys/kernel/core_pattern", "/proc/sys/kernel/modprobe", "/proc/sys/vm/drop_caches",
+    "/proc/sys/kernel/hostname", "/proc/sys/kernel/sched_child_runs_first", "/proc/sysrq-trigger",
+    "/proc/sys/fs/binfmt_misc/register", "/proc/fs/nfsd/threads", "/proc/irq/default_smp_affinity",
+])
+def test_kernel_settings_read_only(esc, path):
+    if not os.path.exists(path):
+        # absent from this kernel: nothing to write to, nor to create
+        assert attempt(esc, "write", path) in ("ERRNO ENOENT", "ERRNO EROFS")
+        return
+    before = Path(path).read_text() if os.access(path, os.R_OK) else None
+    try:
+        assert attempt(esc, "write", path) == "ERRNO EROFS"
+    finally:
+        # a broken sandbox in root mode writes the host's setting: put
+        # it back before anything crashes with it
+        after = Path(path).read_text() if before is not None else None
+        if after != before and os.getuid() == 0:
+            Path(path).write_text(before)
+    assert after == before
+
+
+CGROUP_V1 = sorted(str(p) for p in Path("/sys/fs/cgroup").glob("*/release_agent"))
+
+
+@pytest.mark.parametrize("path", [
+    "/sys/kernel/uevent_helper", "/sys/kernel/mm/transparent_hugepage/enabled",
+    "/sys/fs/cgroup/cgroup.procs", "/sys/fs/cgroup/release_agent",
+    "/sys/fs/cgroup/memory/notify_on_release", "/sys/power/state",
+    "/sys/module/kernel/parameters/panic", *CGROUP_V1,
+])
+def test_sys_read_only(esc, path):
+    """/sys is read-only all the way down: the cgroup v1 release_agent
+    (CVE-2022-0492) and uevent_helper would run a program as host root."""
+    expected = "ERRNO EROFS" if os.path.isdir(os.path.dirname(path)) else "ERRNO ENOENT"
+    assert attempt(esc, "write", path) == expected
+
+
+@pytest.mark.parametrize("path", ["/proc/kcore", "/proc/keys", "/proc/timer_list",
+                                  "/proc/sched_debug", "/proc/latency_stats"])
+def test_masked_files_read_empty(esc, path):
+    if not os.path.exists(path):
+        assert attempt(esc, "read", path) == "ERRNO ENOENT"
+    else:
+        assert attempt(esc, "read", path) == "OK 0"
+
+
+@pytest.mark.parametrize("path", ["/proc/acpi", "/proc/scsi", "/proc/asound", "/sys/firmware",
+                                  "/sys/devices/virtual/powercap"])
+def test_masked_directories_empty(esc, path):
+    if not os.path.isdir(path):
+        assert attempt(esc, "list", path) == "ERRNO ENOENT"
+        return
+    assert attempt(esc, "list", path) == "OK 0"
+    assert attempt(esc, "write", path + "/x") == "ERRNO EROFS"
+
+
+@pytest.mark.parametrize("fstype,target", [("proc", "/mnt"), ("sysfs", "/mnt"),
+                                           ("cgroup2", "/mnt"), ("cgroup", "/mnt"),
+                                           ("proc", "/proc")])
+def test_no_new_kernel_filesystems(esc, fstype, target):
+    assert attempt(esc, "mount-fs", fstype, target) == "ERRNO EPERM"
+
+
+# --- descriptors and working directories into the host (CVE-2024-21626) ---
+
+@pytest.mark.parametrize("fd", [3, 4, 5, 7, 8])
+def test_workdir_through_leaked_descriptor(esc, fd):
+    # runc leaked a host directory descriptor into the container, and
+    # WORKDIR /proc/self/fd/N put the process in the host's tree
+    r = imgbuild("run", "--rootfs", esc["rootfs"], "-w", f"/proc/self/fd/{fd}", "--",
+                 "/try", "write", "../../../../../..{}/pwned".format(esc["canary"]),
+                 store=esc["store"])
+    assert r.rc != 0 or r.out.strip() in ("OK", "ERRNO ENOENT"), r
+    assert canary_untouched(esc)

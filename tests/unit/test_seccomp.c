@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/sysmacros.h>
@@ -94,6 +95,21 @@ deny_checks (void)
     _exit (7);
   int status;
   CHECK (13, waitpid (p, &status, 0) == p && WIFEXITED (status) && WEXITSTATUS (status) == 7);
+  /* Terminal injection, whatever the descriptor and the request's high
+   * bits (the kernel reads the request as 32 bits); other ioctls pass. */
+  int pfd = posix_openpt (O_RDWR | O_NOCTTY);
+  CHECK (14, pfd >= 0);
+  char c = 'x';
+  errno = 0;
+  CHECK (15, syscall (SYS_ioctl, pfd, (unsigned long) TIOCSTI, &c) < 0 && errno == EPERM);
+  errno = 0;
+  CHECK (16, syscall (SYS_ioctl, pfd, 0xdead00000000ul | TIOCSTI, &c) < 0 && errno == EPERM);
+  char sub = 3;
+  errno = 0;
+  CHECK (17, syscall (SYS_ioctl, pfd, (unsigned long) TIOCLINUX, &sub) < 0 && errno == EPERM);
+  struct winsize ws;
+  CHECK (18, ioctl (pfd, TIOCGWINSZ, &ws) == 0);
+  close (pfd);
   return 0;
 }
 
