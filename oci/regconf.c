@@ -1053,3 +1053,69 @@ ib_parse_size (const char *s, uint64_t *out, ib_error_t *err)
       }
   return ib_error_set (err, EINVAL, "size \"%s\": unknown unit (use k, M, G, kB, MB or GB)", s);
 }
+
+int
+ib_parse_seconds (const char *s, long *out, ib_error_t *err)
+{
+  if (!isdigit ((unsigned char) *s))
+    return ib_error_set (err, EINVAL, "\"%s\": expected a number of seconds (like 60)", s);
+  errno = 0;
+  char *end;
+  long v = strtol (s, &end, 10);
+  if (strcmp (end, "s") == 0)
+    end++;
+  if (*end != '\0')
+    return ib_error_set (err, EINVAL, "\"%s\": expected a number of seconds (like 60)", s);
+  if (errno || v < 1 || v > 86400)
+    return ib_error_set (err, EINVAL, "\"%s\": seconds must be from 1 to 86400", s);
+  *out = v;
+  return 0;
+}
+
+/* ---------- network limits ---------- */
+
+static const struct
+{
+  const char *var;
+  long def;
+} net_limits[] = {
+  [IB_NET_REQUEST] = { "IMGBUILD_REQUEST_TIMEOUT", 60 },
+  [IB_NET_STALL] = { "IMGBUILD_STALL_TIMEOUT", 60 },
+  [IB_NET_PROGRESS] = { "IMGBUILD_PROGRESS_TIMEOUT", 180 },
+};
+#define N_NET_LIMITS (sizeof net_limits / sizeof net_limits[0])
+
+static pthread_once_t net_once = PTHREAD_ONCE_INIT;
+static long net_value[N_NET_LIMITS];
+
+static void
+net_limits_init (void)
+{
+  for (size_t i = 0; i < N_NET_LIMITS; i++)
+    {
+      net_value[i] = net_limits[i].def;
+      const char *e = getenv (net_limits[i].var);
+      if (e == NULL || *e == '\0')
+        continue;
+      ib_error_t err = NULL;
+      if (ib_parse_seconds (e, &net_value[i], &err) < 0)
+        {
+          ib_warn ("%s %s; using the default, %ld s", net_limits[i].var, err->msg,
+                   net_limits[i].def);
+          ib_error_free (&err);
+        }
+    }
+}
+
+long
+ib_registry_net_limit (ib_net_limit_t which)
+{
+  pthread_once (&net_once, net_limits_init);
+  return (size_t) which < N_NET_LIMITS ? net_value[which] : 60;
+}
+
+const char *
+ib_registry_net_limit_var (ib_net_limit_t which)
+{
+  return (size_t) which < N_NET_LIMITS ? net_limits[which].var : "?";
+}

@@ -113,6 +113,35 @@ int ib_registry_tls_verify (void);
 void ib_registry_set_chunk_size (uint64_t bytes);
 uint64_t ib_registry_chunk_size (void);
 
+/* Network limits, in seconds (docs/cli.md "Network deadlines"):
+ *   IB_NET_REQUEST   the deadline of one small request (ping, token,
+ *                    manifest, index, tag list page, HEAD, image config,
+ *                    an upload's POST, a manifest PUT), its retries and the
+ *                    waits between them included: $IMGBUILD_REQUEST_TIMEOUT,
+ *                    default 60;
+ *   IB_NET_STALL     a transfer that moves less than IB_NET_STALL_MIN_SPEED
+ *                    bytes/s for this long is cut (and retried when that
+ *                    may help): $IMGBUILD_STALL_TIMEOUT, default 60;
+ *   IB_NET_PROGRESS  a pull's blob downloads fail when none of them
+ *                    received a byte (or completed) for this long, retries
+ *                    included: $IMGBUILD_PROGRESS_TIMEOUT, default 180.
+ * The environment is read on the first call (thread-safe); a value that is
+ * not a whole number of seconds from 1 to 86400 is warned about once and
+ * the default used. */
+typedef enum
+{
+  IB_NET_REQUEST,
+  IB_NET_STALL,
+  IB_NET_PROGRESS,
+} ib_net_limit_t;
+#define IB_NET_STALL_MIN_SPEED 1024 /* bytes/s, averaged over IB_NET_STALL seconds */
+long ib_registry_net_limit (ib_net_limit_t which);
+/* The environment variable that sets `which`: "IMGBUILD_REQUEST_TIMEOUT", ... */
+const char *ib_registry_net_limit_var (ib_net_limit_t which);
+
+/* "90", "90s": seconds, from 1 to 86400.  Error EINVAL naming the text. */
+int ib_parse_seconds (const char *s, long *out, ib_error_t *err);
+
 /* The registries configuration file: `path` when not NULL (--registries-conf;
  * it must exist and parse), else $IMGBUILD_REGISTRIES_CONF (same), else
  * $XDG_CONFIG_HOME/imgbuild/registries.conf (~/.config when unset; used

@@ -39,7 +39,6 @@
 #define RETRY_BASE_MS 250         /* backoff: 250 ms, 500 ms, 1 s, .. */
 #define RETRY_CAP_MS 8000         /* .. at most 8 s between tries */
 #define RETRY_AFTER_CAP_MS 60000  /* a server's Retry-After is honoured up to 60 s */
-#define STALL_TIMEOUT_S 60        /* default of IMGBUILD_STALL_TIMEOUT */
 #define CONFIG_MAX (8 << 20)      /* bytes; image configs are read into memory */
 #define INDEX_DEPTH_MAX 4         /* an index in an index in an index in an index */
 #define USER_AGENT "imgbuild/0.1"
@@ -101,6 +100,10 @@ typedef struct xfer
   size_t body_max;     /* cap on the in-memory response body */
   ib_progress_t *progress; /* when set: bytes uploaded go to this display's item */
   int progress_item;
+  bool bulk;           /* an answer whose wait grows with a blob's size (the PUT
+                        * closing a chunked upload): the stall rule only */
+  int64_t deadline_ms; /* small requests: monotonic time by which the request,
+                        * retries included, must be done; 0: http_once sets one */
 
   /* sink for 200/206 bodies when >= 0 (blob downloads) */
   int sink_fd;
@@ -119,7 +122,25 @@ typedef struct xfer
   ib_buf_t resp;
   bool overflow;
   bool transient; /* the failure may go away when retried */
+  bool deadline_hit; /* the last http_once ended at deadline_ms */
 } xfer_t;
+
+/* A small request (docs/cli.md "Network deadlines"): neither a blob's bytes
+ * nor an answer that waits on them; it gets a total deadline
+ * (IB_NET_REQUEST).  Bulk transfers only the stall rule (IB_NET_STALL). */
+static bool
+xfer_small (const xfer_t *x)
+{
+  return x->sink_fd < 0 && x->upload_fd < 0 && !x->bulk;
+}
+
+static int64_t
+now_ms (void)
+{
+  struct timespec ts;
+  clock_gettime (CLOCK_MONOTONIC, &ts);
+  return (int64_t) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
 
 static void
 xfer_init (xfer_t *x, const char *method)
@@ -334,7 +355,6 @@ tls_configure (ib_registry_t *r, bool loopback, ib_error_t *err)
  * user agent, protocols, redirects (never followed by curl: see
  * registry_do), timeouts, TLS verification, CA certificates, client
  * certificate.  Called for every handle that talks to the registry `r`. */
-static long stall_timeout_s (void);
 static bool retryable_failure (CURLcode c, long status);
 
 static void
@@ -346,8 +366,10 @@ setup_handle (ib_registry_t *r, CURL *c)
   curl_easy_setopt (c, CURLOPT_UNRESTRICTED_AUTH, 0L);
   curl_easy_setopt (c, CURLOPT_PROTOCOLS_STR, "http,https");
   curl_easy_setopt (c, CURLOPT_CONNECTTIMEOUT, 30L);
-  curl_easy_setopt (c, CURLOPT_LOW_SPEED_LIMIT, 1L);   /* bytes/s ... */
-  curl_easy_setopt (c, CURLOPT_LOW_SPEED_TIME, stall_timeout_s ()); /* ... this long = stalled */
+  /* less than this many bytes/s ... */
+  curl_easy_setopt (c, CURLOPT_LOW_SPEED_LIMIT, (long) IB_NET_STALL_MIN_SPEED);
+  /* ... for this long: stalled (CURLE_OPERATION_TIMEDOUT) */
+  curl_easy_setopt (c, CURLOPT_LOW_SPEED_TIME, ib_registry_net_limit (IB_NET_STALL));
   curl_easy_setopt (c, CURLOPT_SSL_VERIFYPEER, r->tls_verify ? 1L : 0L);
   curl_easy_setopt (c, CURLOPT_SSL_VERIFYHOST, r->tls_verify ? 2L : 0L);
   if (r->ca_blob)
@@ -611,6 +633,22 @@ url_host (const char *url)
   return r;
 }
 
+/* "host:port/path" of `url`, without scheme and query (a token URL's
+ * query names the account), for messages; caller frees. */
+static char *
+url_shown (const char *url)
+{
+  CURLU *u = curl_url ();
+  char *path = NULL;
+  if (curl_url_set (u, CURLUPART_URL, url, 0) == CURLUE_OK)
+    curl_url_get (u, CURLUPART_PATH, &path, 0);
+  cleanup_free char *host = url_host (url);
+  char *r = xasprintf ("%s%s", host, path ? path : "");
+  curl_free (path);
+  curl_url_cleanup (u);
+  return r;
+}
+
 static int curl_failure_on (ib_registry_t *r, CURL *handle, const char *errbuf, xfer_t *x,
                             CURLcode c, const char *url, ib_error_t *err);
 
@@ -668,6 +706,23 @@ curl_failure_on (ib_registry_t *r, CURL *handle, const char *errbuf, xfer_t *x, 
     case CURLE_COULDNT_RESOLVE_PROXY:
       return ib_error_set (err, ENOENT, "resolve proxy for %s: %s", host, detail);
     case CURLE_OPERATION_TIMEDOUT:
+      if (x->deadline_hit)
+        {
+          /* the request's deadline covers its retries: none is left */
+          x->transient = false;
+          cleanup_free char *what = url_shown (url);
+          return ib_error_set (err, ETIMEDOUT,
+                               "%s %s: timed out: no complete answer within the %ld s deadline "
+                               "of one request (retries included; set %s=SECONDS to allow more)",
+                               x->method, what, ib_registry_net_limit (IB_NET_REQUEST),
+                               ib_registry_net_limit_var (IB_NET_REQUEST));
+        }
+      if (strstr (detail, "too slow"))
+        return ib_error_set (err, ETIMEDOUT,
+                             "%s: timed out: stalled, less than %d bytes/s for %ld s (set %s="
+                             "SECONDS to allow more)",
+                             host, IB_NET_STALL_MIN_SPEED, ib_registry_net_limit (IB_NET_STALL),
+                             ib_registry_net_limit_var (IB_NET_STALL));
       return ib_error_set (err, ETIMEDOUT, "%s: timed out (%s)", host, detail);
     case CURLE_PEER_FAILED_VERIFICATION:
       return ib_error_set (err, EPROTO,
@@ -872,25 +927,6 @@ resolve_url (const char *base, const char *loc)
   return r;
 }
 
-/* Seconds without a single byte received after which a transfer counts as
- * stalled and fails with CURLE_OPERATION_TIMEDOUT: $IMGBUILD_STALL_TIMEOUT
- * (a positive integer), else STALL_TIMEOUT_S. */
-static long
-stall_timeout_s (void)
-{
-  const char *e = getenv ("IMGBUILD_STALL_TIMEOUT");
-  if (e && *e)
-    {
-      char *end;
-      long v = strtol (e, &end, 10);
-      if (*end == '\0' && v > 0 && v <= 86400)
-        return v;
-      ib_warn ("IMGBUILD_STALL_TIMEOUT=%s is not a number of seconds; using %d", e,
-               STALL_TIMEOUT_S);
-    }
-  return STALL_TIMEOUT_S;
-}
-
 /* ---------- retries ---------- */
 
 /* May trying the same request again succeed?  Connection failures other than
@@ -988,24 +1024,55 @@ static int
 http_retry (ib_registry_t *r, xfer_t *x, const char *url, const char *auth, ib_error_t *err)
 {
   bool repeatable = x->sink_fd < 0 && x->upload_fd < 0 && strcmp (x->method, "POST") != 0;
+  bool own_deadline = xfer_small (x) && x->deadline_ms == 0;
+  if (own_deadline)
+    x->deadline_ms = now_ms () + ib_registry_net_limit (IB_NET_REQUEST) * 1000;
   for (int attempt = 1;; attempt++)
     {
       ib_error_t e = NULL;
       int rc = http_once (r, x, url, auth, &e);
       /* a failed transfer: as curl_failure_on judged it (x->transient) */
       bool again = rc < 0 ? x->transient : retryable_failure (CURLE_OK, x->status);
-      if (!repeatable || attempt >= REQUEST_ATTEMPTS || !again)
+      long ms = 0;
+      bool late = false;
+      if (repeatable && attempt < REQUEST_ATTEMPTS && again)
         {
-          if (rc < 0)
+          ms = retry_delay_ms (attempt, rc < 0 ? 0 : x->status, rc < 0 ? NULL : x->retry_after);
+          /* no retry that could not be done before the deadline */
+          late = xfer_small (x) && now_ms () + ms >= x->deadline_ms;
+        }
+      if (!repeatable || attempt >= REQUEST_ATTEMPTS || !again || late)
+        {
+          if (own_deadline)
+            x->deadline_ms = 0;
+          if (rc < 0 && late)
+            {
+              cleanup_free char *what = url_shown (url);
+              ib_error_set (err, e->status,
+                            "%s %s: timed out: no time left to try again within the %ld s "
+                            "deadline of one request (retries included; set %s=SECONDS to "
+                            "allow more); the last try: %s",
+                            x->method, what, ib_registry_net_limit (IB_NET_REQUEST),
+                            ib_registry_net_limit_var (IB_NET_REQUEST), e->msg);
+              ib_error_free (&e);
+            }
+          else if (rc < 0)
             *err = e;
+          else if (late)
+            {
+              cleanup_free char *what = url_shown (url);
+              ib_warn ("%s %s: HTTP %ld; not tried again: the wait would end past the %ld s "
+                       "deadline of one request (%s)", x->method, what, x->status,
+                       ib_registry_net_limit (IB_NET_REQUEST),
+                       ib_registry_net_limit_var (IB_NET_REQUEST));
+            }
           return rc;
         }
-      long ms = retry_delay_ms (attempt, rc < 0 ? 0 : x->status, rc < 0 ? NULL : x->retry_after);
-      cleanup_free char *host = url_host (url);
+      cleanup_free char *what = url_shown (url);
       if (rc < 0)
-        ib_warn ("%s %s: %s; trying again in %.1f s", x->method, host, e->msg, (double) ms / 1e3);
+        ib_warn ("%s %s: %s; trying again in %.1f s", x->method, what, e->msg, (double) ms / 1e3);
       else
-        ib_warn ("%s %s: HTTP %ld%s; trying again in %.1f s", x->method, host, x->status,
+        ib_warn ("%s %s: HTTP %ld%s; trying again in %.1f s", x->method, what, x->status,
                  x->status == 429 ? " (too many requests)" : "", (double) ms / 1e3);
       ib_error_free (&e);
       sleep_ms (ms);
@@ -1021,7 +1088,22 @@ http_once (ib_registry_t *r, xfer_t *x, const char *url, const char *auth, ib_er
   xfer_reset_response (x);
   x->sink_started = false;
   x->upload_off = 0;
+  x->deadline_hit = false;
   r->errbuf[0] = '\0';
+  /* a small request's deadline: the one http_retry set for all its tries,
+   * else one for this try alone */
+  int64_t deadline = 0;
+  if (xfer_small (x))
+    {
+      deadline = x->deadline_ms ? x->deadline_ms
+                                : now_ms () + ib_registry_net_limit (IB_NET_REQUEST) * 1000;
+      if (deadline - now_ms () <= 0)
+        {
+          x->curl_code = CURLE_OPERATION_TIMEDOUT;
+          x->deadline_hit = true;
+          return curl_failure (r, x, CURLE_OPERATION_TIMEDOUT, url, err);
+        }
+    }
 
   struct curl_slist *h = NULL;
   char range[64];
@@ -1051,6 +1133,8 @@ http_once (ib_registry_t *r, xfer_t *x, const char *url, const char *auth, ib_er
   h = curl_slist_append (h, "Expect:");
 
   setup_handle (r, c);
+  if (deadline)
+    curl_easy_setopt (c, CURLOPT_TIMEOUT_MS, (long) (deadline - now_ms ()));
   curl_easy_setopt (c, CURLOPT_URL, url);
   curl_easy_setopt (c, CURLOPT_HTTPHEADER, h);
   curl_easy_setopt (c, CURLOPT_ERRORBUFFER, r->errbuf);
@@ -1093,6 +1177,8 @@ http_once (ib_registry_t *r, xfer_t *x, const char *url, const char *auth, ib_er
   CURLcode rc = curl_easy_perform (c);
   curl_slist_free_all (h);
   x->curl_code = rc;
+  /* timed out at the deadline rather than by a stall or the connect timeout */
+  x->deadline_hit = rc == CURLE_OPERATION_TIMEDOUT && deadline && now_ms () >= deadline - 50;
   if (rc != CURLE_OK)
     return curl_failure (r, x, rc, url, err);
   long st = 0;
@@ -1839,6 +1925,8 @@ typedef struct fetch_job
   char errbuf[CURL_ERROR_SIZE];
   xfer_t x;               /* headers, status, and the sink (fd, hash, bytes written) */
   char *retry_after;      /* Retry-After of the last response */
+  char *last_error;       /* why the last attempt failed, while a retry waits */
+  int64_t peer_size;      /* size of the partial file another process holds */
   /* shared with readers, under f->mu */
   uint64_t published;     /* bytes of the partial file readers may read */
   unsigned generation;    /* +1 whenever the file starts over from byte 0 */
@@ -1861,17 +1949,11 @@ struct ib_fetch
   bool cancel;            /* under mu */
   bool finished;          /* under mu: the loop thread has ended */
   int64_t stall_s;
+  int64_t progress_s;     /* IB_NET_PROGRESS */
+  int64_t progress_ms;    /* when a blob last received a byte or completed */
   ib_progress_t *progress; /* not owned; may be NULL */
   bool unpacking;         /* a caller unpacks the layers: "Pull complete" is theirs to say */
 };
-
-static int64_t
-now_ms (void)
-{
-  struct timespec ts;
-  clock_gettime (CLOCK_MONOTONIC, &ts);
-  return (int64_t) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 static void
 job_wake (struct ib_fetch *f)
@@ -1943,6 +2025,7 @@ job_on_write (char *data, size_t size, size_t nmemb, void *ud)
   size_t r = on_write (data, size, nmemb, x);
   if (body)
     {
+      j->f->progress_ms = now_ms (); /* the loop thread's own: no lock */
       pthread_mutex_lock (&j->f->mu);
       j->published = x->sink_written;
       job_wake (j->f);
@@ -1968,6 +2051,7 @@ job_fail (fetch_job_t *j, ib_error_t *e)
 static void
 job_done (fetch_job_t *j)
 {
+  j->f->progress_ms = now_ms ();
   pthread_mutex_lock (&j->f->mu);
   j->state = JOB_DONE;
   job_wake (j->f);
@@ -2100,6 +2184,13 @@ job_start (fetch_job_t *j, ib_error_t *err)
         }
       if (r == 2)
         {
+          /* another process downloads it: its progress is ours */
+          struct stat st;
+          if (stat (j->path, &st) == 0 && st.st_size != j->peer_size)
+            {
+              j->peer_size = st.st_size;
+              f->progress_ms = now_ms ();
+            }
           j->not_before_ms = now_ms () + 200;
           return 0;
         }
@@ -2173,6 +2264,8 @@ job_retry_or_fail (fetch_job_t *j, ib_error_t *e, bool transient, long status)
   ib_warn ("%s: blob %.19s..: %s; retrying in %.1f s (%llu bytes so far)", j->f->shown,
            j->desc.digest, (*e)->msg, (double) delay / 1000.0,
            (unsigned long long) j->x.sink_written);
+  free (j->last_error);
+  j->last_error = xstrdup ((*e)->msg);
   ib_error_free (e);
   j->not_before_ms = now_ms () + delay;
   j->state = JOB_WAITING;
@@ -2302,6 +2395,31 @@ job_finished (fetch_job_t *j, CURLcode rc)
   job_done (j); /* the fd stays open for readers: the blob file, now committed */
 }
 
+/* The pull's blobs received nothing for f->progress_s seconds, retries
+ * and their waits included (docs/cli.md "Network deadlines"): every blob
+ * still open fails, naming the limit and, when a retry was waiting, why
+ * the last attempt failed. */
+static void
+fetch_no_progress (struct ib_fetch *f)
+{
+  for (size_t i = 0; i < f->n; i++)
+    {
+      fetch_job_t *j = &f->jobs[i];
+      if (j->state != JOB_WAITING && j->state != JOB_ACTIVE)
+        continue;
+      job_release_easy (j);
+      ib_error_t e = NULL;
+      ib_error_set (&e, ETIMEDOUT,
+                    "timed out: no progress for %lld s (no blob received a byte from %s; set "
+                    "%s=SECONDS to allow more)%s%s",
+                    (long long) f->progress_s, f->r->name,
+                    ib_registry_net_limit_var (IB_NET_PROGRESS),
+                    j->last_error ? "; the last attempt: " : "",
+                    j->last_error ? j->last_error : "");
+      job_fail (j, &e);
+    }
+}
+
 static void *
 fetch_loop (void *arg)
 {
@@ -2349,6 +2467,11 @@ fetch_loop (void *arg)
         }
       if (open_jobs == 0)
         break;
+      if (now - f->progress_ms >= f->progress_s * 1000)
+        {
+          fetch_no_progress (f);
+          continue;
+        }
       int running = 0;
       curl_multi_perform (f->multi, &running);
       CURLMsg *msg;
@@ -2402,7 +2525,9 @@ ib_fetch_start (ib_registry_t *r, ib_store_t *store, const char *repo, const cha
   f->shown = xstrdup (shown ? shown : repo);
   f->n = n;
   f->jobs = xmalloc ((n ? n : 1) * sizeof *f->jobs);
-  f->stall_s = stall_timeout_s ();
+  f->stall_s = ib_registry_net_limit (IB_NET_STALL);
+  f->progress_s = ib_registry_net_limit (IB_NET_PROGRESS);
+  f->progress_ms = now_ms ();
   f->progress = progress;
   f->unpacking = unpacking;
   for (size_t i = 0; i < n; i++)
@@ -2530,6 +2655,7 @@ ib_fetch_free (ib_fetch_t *f)
       free (j->path);
       free (j->url);
       free (j->retry_after);
+      free (j->last_error);
       ib_sha256_free (j->x.sink_hash);
       xfer_free (&j->x);
       ib_error_free (&j->err);
@@ -2712,6 +2838,7 @@ upload_chunked (ib_registry_t *r, const char *scope, const char *location, const
   xfer_init (&x, "PUT");
   x.scope = scope;
   x.content_type = "application/octet-stream";
+  x.bulk = true; /* the registry may take its time to assemble the blob */
   int ret = upload_request (r, &x, put_url, err);
   if (ret == 0 && (x.status < 200 || x.status >= 300))
     ret = status_error (&x, err);

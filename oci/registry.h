@@ -19,6 +19,15 @@
  * registries (ib_registry_add_insecure, registries.conf insecure = true,
  * --tls-verify=false) get HTTPS without verification, or plain HTTP when
  * they do not speak TLS.  Process-wide options: oci/regconf.h.
+ *
+ * Deadlines (oci/regconf.h ib_registry_net_limit; docs/cli.md "Network
+ * deadlines"): every small request (ping, token, manifest, tag list page,
+ * HEAD, image config, upload POST, manifest PUT) must be done, retries
+ * included, within $IMGBUILD_REQUEST_TIMEOUT seconds, else it fails with
+ * ETIMEDOUT naming the request and the limit; every transfer moving less
+ * than 1 KiB/s for $IMGBUILD_STALL_TIMEOUT seconds is cut (ETIMEDOUT,
+ * retried where the request may be); blob transfers have no total
+ * deadline (ib_fetch_start: the no-progress rule).
  */
 #ifndef IB_OCI_REGISTRY_H
 #define IB_OCI_REGISTRY_H
@@ -120,11 +129,16 @@ int ib_registry_fetch_blob (ib_registry_t *r, const char *repo, const char *dige
  * one blob) and through sha256; committed to the store only when the
  * digest (and the descriptor's size, when > 0) match.  What an earlier
  * run left in a partial file is resumed with a Range request; connection
- * errors, stalls (no byte for $IMGBUILD_STALL_TIMEOUT seconds, default
- * 60), 5xx and 429 are retried with exponential backoff (250 ms doubling,
- * capped at 8 s, jittered) or after the response's Retry-After, resuming
- * from the bytes received; a blob whose bytes do not match its digest is
- * discarded and downloaded again; 6 attempts per blob in all.  Redirects
+ * errors, stalls (less than 1 KiB/s for $IMGBUILD_STALL_TIMEOUT seconds,
+ * default 60), 5xx and 429 are retried with exponential backoff (250 ms
+ * doubling, capped at 8 s, jittered) or after the response's Retry-After,
+ * resuming from the bytes received; a blob whose bytes do not match its
+ * digest is discarded and downloaded again; 6 attempts per blob in all.
+ * When no blob received a byte (or completed) for
+ * $IMGBUILD_PROGRESS_TIMEOUT seconds (default 180), retries included,
+ * every blob still open fails with ETIMEDOUT ("timed out: no progress for
+ * N s ...").  Blob transfers have no total deadline (oci/regconf.h:
+ * ib_registry_net_limit).  Redirects
  * (to blob storage) are followed by hand, sending Authorization only to
  * the registry's own origin.  Blobs already in the store are not fetched.
  * `shown` (may be NULL) names the image in messages.  `blobs` is copied.

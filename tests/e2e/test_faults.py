@@ -196,3 +196,145 @@ def test_proxy_log_records_requests(formats, faultproxy, tmp_path):
     assert [e["path"] for e in manifest_gets(p)] == ["/v2/faults/small/manifests/1"]
     assert all(e["fault"] is None and e["status"] in (200, 206) for e in log)
     assert_pulled_correctly(formats, store, ref_via(p, formats), tmp_path)
+
+
+# ---- network deadlines (docs/cli.md "Network deadlines"), set small by their
+# environment variables so that each test takes seconds ----
+
+def last_line(r):
+    return r.err.strip().splitlines()[-1]
+
+
+def only_config_stored(formats, store):
+    """No image tagged, no layer visible: at most the verified config blob,
+    which the pull stores before the layers."""
+    assert stored_names(store) == []
+    assert set(walk_blobs(store)) <= {formats["small_config"]}, walk_blobs(store)
+
+
+def test_dripped_manifest_fails_at_the_request_deadline(formats, faultproxy, tmp_path):
+    """A registry that sends the manifest at 4 bytes/s never stalls, but the
+    request's total deadline ends it, once, with the limit named."""
+    p = faultproxy([{"match": "/manifests/1$", "fault": "drip", "rate": 4, "times": 100}])
+    store = tmp_path / "store"
+    ref = ref_via(p, formats)
+    r, took = pull(ref, store, env={"IMGBUILD_REQUEST_TIMEOUT": "3"})
+    assert r.rc == 1, r
+    assert 2.9 <= took < 15, (took, r)
+    assert last_line(r) == (
+        f"imgbuild: pull {ref}: GET {p.host}/v2/faults/small/manifests/1: timed out: no complete "
+        "answer within the 3 s deadline of one request (retries included; set "
+        "IMGBUILD_REQUEST_TIMEOUT=SECONDS to allow more)"), r
+    gets = manifest_gets(p)
+    assert len(gets) == 1 and gets[0]["fault"] == "drip", gets  # no retry past the deadline
+    assert walk_blobs(store) == {} and stored_names(store) == []
+
+
+@pytest.mark.parametrize("stall", [None, "1"])
+def test_silent_registry_fails_at_the_request_deadline(formats, faultproxy, tmp_path, stall):
+    """A registry that takes the connection and never answers: the first
+    request (GET /v2/) ends at its deadline, stalls retried within it."""
+    p = faultproxy([{"match": ".", "fault": "silent", "seconds": 120, "times": 1000}])
+    store = tmp_path / "store"
+    ref = ref_via(p, formats)
+    env = {"IMGBUILD_REQUEST_TIMEOUT": "3"}
+    if stall:
+        env["IMGBUILD_STALL_TIMEOUT"] = stall
+    r, took = pull(ref, store, env=env)
+    assert r.rc == 1, r
+    # a retry whose wait would end past the deadline is not made: maybe done early
+    assert (2.9 if stall is None else 2) <= took < 15, (took, r)
+    last = last_line(r)
+    assert last.startswith(f"imgbuild: pull {ref}: GET {p.host}/v2/: timed out"), r
+    assert "within the 3 s deadline of one request" in last, r
+    assert "set IMGBUILD_REQUEST_TIMEOUT=SECONDS to allow more" in last, r
+    log = p.log()
+    assert {e["path"] for e in log} == {"/v2/"}, log
+    assert len(log) == 1 if stall is None else len(log) >= 2, log  # stalls: cut and tried again
+    assert walk_blobs(store) == {} and stored_names(store) == []
+
+
+def test_retries_stop_at_the_request_deadline(formats, faultproxy, tmp_path):
+    """503 with Retry-After: 2 for ever: without a deadline 5 tries (8 s);
+    with a 3 s one the second try is the last."""
+    p = faultproxy([{"match": "/manifests/1$", "fault": "status", "code": 503, "retry_after": "2",
+                     "times": 1000}])
+    store = tmp_path / "store"
+    ref = ref_via(p, formats)
+    r, took = pull(ref, store, env={"IMGBUILD_REQUEST_TIMEOUT": "3"})
+    assert r.rc == 1, r
+    assert took < 7, (took, r)
+    assert [g["status"] for g in manifest_gets(p)] == [503, 503], manifest_gets(p)
+    assert "past the 3 s deadline of one request (IMGBUILD_REQUEST_TIMEOUT)" in r.err, r
+    assert last_line(r).startswith(f"imgbuild: pull {ref}: "), r
+    assert walk_blobs(store) == {} and stored_names(store) == []
+
+
+@pytest.mark.parametrize("stall", [None, "1"])
+def test_silent_blob_fails_after_no_progress(formats, faultproxy, tmp_path, stall):
+    """Blob requests that are never answered: the pull fails once no blob
+    received a byte for IMGBUILD_PROGRESS_TIMEOUT seconds, retries included
+    (the stall limit alone would allow 6 tries of 60 s)."""
+    layer = formats["small_layer"]
+    p = faultproxy([{"match": f"/blobs/{layer}$", "fault": "silent", "seconds": 120,
+                     "times": 1000}])
+    store = tmp_path / "store"
+    ref = ref_via(p, formats)
+    env = {"IMGBUILD_PROGRESS_TIMEOUT": "3"}
+    if stall:
+        env["IMGBUILD_STALL_TIMEOUT"] = stall
+    r, took = pull(ref, store, env=env)
+    assert r.rc == 1, r
+    assert 2.9 <= took < 15, (took, r)
+    last = last_line(r)
+    assert last.startswith(
+        f"imgbuild: pull {ref}: blob {layer}: timed out: no progress for 3 s (no blob received a "
+        f"byte from {p.host}; set IMGBUILD_PROGRESS_TIMEOUT=SECONDS to allow more)"), r
+    if stall:  # a retry was waiting or running: why the last attempt failed
+        assert "; the last attempt: " in last and "stalled" in last, r
+    assert len(blob_gets(p, layer)) >= (2 if stall else 1)
+    only_config_stored(formats, store)
+
+
+def test_dripped_blob_is_cut_by_the_minimum_speed(formats, faultproxy, tmp_path):
+    """A blob sent at 4 bytes/s is slower than 1 KiB/s for the stall limit:
+    cut, and resumed from the bytes it got."""
+    layer = formats["small_layer"]
+    p = faultproxy([{"match": f"/blobs/{layer}$", "fault": "drip", "rate": 4}])
+    store = tmp_path / "store"
+    r, took = pull(ref_via(p, formats), store, env={"IMGBUILD_STALL_TIMEOUT": "1"})
+    assert r.rc == 0, r
+    assert took < 20, took
+    gets = blob_gets(p, layer)
+    assert [g["fault"] for g in gets] == ["drip", None], gets
+    assert 0 < gets[0]["sent"] < 64, gets
+    # resumed from what arrived (a last byte may have been in flight at the cut)
+    assert gets[1]["range"].startswith("bytes=") and gets[1]["range"].endswith("-"), gets
+    assert 0 < int(gets[1]["range"][6:-1]) <= gets[0]["sent"], gets
+    assert_pulled_correctly(formats, store, ref_via(p, formats), tmp_path)
+
+
+def test_slow_progressing_blob_outlives_the_request_deadline(formats, faultproxy, tmp_path):
+    """The 2 MiB layer at 384 KiB/s takes over 5 s, more than twice the 2 s
+    deadline of small requests and than the 2 s progress limit: blob
+    downloads have no total deadline, and while bytes flow they progress."""
+    layer = formats["small_layer"]
+    p = faultproxy([{"match": f"/blobs/{layer}$", "fault": "drip", "rate": 384 << 10}])
+    store = tmp_path / "store"
+    env = {"IMGBUILD_REQUEST_TIMEOUT": "2", "IMGBUILD_STALL_TIMEOUT": "2",
+           "IMGBUILD_PROGRESS_TIMEOUT": "2"}
+    r, took = pull(ref_via(p, formats), store, env=env)
+    assert r.rc == 0, r
+    assert took > 4.5, took
+    gets = blob_gets(p, layer)
+    assert [g["fault"] for g in gets] == ["drip"], gets  # one transfer, never cut
+    assert_pulled_correctly(formats, store, ref_via(p, formats), tmp_path)
+
+
+def test_bad_deadline_value_is_warned_about(formats, faultproxy, tmp_path):
+    p = faultproxy([])
+    store = tmp_path / "store"
+    r, _ = pull(ref_via(p, formats), store, env={"IMGBUILD_REQUEST_TIMEOUT": "soon"})
+    assert r.rc == 0, r
+    assert ('imgbuild: warning: IMGBUILD_REQUEST_TIMEOUT "soon": expected a number of seconds '
+            '(like 60); using the default, 60 s') in r.err, r

@@ -20,6 +20,11 @@ first `times` (default 1) requests whose path matches the regex `match`
   {"fault": "corrupt", "offset": N}        flip one byte of the body (default: its middle)
   {"fault": "stall", "seconds": S}         send the headers, then nothing for S seconds,
                                            then close the connection
+  {"fault": "drip", "rate": 4}             send the status line and headers, then the
+                                           body at `rate` bytes a second (a slow-loris
+                                           registry, or a slow link when the rate is high)
+  {"fault": "silent", "seconds": S}        read the request, answer nothing for S seconds
+                                           (default 600), then close the connection
   {"fault": "reset_headers"}               send half a status line and headers, then
                                            reset the connection (RST)
   {"fault": "paginate", "n": 1}            a tag list (GET .../tags/list) served in pages
@@ -128,6 +133,10 @@ class Handler(http.server.BaseHTTPRequestHandler):
             self.wfile.write(payload)
             entry["status"], entry["sent"] = code, len(payload)
             return
+        if kind == "silent":
+            time.sleep(float(fault.get("seconds", 600)))
+            self._close()
+            return
         if kind == "reset_headers":
             self.wfile.write(b"HTTP/1.1 200 OK\r\nContent-Ty")
             self.wfile.flush()
@@ -185,6 +194,10 @@ class Handler(http.server.BaseHTTPRequestHandler):
             entry["sent"] = k
             self._close()
             return
+        if kind == "drip":
+            self.wfile.flush()
+            self._drip(data, float(fault.get("rate", 4)), entry)
+            return
         if kind == "stall":
             self.wfile.flush()
             time.sleep(float(fault.get("seconds", 30)))
@@ -192,6 +205,29 @@ class Handler(http.server.BaseHTTPRequestHandler):
             return
         self.wfile.write(data)
         entry["sent"] = len(data)
+
+    def _drip(self, data, rate, entry):
+        """Send `data` at `rate` bytes/s: a piece every 0.1 s (one byte every
+        1/rate s when that is slower); stop when the client hangs up.  The
+        log's "sent" counts the piece being sent (at most one piece more than
+        the client got when it hung up)."""
+        piece = max(1, int(rate / 10))
+        start = time.monotonic()
+        for off in range(0, len(data), piece):
+            chunk = data[off:off + piece]
+            # logged before it is sent: the log is up to date when the client has it
+            entry["sent"] = off + len(chunk)
+            self.state.record(entry, False)
+            try:
+                self.wfile.write(chunk)
+                self.wfile.flush()
+            except OSError:
+                entry["sent"] = off
+                self.close_connection = True
+                return
+            delay = start + (off + piece) / rate - time.monotonic()
+            if delay > 0 and off + piece < len(data):
+                time.sleep(delay)
 
     def _close(self):
         self.close_connection = True

@@ -319,6 +319,57 @@ test_parse_size (void **state)
 }
 
 static void
+test_parse_seconds (void **state)
+{
+  (void) state;
+  static const struct
+  {
+    const char *in;
+    long want;
+  } ok[] = { { "1", 1 }, { "60", 60 }, { "90s", 90 }, { "86400", 86400 } };
+  for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++)
+    {
+      long v = 0;
+      ib_error_t err = NULL;
+      if (ib_parse_seconds (ok[i].in, &v, &err) < 0)
+        fail_msg ("%s: %s", ok[i].in, err->msg);
+      assert_int_equal (v, ok[i].want);
+    }
+  static const char *bad[] = { "", "0", "-5", "soon", "1m", "1.5", "86401", " 5", "5 ",
+                               "99999999999999999999" };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+    {
+      long v = 0;
+      ib_error_t err = NULL;
+      if (ib_parse_seconds (bad[i], &v, &err) == 0)
+        fail_msg ("\"%s\" parsed as %ld", bad[i], v);
+      assert_non_null (strstr (err->msg, bad[i]));
+      ib_error_free (&err);
+    }
+}
+
+/* The network limits: defaults, the environment, a bad value ignored.
+ * They are read once per process: the only test that asks for them. */
+static void
+test_net_limits (void **state)
+{
+  (void) state;
+  unsetenv ("IMGBUILD_REQUEST_TIMEOUT");
+  setenv ("IMGBUILD_STALL_TIMEOUT", "later", 1);
+  setenv ("IMGBUILD_PROGRESS_TIMEOUT", "7", 1);
+  assert_int_equal (ib_registry_net_limit (IB_NET_REQUEST), 60);
+  assert_int_equal (ib_registry_net_limit (IB_NET_STALL), 60);
+  assert_int_equal (ib_registry_net_limit (IB_NET_PROGRESS), 7);
+  setenv ("IMGBUILD_PROGRESS_TIMEOUT", "8", 1); /* read once: no change */
+  assert_int_equal (ib_registry_net_limit (IB_NET_PROGRESS), 7);
+  assert_string_equal (ib_registry_net_limit_var (IB_NET_REQUEST), "IMGBUILD_REQUEST_TIMEOUT");
+  assert_string_equal (ib_registry_net_limit_var (IB_NET_STALL), "IMGBUILD_STALL_TIMEOUT");
+  assert_string_equal (ib_registry_net_limit_var (IB_NET_PROGRESS), "IMGBUILD_PROGRESS_TIMEOUT");
+  unsetenv ("IMGBUILD_STALL_TIMEOUT");
+  unsetenv ("IMGBUILD_PROGRESS_TIMEOUT");
+}
+
+static void
 put (const char *dir, const char *name, const char *text)
 {
   cleanup_free char *p = ib_path_join (dir, name);
@@ -499,6 +550,8 @@ main (void)
     cmocka_unit_test (test_match),
     cmocka_unit_test (test_sources),
     cmocka_unit_test (test_parse_size),
+    cmocka_unit_test (test_parse_seconds),
+    cmocka_unit_test (test_net_limits),
     cmocka_unit_test_setup_teardown (test_certs, setup_dir, teardown_dir),
     cmocka_unit_test_setup_teardown (test_blob_sources, setup_dir, teardown_dir),
   };
