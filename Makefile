@@ -81,11 +81,15 @@ e2e-debian-wheels: all
 e2e-torch: all
 	bash tests/torch/run.sh
 
+# ASAN_BUILD / ASAN_BIN: other directories (two builds in one checkout).
+ASAN_BUILD ?= build-asan
+ASAN_BIN   ?= bin-asan
 asan:
-	ASAN_OPTIONS=fast_unwind_on_malloc=0 $(MAKE) BUILD=build-asan BIN=bin-asan CFLAGS="-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer" LDFLAGS="-fsanitize=address,undefined" all unit
+	ASAN_OPTIONS=fast_unwind_on_malloc=0 $(MAKE) BUILD=$(ASAN_BUILD) BIN=$(ASAN_BIN) CFLAGS="-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer" LDFLAGS="-fsanitize=address,undefined" all unit
 
-# libFuzzer targets (clang): ref, manifest/index/config, layer unpack; each
-# runs FUZZ_SECONDS (default 60).  tests/fuzz/run.sh says more.
+# libFuzzer targets (clang): ref, manifest/index/config, layer unpack, wheel,
+# recipe (parser and expansion); each runs FUZZ_SECONDS (default 60),
+# FUZZ_TARGETS picks some.  tests/fuzz/run.sh says more.
 fuzz:
 	bash tests/fuzz/run.sh
 

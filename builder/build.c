@@ -45,36 +45,40 @@ typedef struct vars
 {
   char **names;
   char **values; /* NULL value = declared without one */
-  size_t n;
+  size_t n, cap;
+  json_t *idx;   /* name -> position: lookups and sets in O(1) (an ARG of 1M
+                    names was O(n^2)); never copied, freed by vars_free */
 } vars_t;
 
 static const char *
 vars_get (const vars_t *v, const char *name, bool *found)
 {
-  for (size_t i = 0; i < v->n; i++)
-    if (strcmp (v->names[i], name) == 0)
-      {
-        if (found)
-          *found = true;
-        return v->values[i];
-      }
+  json_t *at = v->idx ? json_object_get (v->idx, name) : NULL;
   if (found)
-    *found = false;
-  return NULL;
+    *found = at != NULL;
+  return at ? v->values[json_integer_value (at)] : NULL;
 }
 
 static void
 vars_set (vars_t *v, const char *name, const char *value)
 {
-  for (size_t i = 0; i < v->n; i++)
-    if (strcmp (v->names[i], name) == 0)
-      {
-        free (v->values[i]);
-        v->values[i] = xstrdup (value);
-        return;
-      }
-  v->names = xrealloc (v->names, (v->n + 1) * sizeof (char *));
-  v->values = xrealloc (v->values, (v->n + 1) * sizeof (char *));
+  json_t *at = v->idx ? json_object_get (v->idx, name) : NULL;
+  if (at)
+    {
+      size_t i = (size_t) json_integer_value (at);
+      free (v->values[i]);
+      v->values[i] = xstrdup (value);
+      return;
+    }
+  if (v->n == v->cap)
+    {
+      v->cap = v->cap ? 2 * v->cap : 8;
+      v->names = xrealloc (v->names, v->cap * sizeof (char *));
+      v->values = xrealloc (v->values, v->cap * sizeof (char *));
+    }
+  if (v->idx == NULL)
+    v->idx = json_object ();
+  json_object_set_new_nocheck (v->idx, name, json_integer ((json_int_t) v->n));
   v->names[v->n] = xstrdup (name);
   v->values[v->n] = xstrdup (value);
   v->n++;
@@ -98,6 +102,7 @@ vars_free (vars_t *v)
     }
   free (v->names);
   free (v->values);
+  json_decref (v->idx);
   memset (v, 0, sizeof *v);
 }
 
@@ -182,6 +187,9 @@ typedef struct build
   ib_cache_memo_t *memo;     /* content digests of context files (opened when first needed) */
   ib_ignore_t *ignore;       /* .dockerignore of the context (empty when none) */
   const ib_instr_t *cur_in;  /* the instruction running (messages of background work) */
+  const ib_instr_t *budget_in; /* the instruction instr_expanded counts for */
+  size_t instr_expanded;     /* bytes of expanded words of budget_in (IB_EXPAND_INSTR_MAX) */
+  size_t build_expanded;     /* bytes of expanded words of the build (IB_EXPAND_BUILD_MAX) */
   bool stage_process;        /* -j: this is a stage's process (stage_child) */
   layer_job_t *jobs;         /* layers compressing in the background, oldest first */
   size_t n_jobs;
@@ -225,18 +233,59 @@ typedef struct lookup_ctx
   const vars_t *args;
 } lookup_ctx_t;
 
+/* The index of an image config's Env array: NAME -> the position of its
+ * first "NAME=..." entry, so that a lookup (every $VAR of every word) and an
+ * ENV pair cost O(1), not a scan of the array (an ENV of 1M pairs took
+ * O(n^2): 22 s for 50,000).  One array at a time, held (json_incref) so
+ * that its address is never another's.  Only config_env_set changes Env
+ * arrays, by replacing an entry with one of the same name or appending, so
+ * the index stays right and is extended by the entries appended since. */
+static struct
+{
+  json_t *arr;
+  json_t *idx;
+  size_t n;
+} env_memo;
+
+static json_t *
+env_index (json_t *env)
+{
+  size_t n = json_array_size (env);
+  if (env_memo.arr != env || n < env_memo.n)
+    {
+      json_decref (env_memo.arr);
+      json_decref (env_memo.idx);
+      env_memo.arr = json_incref (env);
+      env_memo.idx = json_object ();
+      env_memo.n = 0;
+    }
+  for (size_t i = env_memo.n; i < n; i++)
+    {
+      const char *s = json_string_value (json_array_get (env, i));
+      const char *eq = s ? strchr (s, '=') : NULL;
+      if (eq == NULL)
+        continue;
+      cleanup_free char *name = xstrndup (s, (size_t) (eq - s));
+      if (json_object_get (env_memo.idx, name) == NULL)
+        json_object_set_new_nocheck (env_memo.idx, name, json_integer ((json_int_t) i));
+    }
+  env_memo.n = n;
+  return env_memo.idx;
+}
+
 static const char *
 config_env_get (json_t *config, const char *name)
 {
   json_t *env = json_object_get (json_object_get (config, "config"), "Env");
-  size_t i, n = strlen (name);
-  json_t *e;
-  json_array_foreach (env, i, e)
-  {
-    const char *s = json_string_value (e);
-    if (s && strncmp (s, name, n) == 0 && s[n] == '=')
-      return s + n + 1;
-  }
+  if (!json_is_array (env))
+    return NULL;
+  json_t *at = json_object_get (env_index (env), name);
+  if (at == NULL)
+    return NULL;
+  const char *s = json_string_value (json_array_get (env, (size_t) json_integer_value (at)));
+  size_t n = strlen (name);
+  if (s && strncmp (s, name, n) == 0 && s[n] == '=')
+    return s + n + 1;
   return NULL;
 }
 
@@ -259,11 +308,44 @@ escape_char (build_t *b)
   return b->recipe->escape ? b->recipe->escape : '\\';
 }
 
+/* Count the `len` bytes an expansion made against the instruction's and the
+ * build's bounds (build.h: IB_EXPAND_INSTR_MAX, IB_EXPAND_BUILD_MAX): one
+ * word is at most IB_EXPAND_MAX, but an instruction may hold many words
+ * and a recipe many instructions. */
+static int
+expand_count (build_t *b, size_t len, ib_error_t *err)
+{
+  if (b->budget_in != b->cur_in || b->cur_in == NULL)
+    {
+      b->budget_in = b->cur_in;
+      b->instr_expanded = 0;
+    }
+  b->instr_expanded += len;
+  b->build_expanded += len;
+  if (b->cur_in && b->instr_expanded > IB_EXPAND_INSTR_MAX)
+    return ib_error_set (err, EFBIG,
+                         "the expanded words of this instruction add up to more than %zu bytes",
+                         (size_t) IB_EXPAND_INSTR_MAX);
+  if (b->build_expanded > IB_EXPAND_BUILD_MAX)
+    return ib_error_set (err, EFBIG,
+                         "the expanded words of the build add up to more than %zu bytes",
+                         (size_t) IB_EXPAND_BUILD_MAX);
+  return 0;
+}
+
 static int
 expand (build_t *b, stage_state_t *st, const char *word, char **out, ib_error_t *err)
 {
   lookup_ctx_t c = { st, st ? &st->args : &b->global_args };
-  return ib_expand_word (word, escape_char (b), lookup, &c, out, err);
+  if (ib_expand_word (word, escape_char (b), lookup, &c, out, err) < 0)
+    return -1;
+  if (expand_count (b, strlen (*out), err) < 0)
+    {
+      free (*out);
+      *out = NULL;
+      return -1;
+    }
+  return 0;
 }
 
 static int
@@ -295,18 +377,11 @@ config_env_set (json_t *config, const char *name, const char *value)
       json_object_set_new (c, "Env", env);
     }
   cleanup_free char *kv = xasprintf ("%s=%s", name, value);
-  size_t i, n = strlen (name);
-  json_t *e;
-  json_array_foreach (env, i, e)
-  {
-    const char *s = json_string_value (e);
-    if (s && strncmp (s, name, n) == 0 && s[n] == '=')
-      {
-        json_array_set_new (env, i, json_string (kv));
-        return;
-      }
-  }
-  json_array_append_new (env, json_string (kv));
+  json_t *at = json_object_get (env_index (env), name);
+  if (at)
+    json_array_set_new (env, (size_t) json_integer_value (at), json_string (kv));
+  else
+    json_array_append_new (env, json_string (kv));
 }
 
 static char *
@@ -2165,7 +2240,8 @@ do_copy (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err)
 
   /* Files of the context are 0:0 unless --chown; COPY --from keeps the
    * source stage's owners unless --chown (BuildKit: no chown option). */
-  ib_copy_opts_t co = { .chmod = -1, .set_owner = from == NULL || chown_spec != NULL };
+  ib_copy_opts_t co = { .chmod = -1, .set_owner = from == NULL || chown_spec != NULL,
+                        .root = st->rootfs };
   cleanup_free char *chown_x = NULL;
   if (chown_spec && expand (b, st, chown_spec, &chown_x, err) < 0)
     return -1;
@@ -2205,6 +2281,11 @@ do_copy (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err)
           lookup_ctx_t lc = { st, &st->args };
           if (h->expand && ib_expand (h->content, escape_char (b), lookup, &lc, &content, err) < 0)
             return -1;
+          if (content && expand_count (b, strlen (content), err) < 0)
+            {
+              free (content);
+              return -1;
+            }
           w = xstrdup (in->args[i]);
         }
       else if (expand (b, st, in->args[i], &w, err) < 0)
@@ -2683,7 +2764,7 @@ do_config (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err)
         {
           cleanup_free char *v = NULL;
           if (expand (b, st, in->kvs[i].raw ? in->kvs[i].raw : "", &v, err) < 0)
-            return -1;
+            return ib_error_prefix (err, "%s", in->kvs[i].key);
           config_env_set (st->config, in->kvs[i].key, v);
         }
       break;
@@ -2739,9 +2820,15 @@ do_config (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err)
             cleanup_free char *x = NULL;
             if (expand (b, st, *w, &x, err) < 0)
               return -1;
-            cleanup_free char *k = in->kind == IB_I_EXPOSE && strchr (x, '/') == NULL
-                                       ? xasprintf ("%s/tcp", x)
-                                       : xstrdup (x);
+            cleanup_free char *k = NULL;
+            if (in->kind == IB_I_EXPOSE)
+              {
+                /* checked after expansion (EXPOSE $PORT), as BuildKit does */
+                if (ib_expose_key (x, &k, err) < 0)
+                  return -1;
+              }
+            else
+              k = xstrdup (x);
             json_object_set_new (o, k, json_object ());
           }
         break;
@@ -2749,7 +2836,7 @@ do_config (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err)
     case IB_I_STOPSIGNAL:
       {
         cleanup_free char *s = NULL;
-        if (expand (b, st, in->text, &s, err) < 0)
+        if (expand (b, st, in->text, &s, err) < 0 || ib_stop_signal (s, NULL, err) < 0)
           return -1;
         json_object_set_new (c, "StopSignal", json_string (s));
         break;
@@ -2874,7 +2961,7 @@ do_arg (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err)
               if (expand (b, st, in->kvs[i].raw, &d, err) < 0)
                 {
                   ib_buf_free (&hist);
-                  return -1;
+                  return ib_error_prefix (err, "%s", name);
                 }
               ib_buf_printf (&hist, "=%s", d);
             }
@@ -2884,7 +2971,7 @@ do_arg (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err)
           if (expand (b, st, in->kvs[i].raw, &value, err) < 0)
             {
               ib_buf_free (&hist);
-              return -1;
+              return ib_error_prefix (err, "%s", name);
             }
           v = value;
         }
@@ -3983,8 +4070,13 @@ resolve_args (build_t *b, ib_error_t *err)
   b->build_arg_used = xmalloc ((b->build_args.n + 1) * sizeof (bool));
   platform_args (b);
   for (size_t i = 0; i < b->recipe->n_global_args; i++)
-    if (do_arg (b, NULL, &b->recipe->global_args[i], err) < 0)
-      return instr_error (b, &b->recipe->global_args[i], err);
+    {
+      b->cur_in = &b->recipe->global_args[i];
+      int r = do_arg (b, NULL, &b->recipe->global_args[i], err);
+      b->cur_in = NULL;
+      if (r < 0)
+        return instr_error (b, &b->recipe->global_args[i], err);
+    }
   b->n_stages = b->recipe->n_stages;
   b->stages = xmalloc (b->n_stages * sizeof (stage_state_t));
   for (size_t i = 0; i < b->n_stages; i++)
@@ -4032,8 +4124,8 @@ ib_build (ib_store_t *store, const ib_build_opts_t *opts, ib_error_t *err)
     b.sde = 0;
   int ret = -1;
   cleanup_free char *text = NULL;
-  if (ib_read_file (opts->recipe_path, &text, NULL, err) < 0)
-    return ib_error_prefix (err, "read recipe");
+  if (ib_read_file_max (opts->recipe_path, IB_RECIPE_MAX, "recipe", &text, NULL, err) < 0)
+    return -1;
   if (ib_recipe_parse (opts->recipe_path, text, &b.recipe, err) < 0)
     return -1;
   ib_progress_mode_t pm = ib_progress_resolved_mode ();
@@ -4064,10 +4156,15 @@ ib_build (ib_store_t *store, const ib_build_opts_t *opts, ib_error_t *err)
     cleanup_free char *ctx_ig = ib_path_join (b.context, ".dockerignore");
     cleanup_free char *itext = NULL;
     ib_error_t e2 = NULL;
-    if (ib_read_file (own, &itext, NULL, &e2) < 0)
+    if (ib_read_file_max (own, IB_RECIPE_MAX, ".dockerignore", &itext, NULL, &e2) < 0)
       {
+        if (e2->status == EFBIG)
+          {
+            *err = e2;
+            goto out;
+          }
         ib_error_free (&e2);
-        if (ib_read_file (ctx_ig, &itext, NULL, &e2) < 0)
+        if (ib_read_file_max (ctx_ig, IB_RECIPE_MAX, ".dockerignore", &itext, NULL, &e2) < 0)
           {
             if (e2->status != ENOENT)
               {
@@ -4419,7 +4516,8 @@ plan_instr (build_t *b, stage_state_t *st, const ib_instr_t *in, json_t *step, i
     case IB_I_STOPSIGNAL:
       {
         cleanup_free char *v = NULL;
-        if (expand (b, st, in->text, &v, err) < 0)
+        if (expand (b, st, in->text, &v, err) < 0
+            || (in->kind == IB_I_STOPSIGNAL && ib_stop_signal (v, NULL, err) < 0))
           return -1;
         json_object_set_new (step, "value", json_string (v));
         return 0;
@@ -4432,7 +4530,9 @@ plan_instr (build_t *b, stage_state_t *st, const ib_instr_t *in, json_t *step, i
         for (char **w = in->args; w && *w; w++)
           {
             cleanup_free char *x = NULL;
-            if (expand (b, st, *w, &x, err) < 0)
+            cleanup_free char *k = NULL;
+            if (expand (b, st, *w, &x, err) < 0
+                || (in->kind == IB_I_EXPOSE && ib_expose_key (x, &k, err) < 0))
               return -1;
             json_array_append_new (a, json_string (x));
           }
@@ -4549,7 +4649,10 @@ plan_stage (build_t *b, stage_state_t *st, json_t *js, ib_error_t *err)
       json_array_append_new (steps, step);
       json_object_set_new (step, "line", json_integer (in->line));
       json_object_set_new (step, "instruction", json_string (in->keyword));
-      if (plan_instr (b, st, in, step, err) < 0)
+      b->cur_in = in;
+      int r = plan_instr (b, st, in, step, err);
+      b->cur_in = NULL;
+      if (r < 0)
         return instr_error (b, in, err);
     }
   return 0;
@@ -4563,8 +4666,8 @@ ib_build_plan (const ib_build_opts_t *opts, json_t **out, ib_error_t *err)
   int ret = -1;
   json_t *plan = NULL;
   cleanup_free char *text = NULL;
-  if (ib_read_file (opts->recipe_path, &text, NULL, err) < 0)
-    return ib_error_prefix (err, "read recipe");
+  if (ib_read_file_max (opts->recipe_path, IB_RECIPE_MAX, "recipe", &text, NULL, err) < 0)
+    return -1;
   if (ib_recipe_parse (opts->recipe_path, text, &b.recipe, err) < 0)
     return -1;
   /* As ib_build: build args, platform ARGs, global ARGs, the stages needed. */

@@ -12,6 +12,16 @@
 #ifndef IB_BUILDER_BUILD_H
 #define IB_BUILDER_BUILD_H
 
+/* Bounds on expanded text (docs/recipe.md, "Limits"), over those of one
+ * word (builder/recipe.h, IB_EXPAND_MAX): the words an instruction expands
+ * (ARG, ENV, LABEL pairs, COPY sources, flag values, COPY heredoc bodies)
+ * add up to at most IB_EXPAND_INSTR_MAX bytes; those of a whole build (or
+ * plan) to at most IB_EXPAND_BUILD_MAX.  Either fails the instruction with
+ * EFBIG, "PATH:LINE: KEYWORD: the expanded words of ... add up to more than
+ * N bytes". */
+#define IB_EXPAND_INSTR_MAX ((size_t) 4 << 20)
+#define IB_EXPAND_BUILD_MAX ((size_t) 64 << 20)
+
 #include "common/error.h"
 #include "oci/store.h"
 #include "rootfs/layer.h"

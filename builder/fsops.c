@@ -125,6 +125,18 @@ copy_dir_contents (const char *src, const char *dst, const char *rel, const ib_c
   return ret;
 }
 
+/* `dst` as messages show it: the path in the image when o->root holds it. */
+static const char *
+shown_dst (const ib_copy_opts_t *o, const char *dst)
+{
+  size_t n = o->root ? strlen (o->root) : 0;
+  while (n > 1 && o->root[n - 1] == '/')
+    n--;
+  if (n > 1 && strncmp (dst, o->root, n) == 0 && (dst[n] == '/' || dst[n] == '\0'))
+    return dst[n] ? dst + n : "/";
+  return dst;
+}
+
 static int
 copy_entry (const char *src, const char *dst, const char *rel, const ib_copy_opts_t *o,
             ib_error_t *err)
@@ -138,7 +150,7 @@ copy_entry (const char *src, const char *dst, const char *rel, const ib_copy_opt
       if (dst_exists && !S_ISDIR (dst_st.st_mode) && unlink (dst) < 0)
         return ib_error_sys (err, errno, "replace %s", dst);
       if ((!dst_exists || !S_ISDIR (dst_st.st_mode)) && mkdir (dst, 0700) < 0)
-        return ib_error_sys (err, errno, "create directory %s", dst);
+        return ib_error_sys (err, errno, "create directory %s", shown_dst (o, dst));
       if (copy_dir_contents (src, dst, rel, o, err) < 0)
         return -1;
       apply_meta (dst, &st, o);
@@ -162,7 +174,7 @@ copy_entry (const char *src, const char *dst, const char *rel, const ib_copy_opt
         return ib_error_sys (err, errno, "read link %s", src);
       target[n] = '\0';
       if (symlink (target, dst) < 0)
-        return ib_error_sys (err, errno, "create symlink %s", dst);
+        return ib_error_sys (err, errno, "create symlink %s", shown_dst (o, dst));
       apply_meta (dst, &st, o);
       return 0;
     }
@@ -173,9 +185,12 @@ copy_entry (const char *src, const char *dst, const char *rel, const ib_copy_opt
     return ib_error_sys (err, errno, "open %s", src);
   cleanup_close int out = open (dst, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
   if (out < 0)
-    return ib_error_sys (err, errno, "create %s", dst);
-  if (ib_copy_fd_data (in, out, src, err) < 0)
+    return ib_error_sys (err, errno, "create %s", shown_dst (o, dst));
+  /* a full disk names the file being written, as the image will have it */
+  if (ib_copy_fd_data_to (in, out, src, shown_dst (o, dst), err) < 0)
     return -1;
+  if (close (steal_fd (&out)) < 0) /* NFS, quotas: a deferred write error */
+    return ib_error_sys (err, errno, "write %s", shown_dst (o, dst));
   apply_meta (dst, &st, o);
   return 0;
 }
@@ -352,23 +367,37 @@ ib_lookup_user (const char *root, const char *spec, uid_t *uid, gid_t *gid, ib_e
   char *group = strchr (user, ':');
   if (group)
     *group++ = '\0';
+  cleanup_free char *exu = ib_str_printable (user, false);
+  cleanup_free char *exg = group ? ib_str_printable (group, false) : NULL;
+  /* numbers are ids whether or not the image names them: checked first */
+  uint32_t u32 = 0, g32 = 0;
+  if (is_number (user) && ib_parse_id (user, &u32) < 0)
+    return ib_error_set (err, ERANGE, "user '%s': a uid is 0 to 4294967294", exu);
+  if (group && is_number (group) && ib_parse_id (group, &g32) < 0)
+    return ib_error_set (err, ERANGE, "group '%s': a gid is 0 to 4294967294", exg);
   long u = 0, g = 0;
   if (lookup_db (root, "passwd", user, &u, &g) < 0)
     {
       if (!is_number (user))
-        return ib_error_set (err, ENOENT, "user '%s' not found in the image's /etc/passwd", user);
-      u = strtol (user, NULL, 10);
+        return ib_error_set (err, ENOENT, "user '%s' not found in the image's /etc/passwd", exu);
+      u = (long) u32;
       g = 0;
     }
+  else if (u < 0 || u > 4294967294L || g < 0 || g > 4294967294L)
+    return ib_error_set (err, ERANGE, "user '%s': the image's /etc/passwd gives an id out of "
+                         "range (0 to 4294967294)", exu);
   if (group && *group)
     {
       if (lookup_db (root, "group", group, &g, NULL) < 0)
         {
           if (!is_number (group))
             return ib_error_set (err, ENOENT, "group '%s' not found in the image's /etc/group",
-                                 group);
-          g = strtol (group, NULL, 10);
+                                 exg);
+          g = (long) g32;
         }
+      else if (g < 0 || g > 4294967294L)
+        return ib_error_set (err, ERANGE, "group '%s': the image's /etc/group gives a gid out "
+                             "of range (0 to 4294967294)", exg);
     }
   *uid = (uid_t) u;
   *gid = (gid_t) g;

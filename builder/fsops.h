@@ -26,6 +26,10 @@ typedef struct ib_copy_opts
   const ib_path_filter_t *filter; /* NULL, or entries under a copied directory to leave
                                      out (.dockerignore, --exclude); paths given to it
                                      are relative to the copied directory */
+  const char *root;      /* NULL, or the host path of the image's root that the
+                            destination is in: errors about destinations name
+                            the path in the image ("write /usr/lib/big: No space
+                            left on device"), not the host path */
 } ib_copy_opts_t;
 
 /* Dockerfile COPY semantics for one source: a directory's *contents* are
@@ -43,7 +47,9 @@ int ib_mkdir_p_owned (const char *dir, const ib_copy_opts_t *o, ib_error_t *err)
 
 /* Resolve "user[:group]" (names or numbers) against <root>/etc/passwd and
  * <root>/etc/group.  Without group: the user's primary group (0 when the
- * user is numeric and unknown).  Error names the user. */
+ * user is numeric and unknown).  Error names the user: ENOENT for a name
+ * the image lacks, ERANGE for an id outside 0 to 4294967294 (given as a
+ * number, or found in the image's files; (uid_t) -1 is never an id). */
 int ib_lookup_user (const char *root, const char *spec, uid_t *uid, gid_t *gid,
                     ib_error_t *err);
 

@@ -114,9 +114,14 @@ static const char usage_text[] =
 static void
 usage_error (const char *fmt, const char *arg)
 {
-  fprintf (stderr, "imgbuild: ");
-  fprintf (stderr, fmt, arg);
-  fprintf (stderr, "\nTry 'imgbuild --help'.\n");
+  /* arg is the user's (an operand, an error quoting one): shown with its
+   * control characters as '?', like every final error line */
+  char *msg = NULL;
+  if (asprintf (&msg, fmt, arg) < 0)
+    abort ();
+  cleanup_free char *shown = ib_str_printable (msg, true);
+  free (msg);
+  fprintf (stderr, "imgbuild: %s\nTry 'imgbuild --help'.\n", shown);
   exit (2);
 }
 
@@ -145,7 +150,8 @@ set_chunk_size (const char *what, const char *s)
   ib_error_t e = NULL;
   if (ib_parse_size (s, &n, &e) < 0)
     {
-      fprintf (stderr, "imgbuild: %s: %s\nTry 'imgbuild --help'.\n", what, e->msg);
+      cleanup_free char *shown = ib_str_printable (e->msg, false);
+      fprintf (stderr, "imgbuild: %s: %s\nTry 'imgbuild --help'.\n", what, shown);
       ib_error_free (&e);
       exit (2);
     }
@@ -394,8 +400,9 @@ build_matrix (ib_store_t *store, const ib_build_opts_t *base, const ib_matrix_t 
         {
           failed++;
           const char *nl = strchr (e->msg, '\n');
+          cleanup_free char *first = ib_str_printable (e->msg, true); /* no escapes */
           ib_buf_printf (&sum, "matrix %zu/%zu: %s: FAILED: %.*s\n", i + 1, n, label,
-                         nl ? (int) (nl - e->msg) : (int) strlen (e->msg), e->msg);
+                         nl ? (int) (nl - e->msg) : (int) strlen (e->msg), first);
           ib_error_prefix (&e, "matrix %s", label);
           ib_error_report (&e);
           if (fail_fast)
@@ -1221,6 +1228,20 @@ cmd_run (int argc, char **argv, int *exit_status, ib_error_t *err)
   /* on a terminal the command gets a pty of its own, relayed: the
    * caller's terminal never reaches the sandbox */
   bool tty = want_tty || (isatty (STDIN_FILENO) && isatty (STDOUT_FILENO));
+  if (user)
+    {
+      /* a numeric uid or gid is checked before anything is pulled:
+       * 0 to 4294967294, never wrapped into another id */
+      cleanup_free char *u = xstrdup (user);
+      char *g = strchr (u, ':');
+      if (g)
+        *g++ = '\0';
+      uint32_t id;
+      if (*u && strspn (u, "0123456789") == strlen (u) && ib_parse_id (u, &id) < 0)
+        usage_error ("run: -u %s: a uid is 0 to 4294967294", user);
+      if (g && *g && strspn (g, "0123456789") == strlen (g) && ib_parse_id (g, &id) < 0)
+        usage_error ("run: -u %s: a gid is 0 to 4294967294", user);
+    }
 
   ib_store_t *store = NULL;
   if (enter_userns (err) < 0 || open_store (&store, err) < 0)

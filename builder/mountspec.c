@@ -3,6 +3,7 @@
 #include "common/util.h"
 
 #include <errno.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -42,6 +43,43 @@ parse_id_number (const char *key, const char *v, unsigned long max, int base, un
   if (v == NULL || *v == '\0' || *end || errno || n > max)
     return ib_error_set (err, EINVAL, "--mount=%s: bad %s '%s'", value, key, v ? v : "");
   *out = n;
+  return 0;
+}
+
+int
+ib_tmpfs_size_parse (const char *v, char **norm, ib_error_t *err)
+{
+  uint64_t n = 0;
+  size_t i = 0;
+
+  *norm = NULL;
+  if (v == NULL || v[0] < '0' || v[0] > '9')
+    return ib_error_set (err, EINVAL, "bad size '%s' (bytes, or k, m, g, t, or N%%)", v ? v : "");
+  for (; v[i] >= '0' && v[i] <= '9'; i++)
+    {
+      if (n > (UINT64_MAX - 9) / 10)
+        return ib_error_set (err, ERANGE, "size '%s' is out of range (1 byte to 1 PiB, or 1%% to "
+                             "100%%)", v);
+      n = n * 10 + (uint64_t) (v[i] - '0');
+    }
+  const char *unit = v + i;
+  if (strcmp (unit, "%") == 0)
+    {
+      if (n < 1 || n > 100)
+        return ib_error_set (err, ERANGE, "size '%s' is out of range (1%% to 100%% of memory)", v);
+      *norm = xstrdup (v);
+      return 0;
+    }
+  static const char units[] = "kmgt";
+  uint64_t mult = 1;
+  if (unit[0] && unit[1] == '\0' && strchr (units, unit[0] | 0x20))
+    mult = (uint64_t) 1 << (10 * (1 + (strchr (units, unit[0] | 0x20) - units)));
+  else if (unit[0])
+    return ib_error_set (err, EINVAL, "bad size '%s' (bytes, or k, m, g, t, or N%%)", v);
+  if (n == 0 || n > IB_TMPFS_SIZE_MAX / mult)
+    return ib_error_set (err, ERANGE, "size '%s' is out of range (1 byte to 1 PiB, or 1%% to 100%%)",
+                         v);
+  *norm = xstrdup (v);
   return 0;
 }
 
@@ -136,15 +174,14 @@ ib_mount_spec_parse (const char *value, ib_mount_spec_t *out, ib_error_t *err)
         }
       else if (strcmp (tok, "size") == 0 && v && *v)
         {
-          if (strspn (v, "0123456789") == 0 || strlen (v) - strspn (v, "0123456789") > 1
-              || (v[strspn (v, "0123456789")] && !strchr ("kKmMgG%", v[strspn (v, "0123456789")])))
+          char *sz = NULL;
+          if (ib_tmpfs_size_parse (v, &sz, err) < 0)
             {
-              ib_error_set (err, EINVAL, "--mount=%s: bad size '%s' (bytes, or k, m, g)", value,
-                            v);
+              ib_error_prefix (err, "--mount=%s", value);
               goto fail;
             }
           free (m.size);
-          m.size = xstrdup (v);
+          m.size = sz;
         }
       else
         {
@@ -239,14 +276,15 @@ ib_mount_spec_parse_tmpfs (const char *value, ib_mount_spec_t *out, ib_error_t *
     *opt++ = '\0';
   if (copy[0] != '/')
     return ib_error_set (err, EINVAL, "--tmpfs %s: the target must be absolute", value);
-  const char *size = NULL;
+  char *size = NULL;
   if (opt)
     {
       if (!ib_str_has_prefix (opt, "size=") || opt[5] == '\0')
         return ib_error_set (err, EINVAL, "--tmpfs %s: the only option is size=N", value);
-      size = opt + 5;
+      if (ib_tmpfs_size_parse (opt + 5, &size, err) < 0)
+        return ib_error_prefix (err, "--tmpfs %s", value);
     }
   *out = (ib_mount_spec_t){ .type = IB_MSPEC_TMPFS, .target = xstrdup (copy),
-                            .size = xstrdup (size), .mode = 0755 };
+                            .size = size, .mode = 0755 };
   return 0;
 }

@@ -14,6 +14,7 @@
 
 #include "common/error.h"
 #include <stdbool.h>
+#include <stdint.h>
 #include <sys/types.h>
 
 typedef enum
@@ -40,9 +41,24 @@ typedef struct ib_mount_spec
   mode_t mode;      /* cache: mode of a new cache directory (default 0755) */
   uid_t uid;        /* cache: owner of a new cache directory (default 0:0) */
   gid_t gid;
-  char *size;       /* tmpfs: size= as written (bytes; k/m/g suffixes as the
-                       kernel's tmpfs takes them) or NULL */
+  char *size;       /* tmpfs: size= as written (bytes; k/m/g/t suffixes as the
+                       kernel's tmpfs takes them, or N%), checked by
+                       ib_tmpfs_size_parse; or NULL */
 } ib_mount_spec_t;
+
+/* The most a tmpfs size= may say: 1 PiB.  Far above any machine's memory,
+ * far below 2^64, where the kernel's parser wraps (size=18446744073709551616
+ * reads as 0, which tmpfs takes as "no limit"). */
+#define IB_TMPFS_SIZE_MAX ((uint64_t) 1 << 50)
+
+/* Check a tmpfs size= value: decimal digits, optionally one suffix k, m, g
+ * or t (any case, powers of 1024, as the kernel reads them), 1 byte to
+ * IB_TMPFS_SIZE_MAX, checked for overflow; or N% with N 1 to 100.  0 is
+ * refused (tmpfs reads it as unlimited: leave size= out for the default,
+ * half of memory).  On success *norm (caller frees) is the value to give
+ * the kernel.  Errors: EINVAL "bad size 'V' (...)", ERANGE "size 'V' is out
+ * of range (...)"; callers prefix the option ("--mount=...", "--tmpfs ..."). */
+int ib_tmpfs_size_parse (const char *v, char **norm, ib_error_t *err);
 
 /* Parse one --mount value (comma-separated key=value; a bare key is
  * key=true).  `shown` names the flag in errors, e.g. "--mount=type=foo":

@@ -128,11 +128,22 @@ instr_clear (ib_instr_t *in)
   memset (in, 0, sizeof *in);
 }
 
+/* Room for element n of an array `*v` of elements of `size` bytes that
+ * grows one at a time: the allocation doubles when n is 0 or a power of
+ * two, so that n appends cost O(n) (its capacity is never stored). */
+static void
+grow_for (void *v, size_t n, size_t size)
+{
+  void **pv = v;
+  if (n == 0 || (n & (n - 1)) == 0)
+    *pv = xrealloc (*pv, (n ? 2 * n : 1) * size);
+}
+
 /* Append a pair to an instruction; takes ownership of the strings. */
 static void
 instr_add_kv (ib_instr_t *in, char *key, char *value, char *raw)
 {
-  in->kvs = xrealloc (in->kvs, (in->n_kvs + 1) * sizeof *in->kvs);
+  grow_for (&in->kvs, in->n_kvs, sizeof *in->kvs);
   in->kvs[in->n_kvs].key = key;
   in->kvs[in->n_kvs].value = value;
   in->kvs[in->n_kvs].raw = raw;
@@ -161,6 +172,8 @@ struct lex
   size_t i, n;
   char esc;
   int mode;
+  int depth;            /* ${...} words being evaluated around l->i */
+  size_t max;           /* the most bytes any output buffer may hold */
   ib_lookup_fn lookup;
   void *ctx;
   const char *word;     /* the whole input, for messages */
@@ -187,6 +200,18 @@ lex_fail (struct lex *l, const char *fmt, ...)
 
 static int lex_until (struct lex *l, int stop, ib_buf_t *out);
 
+/* After `name`'s value (or a ${name...} word) went into `out`: refuse a
+ * result above the limit (ARG A=$B$B doubling would grow without bound). */
+static int
+lex_check_size (struct lex *l, const ib_buf_t *out, const char *name)
+{
+  if (out->len <= l->max)
+    return 0;
+  cleanup_free char *ex = excerpt_n (name, 64);
+  return lex_fail (l, "$%s makes the expansion longer than %zu bytes (the limit of an expanded word)",
+                   ex, l->max);
+}
+
 static void
 put_char (ib_buf_t *out, char c)
 {
@@ -203,7 +228,8 @@ lex_get (struct lex *l, const char *name)
   return l->lookup (l->ctx, name);
 }
 
-/* Remove the shortest/longest prefix/suffix of `value` that matches glob `pat`. */
+/* Remove the shortest/longest prefix/suffix of `value` that matches glob `pat`
+ * (the caller bounds the work: IB_EXPAND_TRIM_MAX). */
 static void
 trim_pattern (const char *value, const char *pat, bool suffix, bool longest, ib_buf_t *out)
 {
@@ -212,11 +238,16 @@ trim_pattern (const char *value, const char *pat, bool suffix, bool longest, ib_
 
   if (!suffix)
     {
+      /* each prefix in place (a NUL moved along a copy), not a copy each */
+      cleanup_free char *prefix = xstrdup (value);
       for (size_t step = 0; step <= len; step++)
         {
           k = longest ? len - step : step;
-          cleanup_free char *prefix = xstrndup (value, k);
-          if (fnmatch (pat, prefix, 0) == 0)
+          char saved = prefix[k];
+          prefix[k] = '\0';
+          int m = fnmatch (pat, prefix, 0);
+          prefix[k] = saved;
+          if (m == 0)
             {
               ib_buf_puts (out, value + k);
               return;
@@ -281,7 +312,7 @@ lex_dollar (struct lex *l, ib_buf_t *out)
         ib_buf_append (out, l->s + start, l->i - start);
       else if (value)
         ib_buf_puts (out, value);
-      return 0;
+      return lex_check_size (l, out, name);
     }
 
   l->i++; /* '{' */
@@ -305,7 +336,7 @@ lex_dollar (struct lex *l, ib_buf_t *out)
         ib_buf_append (out, l->s + start, l->i - start);
       else if (value)
         ib_buf_puts (out, value);
-      return 0;
+      return lex_check_size (l, out, name);
     }
 
   bool colon = false, twice = false;
@@ -335,10 +366,16 @@ lex_dollar (struct lex *l, ib_buf_t *out)
       return lex_fail (l, "unsupported modifier in ${%s...}, got '%s'", name, bad);
     }
 
-  /* The word is always evaluated (errors in it count), used or not. */
+  /* The word is always evaluated (errors in it count), used or not.  It may
+   * hold ${...} itself: the recursion is bounded. */
+  if (l->depth >= IB_EXPAND_MAX_DEPTH)
+    return lex_fail (l, "${...} nested more than %d deep", IB_EXPAND_MAX_DEPTH);
   ib_buf_t word = { 0 };
   ib_buf_append (&word, "", 0);
-  if (lex_until (l, '}', &word) < 0)
+  l->depth++;
+  int wr = lex_until (l, '}', &word);
+  l->depth--;
+  if (wr < 0 || lex_check_size (l, &word, name) < 0)
     {
       ib_buf_free (&word);
       return -1;
@@ -380,12 +417,27 @@ lex_dollar (struct lex *l, ib_buf_t *out)
       break;
     case '#':
     case '%':
-      trim_pattern (value ? value : "", word.data, op == '%', twice, out);
-      break;
+      {
+        /* up to len + 1 fnmatch calls, each up to len + pattern steps */
+        size_t vlen = value ? strlen (value) : 0;
+        if ((double) (vlen + 1) * (double) (vlen + word.len + 1) > (double) IB_EXPAND_TRIM_MAX)
+          {
+            cleanup_free char *ex = excerpt_n (name, 64);
+            ret = lex_fail (l, "${%s%s...}: removing a pattern of %zu bytes from a value of %zu "
+                            "bytes is over the limit", ex, op == '%' ? (twice ? "%%" : "%")
+                                                                    : (twice ? "##" : "#"),
+                            word.len, vlen);
+            break;
+          }
+        trim_pattern (value ? value : "", word.data, op == '%', twice, out);
+        break;
+      }
     default:
       break;
     }
   ib_buf_free (&word);
+  if (ret == 0)
+    ret = lex_check_size (l, out, name);
   return ret;
 }
 
@@ -524,6 +576,7 @@ lex_run (const char *word, char escape, int mode, ib_lookup_fn lookup, void *ctx
   *out = NULL;
   l.n = strlen (l.s);
   l.word = l.s;
+  l.max = l.n > IB_EXPAND_MAX ? l.n : IB_EXPAND_MAX;
   ib_buf_append (&b, "", 0);
   if (lex_until (&l, -1, &b) < 0)
     {
@@ -562,13 +615,13 @@ unquote (const char *word, char escape, char **out, ib_error_t *err)
 char **
 ib_split_words (const char *s)
 {
-  char **words = strv_new ();
+  ib_strv_builder_t words = IB_STRV_BUILDER_INIT;
   ib_buf_t w = { 0 };
   bool in_word = false;
   char quote = 0;
 
   if (s == NULL)
-    return words;
+    return ib_strv_builder_steal (&words);
   for (size_t i = 0; s[i]; i++)
     {
       char c = s[i];
@@ -595,8 +648,7 @@ ib_split_words (const char *s)
           if (in_word)
             {
               ib_buf_append (&w, "", 0);
-              ib_strv_push (&words, w.data);
-              ib_buf_free (&w);
+              ib_strv_builder_take (&words, ib_buf_steal (&w));
               in_word = false;
             }
           continue;
@@ -615,10 +667,10 @@ ib_split_words (const char *s)
   if (in_word)
     {
       ib_buf_append (&w, "", 0);
-      ib_strv_push (&words, w.data);
+      ib_strv_builder_take (&words, ib_buf_steal (&w));
     }
   ib_buf_free (&w);
-  return words;
+  return ib_strv_builder_steal (&words);
 }
 
 /* Split on unquoted whitespace, keeping quotes and escapes as written
@@ -627,8 +679,8 @@ ib_split_words (const char *s)
 static char **
 split_raw_words_at (const char *s, char esc, size_t **offs)
 {
-  char **words = strv_new ();
-  size_t i = 0, start, n = 0;
+  ib_strv_builder_t words = IB_STRV_BUILDER_INIT;
+  size_t i = 0, start, n = 0, cap = 1;
 
   if (offs)
     *offs = xmalloc (sizeof (size_t));
@@ -659,16 +711,19 @@ split_raw_words_at (const char *s, char esc, size_t **offs)
             quote = 0;
           i++;
         }
-      cleanup_free char *w = xstrndup (s + start, i - start);
-      ib_strv_push (&words, w);
+      ib_strv_builder_take (&words, xstrndup (s + start, i - start));
       if (offs)
         {
-          *offs = xrealloc (*offs, (n + 2) * sizeof (size_t));
+          if (n + 2 > cap)
+            {
+              cap = (n + 2) * 2;
+              *offs = xrealloc (*offs, cap * sizeof (size_t));
+            }
           (*offs)[n] = start;
         }
       n++;
     }
-  return words;
+  return ib_strv_builder_steal (&words);
 }
 
 static char **
@@ -713,6 +768,7 @@ struct parser
    * (heredoc bodies are read from there) */
   const struct phys_line *lines;
   size_t n_lines, next;
+  size_t cap_segs;
   /* "\n" BODY NAME for each heredoc read for the current instruction, bodies
    * as written: what BuildKit appends to a RUN (or ONBUILD) command line */
   ib_buf_t tail;
@@ -845,10 +901,10 @@ static const struct flag_spec add_flags[] = {
  * and the offset of each from `base` into *offs; a bare "--" ends them.
  * Returns a pointer to what follows. */
 static const char *
-extract_flag_words (const char *rest, const char *base, char ***words, size_t **offs)
+extract_flag_words (const char *rest, const char *base, ib_strv_builder_t *words, size_t **offs)
 {
   const char *s = rest;
-  size_t n = 0;
+  size_t n = 0, cap = 0;
 
   for (;;)
     {
@@ -883,9 +939,12 @@ extract_flag_words (const char *rest, const char *base, char ***words, size_t **
             s++;
           return s;
         }
-      ib_strv_push (words, w.data);
-      ib_buf_free (&w);
-      *offs = xrealloc (*offs, (n + 1) * sizeof (size_t));
+      ib_strv_builder_take (words, ib_buf_steal (&w));
+      if (n + 1 > cap)
+        {
+          cap = cap ? cap * 2 : 8;
+          *offs = xrealloc (*offs, cap * sizeof (size_t));
+        }
       (*offs)[n++] = start;
     }
 }
@@ -906,6 +965,13 @@ static int
 parse_flags (struct parser *p, ib_instr_t *in, const struct flag_spec *spec, char **words,
              const size_t *offs)
 {
+  ib_strv_builder_t flags = IB_STRV_BUILDER_INIT;
+
+  /* in->flags is built here, one list grown in O(1) per flag; it is
+   * flags.v all along, so that ib_instr_flag sees the flags so far and an
+   * error leaves them to instr_clear */
+  ib_strv_free (in->flags);
+  in->flags = NULL;
   for (size_t i = 0; words && words[i]; i++)
     {
       const char *w = words[i] + 2;
@@ -943,8 +1009,10 @@ parse_flags (struct parser *p, ib_instr_t *in, const struct flag_spec *spec, cha
 
       if (f->type != FLAG_LIST && ib_instr_flag (in, f->name) != NULL)
         return perr_at (p, offs[i], "--%s may be given once, got '%s' again", f->name, ex);
-      ib_strv_push (&in->flags, norm);
+      ib_strv_builder_take (&flags, steal_pointer (&norm));
+      in->flags = flags.v;
     }
+  in->flags = ib_strv_builder_steal (&flags);
   return 0;
 }
 
@@ -982,9 +1050,10 @@ parse_json_array (struct parser *p, ib_instr_t *in, char ***out)
         return perr_at (p, text_off (p, in, in->text), "expected a JSON array of strings, got '%s'",
                         ex);
       }
-  *out = strv_new ();
+  ib_strv_builder_t v = IB_STRV_BUILDER_INIT;
   for (i = 0; i < json_array_size (j); i++)
-    ib_strv_push (out, json_string_value (json_array_get (j, i)));
+    ib_strv_builder_push (&v, json_string_value (json_array_get (j, i)));
+  *out = ib_strv_builder_steal (&v);
   json_decref (j);
   return 1;
 }
@@ -1178,7 +1247,7 @@ read_heredocs (struct parser *p, ib_instr_t *in, char **words, const size_t *off
           return -1;
         }
       h.arg = is_args ? (int) i : -1;
-      in->heredocs = xrealloc (in->heredocs, (in->n_heredocs + 1) * sizeof *in->heredocs);
+      grow_for (&in->heredocs, in->n_heredocs, sizeof *in->heredocs);
       in->heredocs[in->n_heredocs++] = h;
     }
   return 0;
@@ -1584,7 +1653,7 @@ static struct phys_line *
 split_lines (const char *text, size_t *n_out)
 {
   struct phys_line *v = NULL;
-  size_t n = 0;
+  size_t n = 0, cap = 0;
   const char *s = text;
 
   /* UTF-8 byte order mark. */
@@ -1595,7 +1664,11 @@ split_lines (const char *text, size_t *n_out)
     {
       const char *nl = strchr (s, '\n');
       size_t len = nl ? (size_t) (nl - s) : strlen (s);
-      v = xrealloc (v, (n + 1) * sizeof *v);
+      if (n == cap)
+        {
+          cap = cap ? cap * 2 : 64;
+          v = xrealloc (v, cap * sizeof *v);
+        }
       v[n].s = s;
       v[n].len = (len > 0 && s[len - 1] == '\r') ? len - 1 : len;
       v[n].raw_len = len + (s[len] == '\n' ? 1 : 0);
@@ -1707,7 +1780,11 @@ add_piece (struct parser *p, ib_buf_t *b, const char *s, size_t len, int line, i
 {
   if (len == 0)
     return;
-  p->segs = xrealloc (p->segs, (p->n_segs + 1) * sizeof *p->segs);
+  if (p->n_segs == p->cap_segs)
+    {
+      p->cap_segs = p->cap_segs ? p->cap_segs * 2 : 16;
+      p->segs = xrealloc (p->segs, p->cap_segs * sizeof *p->segs);
+    }
   p->segs[p->n_segs].off = b->len;
   p->segs[p->n_segs].line = line;
   p->segs[p->n_segs].col = col;
@@ -1722,7 +1799,7 @@ add_piece (struct parser *p, ib_buf_t *b, const char *s, size_t len, int line, i
 static ib_instr_t *
 push_instr (ib_instr_t **v, size_t *n)
 {
-  *v = xrealloc (*v, (*n + 1) * sizeof **v);
+  grow_for (v, *n, sizeof **v);
   memset (&(*v)[*n], 0, sizeof **v);
   return &(*v)[(*n)++];
 }
@@ -1778,7 +1855,8 @@ parse_one (struct parser *p, const char *line, int lineno, bool is_trigger, ib_i
 {
   ib_recipe_t *r = p->r;
   size_t k = 0;
-  cleanup_strv char **flag_words = NULL;
+  ib_strv_builder_t flag_words = IB_STRV_BUILDER_INIT;
+  cleanup_strv char **flag_wordv = NULL;
   cleanup_free size_t *flag_offs = NULL;
   size_t kw_off = (size_t) (line - p->lbase);
 
@@ -1802,10 +1880,11 @@ parse_one (struct parser *p, const char *line, int lineno, bool is_trigger, ib_i
   in->flags = strv_new ();
   if (kw->flags)
     rest = extract_flag_words (rest, p->lbase, &flag_words, &flag_offs);
+  flag_wordv = flag_words.v;
   in->text = trim_dup (rest, strlen (rest));
   p->text_off = (size_t) (rest - p->lbase);
 
-  if (parse_flags (p, in, kw->flags, flag_words, flag_offs) < 0)
+  if (parse_flags (p, in, kw->flags, flag_wordv, flag_offs) < 0)
     return -1;
   switch (kw->pk)
     {
@@ -1851,7 +1930,12 @@ parse_instruction (struct parser *p, const char *line, int lineno)
   ib_instr_t *slot;
   if (in.kind == IB_I_FROM)
     {
-      r->stages = xrealloc (r->stages, (r->n_stages + 1) * sizeof *r->stages);
+      if (r->n_stages == IB_RECIPE_MAX_STAGES)
+        {
+          instr_clear (&in);
+          return perr (p, lineno, "more than %d stages (FROM instructions)", IB_RECIPE_MAX_STAGES);
+        }
+      grow_for (&r->stages, r->n_stages, sizeof *r->stages);
       ib_stage_t *st = &r->stages[r->n_stages];
       memset (st, 0, sizeof *st);
       st->index = (int) r->n_stages;
@@ -1931,7 +2015,7 @@ parse_all (struct parser *p, const char *text)
       p->lbase = NULL;
       free (p->segs);
       p->segs = NULL;
-      p->n_segs = 0;
+      p->n_segs = p->cap_segs = 0;
       ib_buf_free (&b);
       if (ret < 0)
         goto out;
@@ -1944,7 +2028,7 @@ out:
   free (lines);
   free (p->segs);
   p->segs = NULL;
-  p->n_segs = 0;
+  p->n_segs = p->cap_segs = 0;
   ib_buf_free (&p->tail);
   return ret;
 }
@@ -1961,6 +2045,10 @@ ib_recipe_parse (const char *path, const char *text, ib_recipe_t **out, ib_error
   *out = NULL;
   if (text == NULL)
     return ib_error_set (err, EINVAL, "%s: no recipe text", p.path);
+  size_t len = strnlen (text, (size_t) IB_RECIPE_MAX + 1);
+  if (len > IB_RECIPE_MAX)
+    return ib_error_set (err, EFBIG, "%s: the recipe is larger than %d bytes (16 MiB)", p.path,
+                         IB_RECIPE_MAX);
   p.r = xmalloc (sizeof *p.r);
   p.r->path = xstrdup (p.path);
   p.r->escape = '\\';
@@ -2072,4 +2160,157 @@ ib_instr_flag_values (const ib_instr_t *in, const char *name)
         ib_strv_push (&v, f);
     }
   return v;
+}
+
+/* ------------------------------------------------------------------ */
+/* EXPOSE and STOPSIGNAL values                                       */
+/* ------------------------------------------------------------------ */
+
+/* A port "0".."65535" (decimal digits only) of n bytes at s. */
+static bool
+parse_port (const char *s, size_t n, unsigned *out)
+{
+  unsigned v = 0;
+  if (n == 0 || n > 5)
+    return false;
+  for (size_t i = 0; i < n; i++)
+    {
+      if (!is_digit (s[i]))
+        return false;
+      v = v * 10 + (unsigned) (s[i] - '0');
+    }
+  if (v > 65535)
+    return false;
+  *out = v;
+  return true;
+}
+
+/* PORT or PORT-PORT of n bytes at s. */
+static bool
+parse_port_range (const char *s, size_t n, unsigned *lo, unsigned *hi)
+{
+  const char *dash = memchr (s, '-', n);
+  if (dash == NULL)
+    {
+      if (!parse_port (s, n, lo))
+        return false;
+      *hi = *lo;
+      return true;
+    }
+  return parse_port (s, (size_t) (dash - s), lo)
+         && parse_port (dash + 1, n - (size_t) (dash - s) - 1, hi) && *hi >= *lo;
+}
+
+int
+ib_expose_key (const char *spec, char **key, ib_error_t *err)
+{
+  cleanup_free char *ex = excerpt (spec ? spec : "");
+  const char *s = spec ? spec : "";
+  const char *slash = strrchr (s, '/');
+  size_t plen = slash ? (size_t) (slash - s) : strlen (s);
+  const char *colon = memrchr (s, ':', plen);
+  const char *port = colon ? colon + 1 : s;
+  size_t port_len = plen - (size_t) (port - s);
+  unsigned lo, hi;
+
+  *key = NULL;
+  if (!parse_port_range (port, port_len, &lo, &hi))
+    return ib_error_set (err, EINVAL,
+                         "port '%s': expected a port 0-65535 or a range PORT-PORT, optionally "
+                         "/tcp, /udp or /sctp", ex);
+  if (colon)
+    {
+      /* [IP:]HOSTPORT: before it (BuildKit accepts, and warns: EXPOSE does
+       * not publish); HOSTPORT may be empty ("IP::80") */
+      const char *hp_end = colon;
+      const char *hp = memrchr (s, ':', (size_t) (hp_end - s));
+      hp = hp ? hp + 1 : s;
+      unsigned hlo, hhi;
+      if (hp < hp_end && !parse_port_range (hp, (size_t) (hp_end - hp), &hlo, &hhi))
+        return ib_error_set (err, EINVAL, "port '%s': expected a host port 0-65535 before ':'",
+                             ex);
+    }
+  char proto[8] = "tcp";
+  if (slash)
+    {
+      size_t n = strlen (slash + 1);
+      if (n == 0 || n >= sizeof proto)
+        return ib_error_set (err, EINVAL, "port '%s': expected protocol tcp, udp or sctp", ex);
+      for (size_t i = 0; i <= n; i++)
+        proto[i] = (char) tolower ((unsigned char) slash[1 + i]);
+      if (strcmp (proto, "tcp") && strcmp (proto, "udp") && strcmp (proto, "sctp"))
+        return ib_error_set (err, EINVAL, "port '%s': expected protocol tcp, udp or sctp", ex);
+    }
+  *key = lo == hi ? xasprintf ("%u/%s", lo, proto) : xasprintf ("%u-%u/%s", lo, hi, proto);
+  return 0;
+}
+
+/* Docker's signal map for Linux (moby/sys signal_linux.go), without SIG. */
+static const struct
+{
+  const char *name;
+  int signo;
+} signal_names[] = {
+  { "ABRT", 6 },   { "ALRM", 14 },   { "BUS", 7 },     { "CHLD", 17 },  { "CLD", 17 },
+  { "CONT", 18 },  { "FPE", 8 },     { "HUP", 1 },     { "ILL", 4 },    { "INT", 2 },
+  { "IO", 29 },    { "IOT", 6 },     { "KILL", 9 },    { "PIPE", 13 },  { "POLL", 29 },
+  { "PROF", 27 },  { "PWR", 30 },    { "QUIT", 3 },    { "SEGV", 11 },  { "STKFLT", 16 },
+  { "STOP", 19 },  { "SYS", 31 },    { "TERM", 15 },   { "TRAP", 5 },   { "TSTP", 20 },
+  { "TTIN", 21 },  { "TTOU", 22 },   { "URG", 23 },    { "USR1", 10 },  { "USR2", 12 },
+  { "VTALRM", 26 }, { "WINCH", 28 }, { "XCPU", 24 },   { "XFSZ", 25 },  { "RTMIN", 34 },
+  { "RTMAX", 64 },
+};
+
+int
+ib_stop_signal (const char *s, int *signo, ib_error_t *err)
+{
+  cleanup_free char *ex = excerpt (s ? s : "");
+  const char *v = s ? s : "";
+  int n = 0;
+
+  if (*v && strspn (v, "0123456789") == strlen (v))
+    {
+      for (const char *c = v; *c && n <= 64; c++)
+        n = n * 10 + (*c - '0');
+      if (n < 1 || n > 64)
+        return ib_error_set (err, EINVAL, "signal '%s': a signal number is 1 to 64", ex);
+      if (signo)
+        *signo = n;
+      return 0;
+    }
+  if (strncasecmp (v, "SIG", 3) == 0)
+    v += 3;
+  /* RTMIN+1..RTMIN+15, RTMAX-14..RTMAX-1 as Docker names them */
+  size_t base = strcspn (v, "+-");
+  for (size_t i = 0; i < sizeof signal_names / sizeof signal_names[0]; i++)
+    {
+      if (strlen (signal_names[i].name) != base || strncasecmp (v, signal_names[i].name, base))
+        continue;
+      n = signal_names[i].signo;
+      if (v[base] == '\0')
+        break;
+      bool rt = signal_names[i].signo >= 34;
+      const char *d = v + base + 1;
+      bool plus = v[base] == '+';
+      int k = 0;
+      if (!rt || (plus != (n == 34)) || *d == '\0' || strlen (d) > 2
+          || strspn (d, "0123456789") != strlen (d) || d[0] == '0')
+        {
+          n = 0;
+          break;
+        }
+      k = atoi (d);
+      if (k < 1 || k > (plus ? 15 : 14))
+        n = 0;
+      else
+        n = plus ? n + k : n - k;
+      break;
+    }
+  if (n == 0)
+    return ib_error_set (err, EINVAL,
+                         "signal '%s': expected a signal name (SIGTERM, KILL, RTMIN+1, ...) or "
+                         "a number 1 to 64", ex);
+  if (signo)
+    *signo = n;
+  return 0;
 }

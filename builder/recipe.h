@@ -32,6 +32,29 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+/* Limits (docs/recipe.md, "Limits"), each far above what real recipes use,
+ * so that an untrusted recipe cannot take the builder's memory, stack or
+ * time:
+ *  - IB_RECIPE_MAX: bytes of recipe text (ib_recipe_parse; the builder
+ *    reads no more than this from the file, ib_read_file_max);
+ *  - IB_RECIPE_MAX_STAGES: FROM instructions in one recipe;
+ *  - IB_EXPAND_MAX_DEPTH: ${...} inside the word of a ${V:-word} (and the
+ *    other modifiers), nested; ib_expand/ib_expand_word;
+ *  - IB_EXPAND_MAX: bytes one expanded word may grow to (or the length of
+ *    the word as written, when that is larger: a COPY heredoc's body);
+ *    ib_expand/ib_expand_word;
+ *  - IB_EXPAND_TRIM_MAX: ${V#p} ${V##p} ${V%p} ${V%%p} match p against up
+ *    to len(V) + 1 prefixes or suffixes of V: (len(V) + 1) x (len(V) +
+ *    len(p) + 1) may not exceed it (about 11 KiB values with short
+ *    patterns; real ones are versions and paths).
+ * The builder adds a bound on the expanded text of one instruction and of
+ * a whole build (builder/build.h). */
+#define IB_RECIPE_MAX (16 << 20)
+#define IB_RECIPE_MAX_STAGES 4096
+#define IB_EXPAND_MAX_DEPTH 64
+#define IB_EXPAND_MAX ((size_t) 1 << 20)
+#define IB_EXPAND_TRIM_MAX ((size_t) 1 << 27)
+
 typedef enum
 {
   IB_I_FROM, IB_I_ARG, IB_I_ENV, IB_I_RUN, IB_I_COPY, IB_I_ADD, IB_I_WORKDIR, IB_I_LABEL,
@@ -157,7 +180,9 @@ typedef struct ib_recipe
  * ("PATH:LINE:COL: unterminated heredoc '<<EOF': expected a line 'EOF', got
  * end of file"), ONBUILD triggers ("PATH:LINE:COL: FROM isn't allowed as an
  * ONBUILD trigger", Docker's words).  On success *out is set and owned by the
- * caller (ib_recipe_free); on failure *out is NULL. */
+ * caller (ib_recipe_free); on failure *out is NULL.  A text longer than
+ * IB_RECIPE_MAX fails with EFBIG ("PATH: the recipe is larger than ..."),
+ * more than IB_RECIPE_MAX_STAGES stages with EINVAL. */
 int ib_recipe_parse (const char *path, const char *text, ib_recipe_t **out, ib_error_t *err);
 /* Free a recipe and everything it owns; NULL is fine. */
 void ib_recipe_free (ib_recipe_t *r);
@@ -193,7 +218,13 @@ extern const char IB_LOOKUP_KEEP[];
  *    is an ordinary char; the quote chars themselves are copied to the output;
  *  - errors (status EINVAL, message "expand '<word>': ..."): unterminated ${,
  *    bad substitution (${}, ${:x}), unsupported modifier, unterminated quote,
- *    ${V?w} on an unset V.
+ *    ${V?w} on an unset V; limits: a ${...} in the word of a ${...} nested
+ *    more than IB_EXPAND_MAX_DEPTH deep ("${...} nested more than 64 deep"),
+ *    a result (or the word of a modifier) longer than IB_EXPAND_MAX bytes,
+ *    or than `word` itself when that is longer ("$V makes the expansion
+ *    longer than N bytes ...", naming the variable that crossed it), a
+ *    pattern removal over IB_EXPAND_TRIM_MAX ("${V%...}: removing a pattern
+ *    of N bytes from a value of M bytes is over the limit").
  * Use ib_expand_word() instead where Docker would also remove quotes. */
 int ib_expand (const char *word, char escape, ib_lookup_fn lookup, void *ctx, char **out,
                ib_error_t *err);
@@ -211,6 +242,20 @@ int ib_expand (const char *word, char escape, ib_lookup_fn lookup, void *ctx, ch
  * *out is owned by the caller.  Errors as ib_expand(). */
 int ib_expand_word (const char *word, char escape, ib_lookup_fn lookup, void *ctx, char **out,
                     ib_error_t *err);
+
+/* EXPOSE, one expanded word, checked as BuildKit's port specs:
+ * [[IP:]HOSTPORT:]PORT[-PORT][/PROTO], ports 0-65535 (a range's end not
+ * below its start), PROTO tcp, udp or sctp in any case (default tcp).  On
+ * success *key (caller frees) is the image config's ExposedPorts key for
+ * it, "PORT[-PORT]/proto" with proto lower-cased.  Errors EINVAL:
+ * "port 'SPEC': ..." naming the bad part, control characters masked. */
+int ib_expose_key (const char *spec, char **key, ib_error_t *err);
+
+/* STOPSIGNAL, the expanded word, checked as Docker's signal.ParseSignal:
+ * a signal name with or without "SIG", any case (TERM, SIGKILL, RTMIN+3,
+ * SIGRTMAX-2), or a number 1 to 64.  *signo (may be NULL) gets its number.
+ * Errors EINVAL: "signal 'S': ...". */
+int ib_stop_signal (const char *s, int *signo, ib_error_t *err);
 
 /* Split a shell-ish word list the way Dockerfile does for COPY/ADD/EXPOSE
  * operands: whitespace separated, quotes removed.  Caller frees.

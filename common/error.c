@@ -87,6 +87,12 @@ ib_error_report (ib_error_t *err)
 {
   if (err == NULL || *err == NULL)
     return;
-  fprintf (stderr, "imgbuild: %s\n", (*err)->msg);
+  /* The message quotes user text (a recipe's words, an image reference, a
+   * command's last output lines): no control character reaches the
+   * terminal as is (an escape sequence could retitle it, hide lines, fake
+   * a success); the newlines of multi-line messages stay. */
+  char *msg = ib_str_printable ((*err)->msg, true);
+  fprintf (stderr, "imgbuild: %s\n", msg);
+  free (msg);
   ib_error_free (err);
 }

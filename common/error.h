@@ -33,7 +33,10 @@ int ib_error_prefix(ib_error_t *err, const char *fmt, ...)
 /* Free *err (may be NULL) and set it to NULL. */
 void ib_error_free(ib_error_t *err);
 
-/* Print "imgbuild: <msg>" to stderr and free the error. */
+/* Print "imgbuild: <msg>" to stderr and free the error.  Control
+ * characters of the message (ESC and the rest below 0x20, 0x7f) are
+ * printed as '?', newlines excepted (ib_str_printable): a message may
+ * quote any text of a recipe or an image. */
 void ib_error_report(ib_error_t *err);
 
 #endif

@@ -151,6 +151,72 @@ ib_strv_push (char ***v, const char *s)
 }
 
 void
+ib_strv_builder_take (ib_strv_builder_t *b, char *s)
+{
+  if (b->n + 2 > b->cap)
+    {
+      size_t cap = b->cap ? b->cap * 2 : 8;
+      while (cap < b->n + 2)
+        cap *= 2;
+      b->v = xrealloc (b->v, cap * sizeof (char *));
+      b->cap = cap;
+    }
+  b->v[b->n++] = s;
+  b->v[b->n] = NULL;
+}
+
+void
+ib_strv_builder_push (ib_strv_builder_t *b, const char *s)
+{
+  ib_strv_builder_take (b, xstrdup (s));
+}
+
+char **
+ib_strv_builder_steal (ib_strv_builder_t *b)
+{
+  char **v = b->v ? b->v : xmalloc (sizeof (char *));
+  b->v = NULL;
+  b->n = b->cap = 0;
+  return v;
+}
+
+void
+ib_strv_builder_free (ib_strv_builder_t *b)
+{
+  ib_strv_free (b->v);
+  b->v = NULL;
+  b->n = b->cap = 0;
+}
+
+char *
+ib_str_printable (const char *s, bool keep_nl)
+{
+  char *c = xstrdup (s);
+  for (char *q = c; q && *q; q++)
+    if (((unsigned char) *q < 0x20 && !(keep_nl && *q == '\n')) || *q == 0x7f)
+      *q = '?';
+  return c;
+}
+
+int
+ib_parse_id (const char *s, uint32_t *out)
+{
+  uint64_t v = 0;
+  if (s == NULL || *s == '\0')
+    return -1;
+  for (const char *p = s; *p; p++)
+    {
+      if (*p < '0' || *p > '9')
+        return -1;
+      v = v * 10 + (uint64_t) (*p - '0');
+      if (v > 4294967294ULL)
+        return -1;
+    }
+  *out = (uint32_t) v;
+  return 0;
+}
+
+void
 ib_strv_free (char **v)
 {
   for (size_t i = 0; v && v[i]; i++)
@@ -256,6 +322,13 @@ ib_mkdir_p (const char *path, mode_t mode, ib_error_t *err)
 int
 ib_read_file (const char *path, char **data, size_t *len, ib_error_t *err)
 {
+  return ib_read_file_max (path, SIZE_MAX - 1, NULL, data, len, err);
+}
+
+int
+ib_read_file_max (const char *path, size_t max, const char *what, char **data, size_t *len,
+                  ib_error_t *err)
+{
   cleanup_close int fd = open (path, O_RDONLY | O_CLOEXEC);
   if (fd < 0)
     return ib_error_sys (err, errno, "open %s", path);
@@ -263,7 +336,16 @@ ib_read_file (const char *path, char **data, size_t *len, ib_error_t *err)
   char tmp[65536];
   for (;;)
     {
-      ssize_t n = read (fd, tmp, sizeof tmp);
+      if (b.len > max)
+        {
+          ib_buf_free (&b);
+          return ib_error_set (err, EFBIG, "read %s%s%s: more than %zu bytes", what ? what : "",
+                               what ? " " : "", path, max);
+        }
+      size_t want = sizeof tmp;
+      if (max - b.len + 1 < want)
+        want = max - b.len + 1;
+      ssize_t n = read (fd, tmp, want);
       if (n < 0 && errno == EINTR)
         continue;
       if (n < 0)
@@ -345,6 +427,47 @@ ib_copy_fd_data (int in, int out, const char *shown, ib_error_t *err)
       if (n == 0)
         return 0;
       if (ib_write_all (out, buf, (size_t) n, shown, err) < 0)
+        return -1;
+    }
+}
+
+static bool
+is_write_side (int e)
+{
+  return e == ENOSPC || e == EDQUOT || e == EFBIG || e == EROFS || e == EIO;
+}
+
+int
+ib_copy_fd_data_to (int in, int out, const char *src_shown, const char *dst_shown,
+                    ib_error_t *err)
+{
+  if (ioctl (out, FICLONE, in) == 0)
+    return 0;
+  for (;;)
+    {
+      ssize_t n = copy_file_range (in, NULL, out, NULL, 1 << 30, 0);
+      if (n > 0 || (n < 0 && errno == EINTR))
+        continue;
+      if (n == 0)
+        return 0;
+      if (errno == EXDEV || errno == EINVAL || errno == ENOSYS || errno == EOPNOTSUPP
+          || errno == EBADF || errno == EPERM)
+        break; /* not for these files: plain copy of what is left */
+      if (is_write_side (errno))
+        return ib_error_sys (err, errno, "write %s", dst_shown);
+      return ib_error_sys (err, errno, "copy %s to %s", src_shown, dst_shown);
+    }
+  cleanup_free char *buf = xmalloc (1 << 17);
+  for (;;)
+    {
+      ssize_t n = read (in, buf, 1 << 17);
+      if (n < 0 && errno == EINTR)
+        continue;
+      if (n < 0)
+        return ib_error_sys (err, errno, "read %s", src_shown);
+      if (n == 0)
+        return 0;
+      if (ib_write_all (out, buf, (size_t) n, dst_shown, err) < 0)
         return -1;
     }
 }
@@ -474,6 +597,11 @@ log_va (const char *level, const char *prefix, const char *fmt, va_list ap)
   char *s = NULL;
   if (vasprintf (&s, fmt, ap) < 0)
     abort ();
+  /* log lines quote recipes, references, paths: never a control character
+   * (an escape sequence) to the terminal, newlines excepted */
+  for (char *q = s; *q; q++)
+    if (((unsigned char) *q < 0x20 && *q != '\n') || *q == 0x7f)
+      *q = '?';
   ib_buf_puts (&b, s);
   free (s);
   ib_log_sink_fn sink;

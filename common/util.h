@@ -53,6 +53,37 @@ void ib_strv_push (char ***v, const char *s);   /* copies s */
 void ib_strv_free (char **v);
 char **ib_strv_dup (char *const *v);
 
+/* A string vector that keeps its length and capacity, for lists that grow
+ * large (ib_strv_push counts the list on every call: n pushes cost O(n^2)).
+ * Start from IB_STRV_BUILDER_INIT; `v` is NULL-terminated whenever n > 0.
+ * ib_strv_builder_push copies s; ib_strv_builder_take takes ownership of s
+ * (malloc'd).  ib_strv_builder_steal returns the vector (never NULL: an empty
+ * one when nothing was pushed; caller frees with ib_strv_free) and resets the
+ * builder; ib_strv_builder_free frees what it holds. */
+typedef struct ib_strv_builder
+{
+  char **v;
+  size_t n, cap;
+} ib_strv_builder_t;
+#define IB_STRV_BUILDER_INIT { NULL, 0, 0 }
+void ib_strv_builder_push (ib_strv_builder_t *b, const char *s);
+void ib_strv_builder_take (ib_strv_builder_t *b, char *s);
+char **ib_strv_builder_steal (ib_strv_builder_t *b);
+void ib_strv_builder_free (ib_strv_builder_t *b);
+
+/* A copy of `s` fit to print on a terminal: every control character (below
+ * 0x20, and 0x7f) becomes '?', except '\n' when keep_nl (multi-line messages
+ * keep their lines; a recipe's text can never hold a raw newline in a
+ * one-line message).  Escape sequences (ESC = 0x1b) are thus never passed
+ * through.  NULL -> NULL; caller frees. */
+char *ib_str_printable (const char *s, bool keep_nl);
+
+/* Parse a decimal user or group id: digits only (no sign, no blanks), value
+ * 0 to 4294967294 ((uid_t) -1 is refused: it means "no change" to chown and
+ * setresuid).  Returns 0 with *out set, or -1 (no error object: callers name
+ * the thing in their own message). */
+int ib_parse_id (const char *s, uint32_t *out);
+
 bool ib_str_has_prefix (const char *s, const char *prefix);
 bool ib_str_has_suffix (const char *s, const char *suffix);
 
@@ -70,6 +101,13 @@ int ib_mkdir_p (const char *path, mode_t mode, ib_error_t *err);
 
 /* Read a whole file; *data is NUL-terminated and owned by the caller. */
 int ib_read_file (const char *path, char **data, size_t *len, ib_error_t *err);
+
+/* ib_read_file, reading at most `max` bytes: a longer file (or a device
+ * such as /dev/zero, a pipe that does not end) fails with EFBIG, "read
+ * PATH: more than MAX bytes", after reading max + 1 bytes.  `what` names
+ * the file in messages (e.g. "recipe"; NULL: the path alone). */
+int ib_read_file_max (const char *path, size_t max, const char *what, char **data, size_t *len,
+                      ib_error_t *err);
 
 /* Write `len` bytes to `path` atomically: temp file in the same directory,
  * fsync, rename, fsync of the directory.  Readers see the old or new file. */
@@ -89,6 +127,12 @@ int ib_write_pipe (int fd, const void *data, size_t len, const char *shown, ib_e
  * where the filesystem shares extents, else copy_file_range, else
  * read/write.  `shown` names the source in errors. */
 int ib_copy_fd_data (int in, int out, const char *shown, ib_error_t *err);
+/* ib_copy_fd_data naming each side: errors reading name `src_shown`
+ * ("read SRC: ..."), errors writing name `dst_shown` ("write DST: No space
+ * left on device": ENOSPC, EDQUOT, EFBIG, EROFS and EIO of the copy or of a
+ * write are the destination's), others both ("copy SRC to DST: ..."). */
+int ib_copy_fd_data_to (int in, int out, const char *src_shown, const char *dst_shown,
+                        ib_error_t *err);
 
 /* fsync a directory (after a rename into it). */
 int ib_fsync_dir (const char *dir, ib_error_t *err);
@@ -98,7 +142,8 @@ int ib_fsync_dir (const char *dir, ib_error_t *err);
 int ib_rm_rf (const char *path, ib_error_t *err);
 
 /* Logging to stderr.  ib_verbosity: 0 quiet (warnings and errors only),
- * 1 normal, 2 debug. */
+ * 1 normal, 2 debug.  Control characters of a line other than '\n' are
+ * written as '?' (lines quote recipes and image data). */
 extern int ib_verbosity;
 void ib_info (const char *fmt, ...) __attribute__ ((format (printf, 1, 2)));
 void ib_warn (const char *fmt, ...) __attribute__ ((format (printf, 1, 2)));

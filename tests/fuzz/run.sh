@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # make fuzz: build the libFuzzer targets (clang, ASan+UBSan) and run each
-# for FUZZ_SECONDS (default 60).  Seeds: tests/fuzz/seeds/TARGET, and for
+# for FUZZ_SECONDS (default 60); FUZZ_TARGETS="recipe ref" runs only those.
+# Seeds: tests/fuzz/seeds/TARGET (recipe: every instruction, heredocs,
+# continuations and the hostile inputs of docs/recipe.md's limits), and for
 # the unpack target the hostile layers of tests/fixtures/hostile (made
 # here, gzipped and plain), for the wheel target a wheel made here.  The corpus grows in build-fuzz/corpus/TARGET;
 # a crash leaves build-fuzz/crashes/TARGET-* and fails the run (make it a
@@ -8,7 +10,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 secs=${FUZZ_SECONDS:-60}
-out=build-fuzz
+out=${FUZZ_BUILD:-build-fuzz}  # FUZZ_BUILD: another directory (parallel checkouts)
 san="-fsanitize=address,undefined -fno-sanitize-recover=undefined"
 make -s CC=clang BUILD=$out BIN=$out/bin CFLAGS="-O1 -g -Wno-missing-field-initializers -fno-omit-frame-pointer -fsanitize=fuzzer-no-link $san" \
   LDFLAGS="$san" $out/libimgbuild.a
@@ -30,7 +32,7 @@ with zipfile.ZipFile(sys.argv[1], "w") as z:
     z.writestr("demo-1.0.dist-info/RECORD", rec)
 PY
 status=0
-for t in ref manifest unpack wheel; do
+for t in ${FUZZ_TARGETS:-ref manifest unpack wheel recipe}; do
   clang -std=gnu11 -D_GNU_SOURCE -I. $(pkg-config --cflags $pkgs) -O1 -g -fno-omit-frame-pointer \
     -fsanitize=fuzzer $san -o $out/fuzz_$t tests/fuzz/fuzz_$t.c $out/libimgbuild.a \
     $(pkg-config --libs $pkgs) -lpthread

@@ -82,7 +82,7 @@ test_errors (void **state)
                "--mount=type=cache,target=/x,sharing=maybe: sharing takes shared, private or locked, got 'maybe'");
   check_error ("type=cache,target=/x,mode=99", "--mount=type=cache,target=/x,mode=99: bad mode '99'");
   check_error ("type=cache,target=/x,from=a", "--mount=type=cache,target=/x,from=a: a cache mount with from= or source= is not supported");
-  check_error ("type=tmpfs,target=/x,size=big", "--mount=type=tmpfs,target=/x,size=big: bad size 'big' (bytes, or k, m, g)");
+  check_error ("type=tmpfs,target=/x,size=big", "--mount=type=tmpfs,target=/x,size=big: bad size 'big' (bytes, or k, m, g, t, or N%)");
   check_error ("type=bind,target=/x,size=1", "--mount=type=bind,target=/x,size=1: size= is for type=tmpfs");
   check_error ("target=/x,rw=perhaps", "--mount=target=/x,rw=perhaps: rw takes true or false, got 'perhaps'");
 }
