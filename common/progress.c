@@ -156,26 +156,14 @@ rfc3339_now (char out[32])
   snprintf (out + n, 32 - n, ".%03dZ", (int) ((ns % NS_PER_S) / NS_PER_MS));
 }
 
-
-/* A copy with control characters (C0, DEL) made '?': texts can come from a
- * registry's error body and must not move the cursor or recolour the
- * terminal; `keep_nl`: '\n' stays (a log line of imgbuild's own, ib_warn
- * or ib_info, may have several lines, as on stderr without a display).
- * NULL -> NULL. */
-static char *
-clean_copy (const char *s, bool keep_nl)
-{
-  char *c = xstrdup (s);
-  for (char *q = c; q && *q; q++)
-    if (((unsigned char) *q < 0x20 && !(keep_nl && *q == '\n')) || *q == 0x7f)
-      *q = '?';
-  return c;
-}
-
+/* A copy with control characters (C0, DEL) made '?' (ib_str_printable):
+ * texts can come from a registry's error body and must not move the
+ * cursor or recolour the terminal.  Log lines of imgbuild's own (ib_warn,
+ * ib_info) keep their '\n' (ib_str_printable's keep_nl). */
 static char *
 clean_dup (const char *s)
 {
-  return clean_copy (s, false);
+  return ib_str_printable (s, false);
 }
 
 static const char *
@@ -500,7 +488,7 @@ tty_log (const char *level, const char *line, void *ud)
 {
   (void) level;
   ib_progress_t *p = ud;
-  cleanup_free char *text = clean_copy (line, true);
+  cleanup_free char *text = ib_str_printable (line, true);
   pthread_mutex_lock (&p->lock);
   tty_render (p, mono_now (), text, false);
   pthread_mutex_unlock (&p->lock);

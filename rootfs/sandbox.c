@@ -1299,6 +1299,7 @@ run_ldconfig (const struct run_ctx *ctx)
   if (p == 0)
     {
       ib_error_t err = NULL;
+      setsid (); /* the image's binary: no terminal of the caller's */
       int devnull = open ("/dev/null", O_RDONLY);
       if (devnull >= 0)
         dup2 (devnull, 0);
