@@ -2198,40 +2198,100 @@ ovl_lowers (const char *src, char ***out)
     ib_strv_push (out, *l);
 }
 
-/* "lowerdir=...,upperdir=...,workdir=..." for dest over `lowers`, or NULL
- * when a path needs escaping or the stack does not fit one page of mount
- * data (the caller copies instead). */
-static char *
-ovl_options (const char *dest, char *const *lowers)
+/* At most this many lower layers in one overlay (the kernel allows 500;
+ * a deeper stack is copied). */
+#define OVL_MAX_LOWERS 128
+
+/* Whether dest can be an overlay over `lowers`.  The layers are named to
+ * the kernel through descriptors (ovl_mount), so no path needs escaping
+ * and the options fit in a page; where /proc is missing they are named by
+ * path, which must not need escaping, within a page. */
+static bool
+ovl_fits (const char *dest, char *const *lowers)
 {
-  ib_buf_t o = { 0 };
-  ib_buf_puts (&o, "lowerdir=");
+  size_t n = ib_strv_len ((char **) lowers);
+  if (n == 0 || n > OVL_MAX_LOWERS)
+    return false;
+  if (access ("/proc/self/fd", X_OK) == 0)
+    return true;
+  size_t len = 2 * strlen (dest) + 64;
   bool ok = ovl_path_ok (dest);
   for (char *const *l = lowers; *l; l++)
     {
       ok = ok && ovl_path_ok (*l);
-      ib_buf_printf (&o, "%s%s", l == lowers ? "" : ":", *l);
+      len += strlen (*l) + 1;
     }
-  cleanup_free char *ovl = ovl_dir (dest);
-  ib_buf_printf (&o, ",upperdir=%s/upper,workdir=%s/work", ovl, ovl);
-  char *opts = ib_buf_steal (&o);
-  if (!ok || strlen (opts) + sizeof ",userxattr" > 4000 || ib_strv_len ((char **) lowers) > 128)
-    {
-      free (opts);
-      return NULL;
-    }
-  return opts;
+  return ok && len < 4000;
 }
 
-/* Mount dest (an existing directory) as an overlay with `opts`: userxattr
- * first (an unprivileged mount needs it, Linux 5.11+), then without. */
-static int
-ovl_mount (const char *dest, const char *opts)
+/* The name of `path` in mount options: /proc/self/fd/N for a descriptor
+ * opened on it (added to *fds; the caller closes them after the mount),
+ * else the path itself.  Through descriptors the store's host paths never
+ * appear in /proc/self/mountinfo, which a step can read (issue 19). */
+static void
+ovl_name (ib_buf_t *o, const char *path, int *fds, size_t *n_fds)
 {
+  int fd = open (path, O_PATH | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0)
+    {
+      ib_buf_puts (o, path); /* the mount names the failure */
+      return;
+    }
+  fds[(*n_fds)++] = fd;
+  char name[40];
+  snprintf (name, sizeof name, "/proc/self/fd/%d", fd);
+  if (access (name, F_OK) == 0)
+    ib_buf_puts (o, name);
+  else
+    ib_buf_puts (o, path);
+}
+
+/* Mount an overlay on target (an existing directory): lower layers
+ * `lowers` (top first); with `ovl` (DEST.ovl) its upper and work
+ * directories, else read-only without them.  userxattr first (an
+ * unprivileged mount needs it, Linux 5.11+), then without.  Returns
+ * mount(2)'s answer, errno set. */
+static int
+ovl_mount_flags (const char *target, char *const *lowers, const char *ovl, unsigned long flags)
+{
+  int fds[OVL_MAX_LOWERS + 2];
+  size_t n_fds = 0;
+  ib_buf_t o = { 0 };
+  ib_buf_puts (&o, "lowerdir=");
+  size_t n = 0;
+  for (char *const *l = lowers; *l && n < OVL_MAX_LOWERS; l++, n++)
+    {
+      if (l != lowers)
+        ib_buf_puts (&o, ":");
+      ovl_name (&o, *l, fds, &n_fds);
+    }
+  if (ovl)
+    {
+      cleanup_free char *upper = ib_path_join (ovl, "upper");
+      cleanup_free char *work = ib_path_join (ovl, "work");
+      ib_buf_puts (&o, ",upperdir=");
+      ovl_name (&o, upper, fds, &n_fds);
+      ib_buf_puts (&o, ",workdir=");
+      ovl_name (&o, work, fds, &n_fds);
+    }
+  cleanup_free char *opts = ib_buf_steal (&o);
   cleanup_free char *ux = xasprintf ("%s,userxattr", opts);
-  if (mount ("overlay", dest, "overlay", 0, ux) == 0)
-    return 0;
-  return mount ("overlay", dest, "overlay", 0, opts);
+  int r = mount ("overlay", target, "overlay", flags, ux);
+  if (r < 0)
+    r = mount ("overlay", target, "overlay", flags, opts);
+  int e = errno;
+  for (size_t i = 0; i < n_fds; i++)
+    close (fds[i]);
+  errno = e;
+  return r;
+}
+
+/* dest as the read-write overlay of DEST.ovl over `lowers`. */
+static int
+ovl_mount (const char *dest, char *const *lowers)
+{
+  cleanup_free char *ovl = ovl_dir (dest);
+  return ovl_mount_flags (dest, lowers, ovl, 0);
 }
 
 int
@@ -2242,8 +2302,7 @@ ib_rootfs_overlay_from (const char *src, const char *dest, ib_error_t *err)
   cleanup_strv char **lowers = NULL;
   ovl_lowers (src, &lowers);
   ib_error_t e = NULL;
-  cleanup_free char *opts = ovl_options (dest, lowers);
-  if (opts == NULL)
+  if (!ovl_fits (dest, lowers))
     {
       ib_debug ("%s: not stacked on %s (paths or depth): copying", dest, src);
       return 0;
@@ -2284,7 +2343,7 @@ ib_rootfs_overlay_from (const char *src, const char *dest, ib_error_t *err)
       return 0;
     }
   removexattr (upper, "user.imgbuild.probe");
-  if (ovl_mount (dest, opts) < 0)
+  if (ovl_mount (dest, lowers) < 0)
     {
       ib_debug ("overlayfs is not usable here (%s): rootfs trees are copied", strerror (errno));
       overlay_state = -1;
@@ -2336,24 +2395,13 @@ ib_rootfs_lower_view (ib_store_t *store, char *const *lowers, char **view, ib_er
       *view = xstrdup (lowers[0]);
       return 0;
     }
-  ib_buf_t o = { 0 };
-  ib_buf_puts (&o, "lowerdir=");
-  for (char *const *l = lowers; *l; l++)
-    {
-      if (!ovl_path_ok (*l))
-        {
-          ib_buf_free (&o);
-          return ib_error_set (err, EINVAL, "lower view: %s cannot be named in mount options", *l);
-        }
-      ib_buf_printf (&o, "%s%s", l == lowers ? "" : ":", *l);
-    }
-  cleanup_free char *opts = ib_buf_steal (&o);
+  if (!ovl_fits (lowers[0], lowers))
+    return ib_error_set (err, EINVAL, "lower view: %zu layers cannot be named in mount options",
+                         ib_strv_len ((char **) lowers));
   cleanup_free char *dir = NULL;
   if (ib_store_tmp_dir (store, "lower", &dir, err) < 0)
     return -1;
-  cleanup_free char *ux = xasprintf ("%s,userxattr", opts);
-  if (mount ("overlay", dir, "overlay", MS_RDONLY, ux) < 0
-      && mount ("overlay", dir, "overlay", MS_RDONLY, opts) < 0)
+  if (ovl_mount_flags (dir, lowers, NULL, MS_RDONLY) < 0)
     {
       int en = errno;
       rmdir (dir);
@@ -2434,11 +2482,9 @@ ib_rootfs_freeze (ib_store_t *store, const char *dest, const char *chain_hex, ib
     }
   free (lowers[0]);
   lowers[0] = ib_path_join (snap_ovl, "upper");
-  cleanup_free char *new_opts = ovl_options (dest, lowers);
-  if (new_opts == NULL)
+  if (!ovl_fits (dest, lowers))
     return 0; /* too deep to stack once more: the tree stays as it is */
-  cleanup_free char *old_opts = ovl_options (dest, lowers + 1);
-  if (old_opts == NULL)
+  if (!ovl_fits (dest, lowers + 1))
     return 0;
   struct stat rst;
   if (stat (dest, &rst) < 0)
@@ -2480,7 +2526,7 @@ ib_rootfs_freeze (ib_store_t *store, const char *dest, const char *chain_hex, ib
       if (ib_rm_rf (tmpl, &e) < 0)
         ib_error_free (&e);
       cleanup_free char *work = ib_path_join (ovl, "work");
-      if (ib_rm_rf (work, err) < 0 || mkdir (work, 0700) < 0 || ovl_mount (dest, old_opts) < 0)
+      if (ib_rm_rf (work, err) < 0 || mkdir (work, 0700) < 0 || ovl_mount (dest, lowers + 1) < 0)
         return ib_error_sys (err, errno, "freeze %s: mount again", dest);
       ib_debug ("%s: snapshot %s not kept (%s)", dest, chain_hex, strerror (en));
       return 0;

@@ -374,3 +374,25 @@ def test_workdir_through_leaked_descriptor(esc, fd):
                  store=esc["store"])
     assert r.rc != 0 or r.out.strip() in ("OK", "ERRNO ENOENT"), r
     assert canary_untouched(esc)
+
+
+def test_mountinfo_names_no_host_path(tmp_path, registry, base_image):
+    """The step's overlay names its layers through descriptors
+    (/proc/self/fd/N at mount time): /proc/self/mountinfo shows no path of
+    the store (which holds the user's name), in a run and in a build."""
+    store = tmp_path / "store-of-a-telling-name"
+    r = imgbuild("run", base_image, "--", "cat", "/proc/self/mountinfo", store=store)
+    assert r.rc == 0, r
+    root = [l for l in r.out.splitlines() if l.split()[4] == "/"]
+    assert root and " overlay " in root[0] and "lowerdir=/proc/self/fd/" in root[0], r.out
+    assert "telling-name" not in r.out and str(tmp_path) not in r.out, r.out
+    ctx = tmp_path / "ctx"
+    ctx.mkdir()
+    (ctx / "Dockerfile").write_text(
+        f"FROM {base_image}\nRUN echo one > /one\n"
+        "RUN cat /proc/self/mountinfo > /mi && grep -q 'lowerdir=/proc/self/fd/' /mi\n"
+        "OUTPUT type=local,dest=out,src=/mi\n")
+    r = imgbuild("build", "-f", ctx / "Dockerfile", ctx, cwd=ctx, store=store)
+    assert r.rc == 0, r
+    mi = (ctx / "out" / "mi").read_text()
+    assert "telling-name" not in mi and str(tmp_path) not in mi, mi
