@@ -142,6 +142,22 @@ write_full (int fd, const char *p, size_t n)
   return true;
 }
 
+/* One read of the sandbox's error pipe into *errmsg; at its end (or on an
+ * error) the pipe is closed and *err_r set to -1. */
+static void
+read_err_pipe (int *err_r, ib_buf_t *errmsg)
+{
+  char buf[4096];
+  ssize_t k = read (*err_r, buf, sizeof buf);
+  if (k > 0)
+    ib_buf_append (errmsg, buf, (size_t) k);
+  else if (k == 0 || errno != EINTR)
+    {
+      close (*err_r);
+      *err_r = -1;
+    }
+}
+
 void
 ib_console_relay (int master, int in_fd, int out_fd, int err_r, ib_buf_t *errmsg)
 {
@@ -224,14 +240,7 @@ ib_console_relay (int master, int in_fd, int out_fd, int err_r, ib_buf_t *errmsg
         }
       if (i_err >= 0 && fds[i_err].revents)
         {
-          ssize_t k = read (err_r, buf, sizeof buf);
-          if (k > 0)
-            ib_buf_append (errmsg, buf, (size_t) k);
-          else if (k == 0 || errno != EINTR)
-            {
-              close (err_r);
-              err_r = -1;
-            }
+          read_err_pipe (&err_r, errmsg);
         }
       if (i_winch >= 0 && fds[i_winch].revents)
         {
@@ -243,16 +252,7 @@ ib_console_relay (int master, int in_fd, int out_fd, int err_r, ib_buf_t *errmsg
   close (master);
   /* the rest of a failure message, if the sandbox is still writing one */
   while (err_r >= 0)
-    {
-      ssize_t k = read (err_r, buf, sizeof buf);
-      if (k > 0)
-        ib_buf_append (errmsg, buf, (size_t) k);
-      else if (k == 0 || errno != EINTR)
-        {
-          close (err_r);
-          err_r = -1;
-        }
-    }
+    read_err_pipe (&err_r, errmsg);
   if (winch)
     {
       sigaction (SIGWINCH, &old_winch, NULL);
