@@ -34,7 +34,8 @@ first `times` (default 1) requests whose path matches the regex `match`
                                            `<PATH?n=N&last=TAG>; rel="next"` while more
                                            remain (the registry here has no pagination)
 
-The log FILE (JSON, rewritten when a request arrives and when it is done)
+The log FILE (JSON, rewritten when a request arrives, before its answer is
+sent -- so a client that has its answer finds it logged -- and when it is done)
 is a list, in order of arrival, of
 {"t", "method", "path", "range", "auth", "status", "fault", "sent"}:
 the time the request arrived (seconds since the epoch), its Range header
@@ -121,6 +122,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
             code = int(fault["code"])
             payload = json.dumps({"errors": [{"code": "TOOMANYREQUESTS" if code == 429 else "UNAVAILABLE",
                                               "message": "injected by faultproxy"}]}).encode()
+            # logged before it is sent: the log is up to date when the client has it
+            entry["status"], entry["sent"] = code, len(payload)
+            st.record(entry, False)
             self.send_response(code)
             ra = fault.get("retry_after")
             if ra is not None:
@@ -131,7 +135,6 @@ class Handler(http.server.BaseHTTPRequestHandler):
             self.send_header("Content-Length", str(len(payload)))
             self.end_headers()
             self.wfile.write(payload)
-            entry["status"], entry["sent"] = code, len(payload)
             return
         if kind == "silent":
             time.sleep(float(fault.get("seconds", 600)))
@@ -173,6 +176,12 @@ class Handler(http.server.BaseHTTPRequestHandler):
             data = json.dumps(doc).encode()
             if rest:
                 extra.append(("Link", f'<{path}?n={n}&last={urllib.parse.quote(page[-1])}>; rel="next"'))
+        entry["status"] = resp.status
+        if self.command == "HEAD" or kind not in ("drop", "drip", "stall"):
+            entry["sent"] = 0 if self.command == "HEAD" else len(data)
+        elif kind == "drop":
+            entry["sent"] = min(int(fault.get("after_bytes", 0)), len(data))
+        st.record(entry, False)  # before the client can have it
         self.send_response(resp.status)
         for k, v in extra:
             self.send_header(k, v)
@@ -184,14 +193,12 @@ class Handler(http.server.BaseHTTPRequestHandler):
             self.send_header(k, v)
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
-        entry["status"] = resp.status
         if self.command == "HEAD":
             return
         if kind == "drop":
             k = min(int(fault.get("after_bytes", 0)), len(data))
             self.wfile.write(data[:k])
             self.wfile.flush()
-            entry["sent"] = k
             self._close()
             return
         if kind == "drip":
@@ -203,8 +210,11 @@ class Handler(http.server.BaseHTTPRequestHandler):
             time.sleep(float(fault.get("seconds", 30)))
             self._close()
             return
-        self.wfile.write(data)
-        entry["sent"] = len(data)
+        try:
+            self.wfile.write(data)
+        except OSError:
+            entry["sent"] = 0  # the client hung up: how much it got is unknown
+            raise
 
     def _drip(self, data, rate, entry):
         """Send `data` at `rate` bytes/s: a piece every 0.1 s (one byte every
