@@ -18,6 +18,8 @@ pkgs=(
   # conformance test (tests/e2e/test_buildah_compat.py): the same recipes built by buildah
   buildah
   python3 python3-pytest ca-certificates curl gzip zstd unzip
+  # tests/run-e2e.sh: the suite's scratch on a loop-mounted ext4 (mkfs.ext4, mount)
+  e2fsprogs mount
   # auth tests: htpasswd (bcrypt) for the basic-auth registry; openssl and
   # python3-cryptography for the token server's key, certificate and JWTs
   apache2-utils openssl python3-cryptography

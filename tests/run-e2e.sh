@@ -22,20 +22,52 @@ pass_no=0
 run_suite() { # label, then the command prefix to run pytest with
   local label=$1; shift
   echo "== e2e as $label"
-  # Each pass has its own base temp, removed when the pass ends (as root,
+  # Each pass has its own base temp (and TMPDIR beside it, on the same
+  # scratch file system), removed when the pass ends (as root,
   # which can also remove what subordinate ids own), so passes do not pile
   # up tens of GB in /tmp as pytest's kept-three base temps would.
   local extra=() bt=
   if [ "$(id -u)" -eq 0 ]; then
     pass_no=$((pass_no + 1)); bt="$e2e_dir/tmp-$pass_no"
-    mkdir -p "$bt" && chown "$(stat -c %u "$e2e_dir")" "$bt"
+    mkdir -p "$bt" "$bt-tmp" && chown "$(stat -c %u "$e2e_dir")" "$bt" "$bt-tmp"
     extra=(--basetemp "$bt")
   fi
-  "$@" env IMGBUILD_TEST_CACHE="$IMGBUILD_TEST_CACHE" PATH=/usr/sbin:/usr/bin:/sbin:/bin \
+  "$@" env IMGBUILD_TEST_CACHE="$IMGBUILD_TEST_CACHE" PATH=/usr/sbin:/usr/bin:/sbin:/bin ${bt:+TMPDIR="$bt-tmp"} \
     $py -m pytest -p no:cacheprovider -v -rs "${extra[@]}" "${targets[@]}" || status=1
   if [ -n "$bt" ]; then
     echo "== disk after this pass: $(du -sh "$bt" | cut -f1) left in its base temp; $(df -h --output=avail "$bt" | tail -1 | tr -d ' ') free"
-    rm -rf "$bt"
+    rm -rf "$bt" "$bt-tmp"
+  fi
+}
+
+# The suite's scratch tree on a file system of its own: a fresh ext4 with
+# a journal, in a sparse file, mounted on $e2e_dir (as root only).  The
+# suite creates and deletes millions of files; on an ext4 without a
+# journal (CI's and this machine's root file system) every new inode is
+# then checked against the inode table for a recent deletion
+# (ext4's recently_deleted), and the kernel time grew until a pass took
+# three times as long (test_layers.py: 220 s there, 68 s here;
+# docs/benchmarks.md).  Where no loop device can be had, the suite runs in
+# /tmp as before, saying so.  IMGBUILD_E2E_SCRATCH=tmp keeps it in /tmp.
+scratch_img=
+scratch_fs() {
+  [ "${IMGBUILD_E2E_SCRATCH:-loop}" = loop ] || return 0
+  local dir=/var/tmp avail size
+  avail=$(df --output=avail -B1G "$dir" | tail -1 | tr -d ' ')
+  size=$(( avail - 4 ))               # GiB; the file grows only as it is written
+  [ "$size" -le 64 ] || size=64
+  if [ "$size" -lt 24 ]; then
+    echo "== warning: ${avail}G free in $dir: the suite's scratch stays in /tmp" >&2
+    return 0
+  fi
+  scratch_img=$(mktemp "$dir/imgbuild-e2e.XXXXXX.ext4")
+  trap 'umount "$e2e_dir" 2>/dev/null; rm -rf "$e2e_dir" "$scratch_img"' EXIT
+  if truncate -s "${size}G" "$scratch_img" && mkfs.ext4 -q -F -m 0 "$scratch_img" \
+     && mount -o loop "$scratch_img" "$e2e_dir"; then
+    echo "== scratch: ext4 with a journal on $e2e_dir (${size}G sparse file $scratch_img)"
+  else
+    echo "== warning: no loop-mounted scratch file system: the suite's scratch stays in /tmp" >&2
+    rm -f "$scratch_img"; scratch_img=
   fi
 }
 
@@ -53,6 +85,7 @@ if [ "$(id -u)" -eq 0 ]; then
   # when the checkout lives under /root.
   e2e_dir=$(mktemp -d /tmp/imgbuild-e2e.XXXXXX)
   trap 'rm -rf "$e2e_dir"' EXIT
+  scratch_fs
   mkdir -p "$e2e_dir/bin"
   cp "$bin" "$e2e_dir/bin/imgbuild"
   cp -r tests recipes "$e2e_dir/"
