@@ -8,7 +8,10 @@ LDLIBS   += $(shell pkg-config --libs $(PKGS)) -lpthread
 BUILD    ?= build
 BIN      ?= bin
 
-LIB_SRC  := $(wildcard common/*.c oci/*.c rootfs/*.c) $(filter-out builder/main.c,$(wildcard builder/*.c))
+# builder/ is in wings (subfolders, docs/design.md); every other floor is flat.
+LIB_SRC  := $(wildcard common/*.c oci/*.c rootfs/*.c) \
+            $(filter-out builder/main.c,$(wildcard builder/*.c builder/*/*.c))
+HEADERS  := $(wildcard */*.h builder/*/*.h)
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o)
 UNIT_SRC := $(wildcard tests/unit/test_*.c)
 UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
@@ -16,7 +19,7 @@ UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 .PHONY: all deps test unit e2e e2e-realworld e2e-debian-wheels e2e-torch asan fuzz demo clean lint
 all: $(BIN)/imgbuild
 
-$(BUILD)/%.o: %.c $(wildcard */*.h)
+$(BUILD)/%.o: %.c $(HEADERS)
 	@mkdir -p $(dir $@)
 	$(CC) $(IB_CFLAGS) $(CFLAGS) -c -o $@ $<
 
