@@ -1,0 +1,416 @@
+/* builder/engine/build.c — ib_build: read the recipe, resolve build args and
+ * the target, mark the stages needed, run them (in order or with -j) and
+ * write the outputs. */
+#include "builder/engine/engine.h"
+#include "builder/cache_io.h"
+#include "builder/wheel.h"
+#include "builder/mountspec.h"
+#include "rootfs/unpack.h"
+
+#include <errno.h>
+#include <string.h>
+
+char *const ib_layer_exclude[] = { "proc", "sys", "dev", NULL };
+
+static int mark_dep (build_t *b, size_t i, const char *dep, bool index_ok, ib_error_t *err);
+static int mark_mount_deps (build_t *b, size_t i, const ib_instr_t *in, ib_error_t *err);
+
+/* Mark stage i and what it depends on as needed. */
+static int
+mark_needed (build_t *b, size_t i, ib_error_t *err)
+{
+  stage_state_t *st = &b->stages[i];
+  if (st->needed)
+    return 0;
+  st->needed = true;
+  for (size_t k = 0; k < st->def->n_instrs; k++)
+    {
+      const ib_instr_t *in = &st->def->instrs[k];
+      const char *dep = NULL;
+      cleanup_free char *x = NULL;
+      if (in->kind == IB_I_FROM)
+        {
+          if (expand (b, NULL, in->text, &x, err) < 0)
+            return instr_error (b, in, err);
+          dep = x;
+        }
+      else if ((in->kind == IB_I_COPY || in->kind == IB_I_ADD) && ib_instr_flag (in, "from"))
+        dep = ib_instr_flag (in, "from");
+      else if (in->kind == IB_I_RUN && mark_mount_deps (b, i, in, err) < 0)
+        return -1;
+      if (dep == NULL)
+        continue;
+      if (mark_dep (b, i, dep, in->kind != IB_I_FROM, err) < 0)
+        return -1;
+    }
+  return 0;
+}
+
+static int
+mark_dep (build_t *b, size_t i, const char *dep, bool index_ok, ib_error_t *err)
+{
+  int idx = stage_index (b, dep);
+  if (idx < 0 && index_ok && *dep && strspn (dep, "0123456789") == strlen (dep))
+    idx = atoi (dep);
+  if (idx >= 0 && (size_t) idx < i)
+    {
+      stage_state_t *st = &b->stages[i];
+      st->deps = xrealloc (st->deps, (st->n_deps + 1) * sizeof (size_t));
+      st->deps[st->n_deps++] = (size_t) idx;
+      if (mark_needed (b, (size_t) idx, err) < 0)
+        return -1;
+    }
+  return 0;
+}
+
+/* RUN --mount=...,from=STAGE needs that stage.  Unexpanded values with a
+ * variable are expanded with the global ARGs only, as for COPY --from;
+ * values that do not parse are left for the step to report. */
+static int
+mark_mount_deps (build_t *b, size_t i, const ib_instr_t *in, ib_error_t *err)
+{
+  cleanup_strv char **vals = ib_instr_flag_values (in, "mount");
+  for (char **v = vals; *v; v++)
+    {
+      cleanup_free char *x = NULL;
+      ib_error_t e2 = NULL;
+      if (expand (b, NULL, *v, &x, &e2) < 0)
+        {
+          ib_error_free (&e2);
+          continue;
+        }
+      ib_mount_spec_t ms;
+      if (ib_mount_spec_parse (x, &ms, &e2) < 0)
+        {
+          ib_error_free (&e2);
+          continue;
+        }
+      int r = ms.from ? mark_dep (b, i, ms.from, true, err) : 0;
+      ib_mount_spec_clear (&ms);
+      if (r < 0)
+        return -1;
+    }
+  return 0;
+}
+
+void
+build_free (build_t *b)
+{
+  drop_layer_jobs (b);
+  for (size_t i = 0; i < b->n_stages; i++)
+    {
+      stage_state_t *st = &b->stages[i];
+      if (st->rootfs)
+        {
+          ib_error_t e = NULL;
+          if (ib_rootfs_remove (st->rootfs, &e) < 0)
+            ib_warn ("%s", e->msg);
+          ib_error_free (&e);
+          free (st->rootfs);
+        }
+      json_decref (st->config);
+      for (size_t k = 0; k < st->n_layers; k++)
+        free (st->layers[k].media_type);
+      free (st->layers);
+      vars_free (&st->args);
+      ib_strv_free (st->shell);
+      free (st->foreign);
+      free (st->deps);
+    }
+  free (b->stages);
+  vars_free (&b->build_args);
+  vars_free (&b->global_args);
+  vars_free (&b->auto_args);
+  free (b->build_arg_used);
+  free (b->context);
+  ib_progress_end (b->prog);
+  b->prog = NULL;
+  free (b->step_label);
+  free (b->step_text);
+  ib_buf_free (&b->out_line);
+  ib_cache_memo_close (b->memo);
+  ib_ignore_free (b->ignore);
+  ib_strv_free (b->keys);
+  ib_recipe_free (b->recipe);
+}
+
+/* Add CLI --output / -t to the target stage as extra OUTPUT instructions. */
+int
+cli_outputs (build_t *b, stage_state_t *target, ib_error_t *err)
+{
+  ib_buf_t text = { 0 };
+  ib_buf_puts (&text, "FROM scratch\n");
+  for (char **o = b->opts->outputs; o && *o; o++)
+    ib_buf_printf (&text, "OUTPUT %s\n", *o);
+  for (char **t = b->opts->tags; t && *t; t++)
+    ib_buf_printf (&text, "OUTPUT type=image,name=%s\n", *t);
+  ib_recipe_t *extra = NULL;
+  int r = ib_recipe_parse ("command line", text.data, &extra, err);
+  ib_buf_free (&text);
+  if (r < 0)
+    return -1;
+  /* Append the parsed OUTPUTs to a private copy of the target's instructions. */
+  ib_stage_t *def = (ib_stage_t *) target->def;
+  ib_stage_t *es = &extra->stages[0];
+  size_t add = es->n_instrs - 1;
+  if (add)
+    {
+      def->instrs = xrealloc (def->instrs, (def->n_instrs + add) * sizeof (ib_instr_t));
+      memcpy (def->instrs + def->n_instrs, es->instrs + 1, add * sizeof (ib_instr_t));
+      def->n_instrs += add;
+      es->n_instrs = 1; /* moved out: not freed with extra */
+    }
+  ib_recipe_free (extra);
+  return 0;
+}
+
+/* --build-arg values, the automatic platform ARGs, the global ARGs (in
+ * recipe order), and a stage_state_t per stage: what a build and a plan
+ * start from. */
+int
+resolve_args (build_t *b, ib_error_t *err)
+{
+  for (char **a = b->opts->build_args; a && *a; a++)
+    {
+      const char *eq = strchr (*a, '=');
+      if (eq == NULL)
+        {
+          const char *env = getenv (*a); /* docker build --build-arg NAME takes it from env */
+          vars_set (&b->build_args, *a, env ? env : "");
+          continue;
+        }
+      cleanup_free char *k = xstrndup (*a, (size_t) (eq - *a));
+      vars_set (&b->build_args, k, eq + 1);
+    }
+  b->build_arg_used = xmalloc ((b->build_args.n + 1) * sizeof (bool));
+  platform_args (b);
+  for (size_t i = 0; i < b->recipe->n_global_args; i++)
+    {
+      b->cur_in = &b->recipe->global_args[i];
+      int r = do_arg (b, NULL, &b->recipe->global_args[i], err);
+      b->cur_in = NULL;
+      if (r < 0)
+        return instr_error (b, &b->recipe->global_args[i], err);
+    }
+  b->n_stages = b->recipe->n_stages;
+  b->stages = xmalloc (b->n_stages * sizeof (stage_state_t));
+  for (size_t i = 0; i < b->n_stages; i++)
+    b->stages[i].def = &b->recipe->stages[i];
+  return 0;
+}
+
+/* The target stage: --target, else the last one. */
+int
+resolve_target (build_t *b, size_t *target, ib_error_t *err)
+{
+  *target = b->n_stages - 1;
+  if (b->opts->target == NULL)
+    return 0;
+  const ib_stage_t *t = ib_recipe_stage (b->recipe, b->opts->target);
+  if (t == NULL)
+    return ib_error_set (err, ENOENT, "%s: no stage named '%s'", b->recipe->path,
+                         b->opts->target);
+  *target = (size_t) t->index;
+  return 0;
+}
+
+/* The target and what it reads; without --target also every stage with
+ * an OUTPUT and what those read. */
+int
+mark_stages_needed (build_t *b, size_t target, ib_error_t *err)
+{
+  if (mark_needed (b, target, err) < 0)
+    return -1;
+  if (b->opts->target == NULL)
+    for (size_t i = 0; i < b->n_stages; i++)
+      for (size_t k = 0; k < b->stages[i].def->n_instrs; k++)
+        if (b->stages[i].def->instrs[k].kind == IB_I_OUTPUT && mark_needed (b, i, err) < 0)
+          return -1;
+  return 0;
+}
+
+int
+ib_build (ib_store_t *store, const ib_build_opts_t *opts, ib_error_t *err)
+{
+  build_t b = { .store = store, .opts = opts, .sde = ib_source_date_epoch () };
+  if (ib_userns_plan (opts->userns, &b.userns, err) < 0)
+    return -1;
+  if (b.sde < 0 && opts->reproducible)
+    b.sde = 0;
+  int ret = -1;
+  cleanup_free char *text = NULL;
+  if (ib_read_file_max (opts->recipe_path, IB_RECIPE_MAX, "recipe", &text, NULL, err) < 0)
+    return -1;
+  if (ib_recipe_parse (opts->recipe_path, text, &b.recipe, err) < 0)
+    return -1;
+  ib_progress_mode_t pm = ib_progress_resolved_mode ();
+  if ((pm == IB_PROGRESS_TTY || pm == IB_PROGRESS_JSON) && opts->jobs <= 1)
+    {
+      cleanup_free char *title = xasprintf ("build %s", b.recipe->path);
+      b.prog = ib_progress_begin (title);
+    }
+  if (opts->context_dir)
+    b.context = realpath (opts->context_dir, NULL);
+  else
+    {
+      cleanup_free char *dir = xstrdup (opts->recipe_path);
+      char *slash = strrchr (dir, '/');
+      if (slash)
+        *slash = '\0';
+      b.context = realpath (slash ? dir : ".", NULL);
+    }
+  if (b.context == NULL)
+    {
+      ib_error_sys (err, errno, "build context %s", opts->context_dir ? opts->context_dir : ".");
+      goto out;
+    }
+  {
+    /* BuildKit: RECIPE.dockerignore beside the recipe wins over the
+     * context's .dockerignore */
+    cleanup_free char *own = xasprintf ("%s.dockerignore", opts->recipe_path);
+    cleanup_free char *ctx_ig = ib_path_join (b.context, ".dockerignore");
+    cleanup_free char *itext = NULL;
+    ib_error_t e2 = NULL;
+    if (ib_read_file_max (own, IB_RECIPE_MAX, ".dockerignore", &itext, NULL, &e2) < 0)
+      {
+        if (e2->status == EFBIG)
+          {
+            *err = e2;
+            goto out;
+          }
+        ib_error_free (&e2);
+        if (ib_read_file_max (ctx_ig, IB_RECIPE_MAX, ".dockerignore", &itext, NULL, &e2) < 0)
+          {
+            if (e2->status != ENOENT)
+              {
+                *err = e2;
+                goto out;
+              }
+            ib_error_free (&e2);
+          }
+      }
+    b.ignore = ib_ignore_parse (itext);
+  }
+  size_t target;
+  if (resolve_args (&b, err) < 0 || resolve_target (&b, &target, err) < 0)
+    goto out;
+  for (char **a = opts->annotations; a && *a; a++)
+    if (strchr (*a, '=') == NULL || **a == '=')
+      {
+        ib_error_set (err, EINVAL, "--annotation %s: expected KEY=VALUE", *a);
+        goto out;
+      }
+  for (char **f = opts->no_cache_filter; f && *f; f++)
+    if (ib_recipe_stage (b.recipe, *f) == NULL)
+      {
+        ib_error_set (err, ENOENT, "--no-cache-filter %s: %s has no stage of that name", *f,
+                      b.recipe->path);
+        goto out;
+      }
+  if (cli_outputs (&b, &b.stages[target], err) < 0)
+    goto out;
+  if (mark_stages_needed (&b, target, err) < 0)
+    goto out;
+  /* Refuse output types we cannot produce before doing any work. */
+  for (size_t i = 0; i < b.n_stages; i++)
+    for (size_t k = 0; b.stages[i].needed && k < b.stages[i].def->n_instrs; k++)
+      {
+        const ib_instr_t *in = &b.stages[i].def->instrs[k];
+        const char *type = in->kind == IB_I_OUTPUT ? kv_get (in, "type") : NULL;
+        if (type && strcmp (type, "local") && strcmp (type, "image") && strcmp (type, "oci")
+            && strcmp (type, "registry") && strcmp (type, "tar") && strcmp (type, "docker"))
+          {
+            ib_error_set (err, ENOTSUP, "%s:%d: OUTPUT type=%s is not supported yet",
+                          b.recipe->path, in->line, type);
+            goto out;
+          }
+        const char *req = type && strcmp (type, "local") == 0 ? kv_get (in, "require") : NULL;
+        const char *rep = type && strcmp (type, "local") == 0 ? kv_get (in, "repair") : NULL;
+        if (req && *req && rep && *rep)
+          {
+            ib_error_set (err, EINVAL, "%s:%d: OUTPUT require= and repair= together: repair= "
+                          "already fails for a wheel it cannot bring to its policy; require= "
+                          "is for wheels left as built", b.recipe->path, in->line);
+            goto out;
+          }
+        /* a value naming ARGs is checked once expanded, when the stage ends */
+        if (req && *req && !strchr (req, '$') && ib_wheel_policy_check (req, err) < 0)
+          {
+            ib_error_prefix (err, "%s:%d: OUTPUT require", b.recipe->path, in->line);
+            goto out;
+          }
+        const char *comp = type && strcmp (type, "tar") == 0 ? kv_get (in, "compression") : NULL;
+        ib_compression_t c;
+        if (comp && ib_compression_parse (comp, &c) < 0)
+          {
+            ib_error_set (err, EINVAL, "%s:%d: OUTPUT compression=%s: expected gzip, zstd or none",
+                          b.recipe->path, in->line, comp);
+            goto out;
+          }
+      }
+
+  for (char **c = opts->cache_from; c && *c; c++)
+    {
+      if (need_userns (&b, err) < 0) /* network threads come next */
+        goto out;
+      prog_pause (&b);
+      int r = ib_cache_import (store, *c, err);
+      prog_resume (&b);
+      if (r < 0)
+        goto out;
+    }
+  if (opts->jobs > 1)
+    {
+      if (run_stages_parallel (&b, (size_t) opts->jobs, err) < 0)
+        goto out;
+    }
+  else
+    {
+      for (size_t i = 0; i < b.n_stages; i++)
+        {
+          if (!b.stages[i].needed)
+            continue;
+          if (run_stage (&b, &b.stages[i], err) < 0)
+            goto out;
+        }
+      for (size_t i = 0; i < b.n_stages; i++)
+        if (b.stages[i].built && finish_stage (&b, &b.stages[i], err) < 0)
+          goto out;
+    }
+  for (char **c = opts->cache_to; c && *c; c++)
+    {
+      if (need_userns (&b, err) < 0)
+        goto out;
+      prog_pause (&b);
+      int r = ib_cache_export (store, b.keys, *c, err);
+      prog_resume (&b);
+      if (r < 0)
+        goto out;
+    }
+  for (size_t k = 0; k < b.build_args.n; k++)
+    if (!b.build_arg_used[k] && !is_proxy_arg (b.build_args.names[k]))
+      {
+        bool global = false;
+        vars_get (&b.global_args, b.build_args.names[k], &global);
+        if (!global)
+          ib_warn ("build arg %s was not consumed by any ARG", b.build_args.names[k]);
+      }
+  ib_info ("build %s: done, target stage %s image %s (%zu steps cached, %zu run)",
+           b.recipe->path, b.stages[target].def->name ? b.stages[target].def->name : "(unnamed)",
+           b.stages[target].manifest_digest, b.hits, b.misses);
+  ret = 0;
+out:
+  if (b.n_jobs > 0)
+    {
+      /* a failed build still records the steps that ran (the next build
+       * starts from them): their layers are finished first */
+      ib_error_t e = NULL;
+      if (join_layers (&b, NULL, &e) < 0)
+        {
+          ib_warn ("%s", e->msg);
+          ib_error_free (&e);
+        }
+    }
+  build_free (&b);
+  return ret;
+}

@@ -1,0 +1,264 @@
+/* builder/engine/from.c — FROM: the stage's base (an image pulled or stored,
+ * or an earlier stage), its platform, and the tree made lazily when a step
+ * needs it. */
+#include "builder/engine/engine.h"
+#include "rootfs/unpack.h"
+
+#include <errno.h>
+#include <string.h>
+#include <unistd.h>
+
+int
+stage_index (build_t *b, const char *name)
+{
+  for (size_t i = 0; i < b->n_stages; i++)
+    {
+      const ib_stage_t *s = b->stages[i].def;
+      if (s->name && strcasecmp (s->name, name) == 0)
+        return (int) i;
+    }
+  return -1;
+}
+
+/* Is the stored image's config for a platform that serves os/arch/variant
+ * (ib_platform_rank)?  A config that names none (scratch builds of other
+ * tools) counts as serving any. */
+bool
+config_serves (json_t *config, const char *os, const char *arch, const char *variant)
+{
+  const char *cos = json_string_value (json_object_get (config, "os"));
+  const char *carch = json_string_value (json_object_get (config, "architecture"));
+  if (cos == NULL || carch == NULL)
+    return true;
+  return ib_platform_rank (os, arch, variant, cos, carch,
+                           json_string_value (json_object_get (config, "variant")))
+         > 0;
+}
+
+/* FROM an image for os/arch/variant (explicit_platform: from --platform,
+ * else the host's): the stored one when its platform serves, else pulled
+ * for that platform (which moves the name's tag to it). */
+static int
+from_image (build_t *b, stage_state_t *st, const char *image, const char *os, const char *arch,
+            const char *variant, bool explicit_platform, ib_error_t *err)
+{
+  ib_descriptor_t desc = { 0 };
+  ib_manifest_t *m = NULL;
+  json_t *config = NULL;
+  bool pulled = false;
+  if (ib_store_load_image (b->store, image, &desc, &m, &config, err) == 0
+      && !config_serves (config, os, arch, variant))
+    {
+      cleanup_free char *want = ib_platform_string (os, arch, variant);
+      if (need_userns (b, err) < 0)
+        return -1;
+      prog_pause (b);
+      ib_info ("[%s] FROM %s: the stored image is for another platform; pulling %s",
+               st->def->name ? st->def->name : "stage", image, want);
+      ib_descriptor_clear (&desc);
+      ib_manifest_free (m);
+      json_decref (config);
+      m = NULL;
+      config = NULL;
+      if (ib_rootfs_pull (b->store, image, os, arch, variant, st->rootfs, true, err) < 0
+          || ib_store_load_image (b->store, image, &desc, &m, &config, err) < 0)
+        return -1;
+      pulled = true;
+    }
+  else if (m == NULL)
+    {
+      /* not stored: pull it, unpacking each layer while it downloads */
+      ib_error_free (err);
+      if (need_userns (b, err) < 0)
+        return -1;
+      prog_pause (b);
+      if (ib_rootfs_pull (b->store, image, explicit_platform ? os : NULL,
+                          explicit_platform ? arch : NULL, explicit_platform ? variant : NULL,
+                          st->rootfs, true, err)
+              < 0
+          || ib_store_load_image (b->store, image, &desc, &m, &config, err) < 0)
+        return -1;
+      pulled = true;
+    }
+  prog_resume (b);
+  int ret = -1;
+  cleanup_strv char **diff_ids = NULL;
+  if (ib_config_diff_ids (config, &diff_ids, err) < 0)
+    goto out;
+  if (ib_strv_len (diff_ids) != m->n_layers)
+    {
+      ib_error_set (err, EINVAL, "image %s: config lists %zu diff_ids but the manifest %zu layers",
+                    image, ib_strv_len (diff_ids), m->n_layers);
+      goto out;
+    }
+  /* Not pulled: the rootfs is made from the stored layers (snapshot) when
+   * a step needs it (ensure_rootfs). */
+  st->rootfs_ready = pulled;
+  {
+    cleanup_free char *plat = ib_platform_string (os, arch, variant);
+    cleanup_free char *text = xasprintf ("FROM image %s %s", desc.digest, plat);
+    ib_cache_key (NULL, text, st->key);
+  }
+  st->config = config;
+  config = NULL;
+  st->layers = xmalloc ((m->n_layers + 1) * sizeof (ib_descriptor_t));
+  for (size_t i = 0; i < m->n_layers; i++)
+    {
+      ib_descriptor_t *d = &st->layers[i];
+      const char *mt = m->layers[i].media_type;
+      /* Same bytes, OCI name: our manifests are OCI manifests. */
+      if (mt && strcmp (mt, IB_MT_DOCKER_LAYER_GZIP) == 0)
+        mt = IB_MT_OCI_LAYER_GZIP;
+      d->media_type = xstrdup (mt ? mt : IB_MT_OCI_LAYER_GZIP);
+      memcpy (d->digest, m->layers[i].digest, IB_DIGEST_LEN);
+      d->size = m->layers[i].size;
+    }
+  st->n_layers = m->n_layers;
+  ret = 0;
+out:
+  ib_descriptor_clear (&desc);
+  ib_manifest_free (m);
+  json_decref (config);
+  return ret;
+}
+
+/* FROM <an earlier stage>: its config and layers now; its tree (copied, or
+ * made from the layers) when a step needs it. */
+static int
+from_stage (stage_state_t *st, stage_state_t *src, ib_error_t *err)
+{
+  (void) err;
+  st->config = json_deep_copy (src->config);
+  st->layers = xmalloc ((src->n_layers + 1) * sizeof (ib_descriptor_t));
+  for (size_t i = 0; i < src->n_layers; i++)
+    {
+      st->layers[i] = src->layers[i];
+      st->layers[i].media_type = xstrdup (src->layers[i].media_type);
+      st->layers[i].os = st->layers[i].arch = st->layers[i].variant = NULL;
+    }
+  st->n_layers = src->n_layers;
+  st->foreign = src->foreign ? xstrdup (src->foreign) : NULL;
+  st->copy_src = src;
+  st->copy_n_layers = src->n_layers;
+  cleanup_free char *text = xasprintf ("FROM stage %s", src->key);
+  ib_cache_key (NULL, text, st->key);
+  return 0;
+}
+
+/* Make st->rootfs the tree of st->layers, if not done yet: a copy of the
+ * FROM stage's tree when no layer was added since, else the layers
+ * unpacked over the longest stored snapshot (ib_rootfs_prepare). */
+int
+ensure_rootfs (build_t *b, stage_state_t *st, ib_error_t *err)
+{
+  if (need_userns (b, err) < 0)
+    return -1;
+  if (st->rootfs_ready)
+    return 0;
+  if (st->copy_src && st->copy_src->rootfs_ready && st->n_layers == st->copy_n_layers)
+    {
+      if (rmdir (st->rootfs) < 0 && errno != ENOENT)
+        return ib_error_sys (err, errno, "prepare %s", st->rootfs);
+      /* an overlay over the FROM stage's finished tree, else a copy */
+      int o = ib_rootfs_overlay_from (st->copy_src->rootfs, st->rootfs, err);
+      if (o < 0 || (o == 0 && ib_copy_rootfs (st->copy_src->rootfs, st->rootfs, err) < 0))
+        return -1;
+      st->rootfs_ready = true;
+      return 0;
+    }
+  if (st->n_layers == 0)
+    {
+      st->rootfs_ready = true; /* FROM scratch: the empty directory */
+      return 0;
+    }
+  if (st->n_pending > 0 && join_layers (b, st, err) < 0)
+    return -1;
+  cleanup_strv char **diff_ids = NULL;
+  cleanup_strv char **digests = NULL;
+  if (ib_config_diff_ids (st->config, &diff_ids, err) < 0)
+    return -1;
+  if (ib_strv_len (diff_ids) != st->n_layers)
+    return ib_error_set (err, EINVAL, "config lists %zu diff_ids for %zu layers",
+                         ib_strv_len (diff_ids), st->n_layers);
+  for (size_t i = 0; i < st->n_layers; i++)
+    ib_strv_push (&digests, st->layers[i].digest);
+  if (rmdir (st->rootfs) < 0 && errno != ENOENT)
+    return ib_error_sys (err, errno, "prepare %s", st->rootfs);
+  /* The new top is recorded as a snapshot: the next build that misses
+   * after the same cached steps (an edit-rebuild loop) copies it instead of
+   * unpacking the layers again. */
+  if (ib_rootfs_prepare (b->store, digests, diff_ids, st->rootfs, true, err) < 0)
+    return -1;
+  st->rootfs_ready = true;
+  return 0;
+}
+
+/* What a FROM names, its ARGs expanded (*image), and the platform asked
+ * (*want: its --platform or the build's, NULL for the host's) as os,
+ * arch and variant (the host's when none is asked).  All allocated. */
+int
+from_target (build_t *b, const ib_instr_t *in, char **image, char **want, char **os, char **arch,
+             char **variant, ib_error_t *err)
+{
+  *image = *want = *os = *arch = *variant = NULL;
+  if (expand (b, NULL, in->text, image, err) < 0)
+    return -1;
+  const char *platform = ib_instr_flag (in, "platform");
+  if (platform && expand (b, NULL, platform, want, err) < 0)
+    return -1;
+  if (*want == NULL && b->opts->platform)
+    *want = xstrdup (b->opts->platform); /* build --platform: the default of every FROM */
+  if (*want)
+    {
+      if (ib_platform_parse (*want, os, arch, variant, err) < 0)
+        return ib_error_prefix (err, "--platform=%s", *want);
+      return 0;
+    }
+  const char *hos, *harch, *hvar;
+  ib_host_platform (&hos, &harch, &hvar);
+  *os = xstrdup (hos);
+  *arch = xstrdup (harch);
+  *variant = hvar ? xstrdup (hvar) : NULL;
+  return 0;
+}
+
+int
+do_from (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err)
+{
+  cleanup_free char *image = NULL, *want = NULL, *os = NULL, *arch = NULL, *variant = NULL;
+  if (from_target (b, in, &image, &want, &os, &arch, &variant, err) < 0)
+    return -1;
+  const char *hos, *harch, *hvar;
+  ib_host_platform (&hos, &harch, &hvar);
+  /* Another platform's image may be pulled, copied from and added to; RUN
+   * in it is refused (do_run), as there is no emulation. */
+  if (want && ib_platform_rank (hos, harch, hvar, os, arch, variant) == 0)
+    st->foreign = ib_platform_string (os, arch, variant);
+  if (ib_store_tmp_dir (b->store, "stage", &st->rootfs, err) < 0)
+    return -1;
+  int idx = stage_index (b, image);
+  step_line (b, st, "FROM", image, false, false);
+  if (idx >= 0 && (size_t) idx < (size_t) (st - b->stages))
+    {
+      /* its layers' blobs: the new stage's manifest lists them */
+      if (b->stages[idx].n_pending > 0 && join_layers (b, &b->stages[idx], err) < 0)
+        return -1;
+      return from_stage (st, &b->stages[idx], err);
+    }
+  if (strcmp (image, "scratch") == 0)
+    {
+      st->config = json_pack ("{s:s, s:s, s:{}, s:{s:s, s:[]}}", "architecture", arch, "os", os,
+                              "config", "rootfs", "type", "layers", "diff_ids");
+      if (variant)
+        json_object_set_new (st->config, "variant", json_string (variant));
+      st->layers = xmalloc (sizeof (ib_descriptor_t));
+      st->rootfs_ready = true;
+      cleanup_free char *plat = ib_platform_string (os, arch, variant);
+      cleanup_free char *text = xasprintf ("FROM scratch %s", plat);
+      ib_cache_key (NULL, text, st->key);
+      return 0;
+    }
+  if (rmdir (st->rootfs) < 0) /* ib_rootfs_prepare creates it */
+    return ib_error_sys (err, errno, "prepare %s", st->rootfs);
+  return from_image (b, st, image, os, arch, variant, want != NULL, err);
+}

@@ -1,0 +1,316 @@
+/* builder/engine/outputs.c — OUTPUT and --output: the stage's image stored
+ * and tagged, files exported, wheels audited; the OCI layout export. */
+#include "builder/engine/engine.h"
+#include "builder/fsops.h"
+#include "builder/wheel.h"
+#include "oci/registry.h"
+
+#include <errno.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* An OUTPUT option as written (to be expanded), or NULL. */
+const char *
+kv_get (const ib_instr_t *in, const char *key)
+{
+  for (size_t i = 0; i < in->n_kvs; i++)
+    if (strcmp (in->kvs[i].key, key) == 0)
+      return in->kvs[i].raw ? in->kvs[i].raw : in->kvs[i].value;
+  return NULL;
+}
+
+int
+store_stage_image (build_t *b, stage_state_t *st, ib_error_t *err)
+{
+  if (st->manifest_digest[0])
+    return 0;
+  /* `created`: the time of the last step (its history entry), so that a
+   * rebuild whose steps all hit the cache gives the same config. */
+  json_t *h = json_object_get (st->config, "history");
+  const char *last = json_string_value (
+      json_object_get (json_array_get (h, json_array_size (h) ? json_array_size (h) - 1 : 0),
+                       "created"));
+  cleanup_free char *created = last ? xstrdup (last) : created_now (b);
+  json_object_set_new (st->config, "created", json_string (created));
+  cleanup_free char *cfg = json_dumps (st->config, JSON_COMPACT | JSON_SORT_KEYS);
+  ib_descriptor_t cd = { .media_type = IB_MT_OCI_CONFIG, .size = (int64_t) strlen (cfg) };
+  if (ib_store_put_blob (b->store, cfg, strlen (cfg), cd.digest, err) < 0)
+    return -1;
+  json_t *ann = NULL;
+  for (char **a = b->opts->annotations; a && *a; a++)
+    {
+      const char *eq = strchr (*a, '=');
+      if (ann == NULL)
+        ann = json_object ();
+      cleanup_free char *k = xstrndup (*a, (size_t) (eq - *a));
+      json_object_set_new (ann, k, json_string (eq + 1));
+    }
+  cleanup_free char *man = ib_manifest_serialize (&cd, st->layers, st->n_layers, ann);
+  json_decref (ann);
+  if (ib_store_put_blob (b->store, man, strlen (man), st->manifest_digest, err) < 0)
+    return -1;
+  st->manifest_size = (int64_t) strlen (man);
+  return 0;
+}
+
+static int
+tag_image (build_t *b, stage_state_t *st, const char *name, char **full, ib_error_t *err)
+{
+  ib_ref_t ref = { 0 };
+  if (ib_ref_parse (name, &ref, err) < 0)
+    return -1;
+  *full = ib_ref_string (&ref);
+  ib_ref_free (&ref);
+  if (ib_store_lock (b->store, true, err) < 0)
+    return -1;
+  int r = ib_store_tag (b->store, *full, IB_MT_OCI_MANIFEST, st->manifest_digest, st->manifest_size,
+                        err);
+  ib_store_unlock (b->store);
+  return r;
+}
+
+/* The host path of an OUTPUT's src= (default "/") in the stage's rootfs,
+ * resolved inside it, and its stat. */
+static int
+output_src (stage_state_t *st, const char *src, char **from, struct stat *sb, ib_error_t *err)
+{
+  if (ib_root_resolve (st->rootfs, src ? src : "/", true, from, err) < 0)
+    return -1;
+  if (stat (*from, sb) < 0)
+    return ib_error_sys (err, errno, "src=%s", src ? src : "/");
+  return 0;
+}
+
+/* OUTPUT type=tar: the stage's root filesystem (or the tree under src=)
+ * as one tarball written by the layer writer (sorted, PAX, mtimes clamped
+ * to SOURCE_DATE_EPOCH: byte-identical across builds of the same tree),
+ * uncompressed unless compression=gzip|zstd; written beside dest, fsynced
+ * and renamed over it. */
+static int
+export_tar (build_t *b, stage_state_t *st, const ib_instr_t *in, const char *src,
+            const char *dest, ib_error_t *err)
+{
+  ib_layer_opts_t lo = { .compression = IB_COMPRESSION_NONE, .level = -1, .sde = b->sde };
+  const char *c = kv_get (in, "compression");
+  if (c && ib_compression_parse (c, &lo.compression) < 0)
+    return ib_error_set (err, EINVAL, "compression=%s: expected gzip, zstd or none", c);
+  cleanup_free char *from = NULL;
+  struct stat sb;
+  if (output_src (st, src, &from, &sb, err) < 0)
+    return -1;
+  if (!S_ISDIR (sb.st_mode))
+    return ib_error_set (err, ENOTDIR, "src=%s: not a directory", src);
+  bool whole = src == NULL || strcmp (from, st->rootfs) == 0;
+  cleanup_free char *dir = xstrdup (dest);
+  char *slash = strrchr (dir, '/');
+  if (slash)
+    slash[slash == dir ? 1 : 0] = '\0';
+  if (slash && ib_mkdir_p (dir, 0755, err) < 0)
+    return -1;
+  cleanup_free char *tmp = xasprintf ("%s/.%s.imgbuild-XXXXXX", slash ? dir : ".",
+                                      slash ? strrchr (dest, '/') + 1 : dest);
+  int fd = mkstemp (tmp);
+  if (fd < 0)
+    return ib_error_sys (err, errno, "create a file beside %s", dest);
+  close (fd);
+  ib_layer_result_t res;
+  /* the sandbox's mount points are empty directories in the tarball */
+  static char *const mount_points[] = { "proc/*", "sys/*", "dev/*", NULL };
+  if (ib_layer_write_diff (from, NULL, whole ? mount_points : NULL, tmp, &lo, &res, err) < 0)
+    {
+      unlink (tmp);
+      return -1;
+    }
+  int tfd = open (tmp, O_RDONLY | O_CLOEXEC);
+  if (tfd < 0 || fsync (tfd) < 0 || chmod (tmp, 0644) < 0 || rename (tmp, dest) < 0)
+    {
+      int e = errno;
+      if (tfd >= 0)
+        close (tfd);
+      unlink (tmp);
+      return ib_error_sys (err, e, "write %s", dest);
+    }
+  close (tfd);
+  if (ib_fsync_dir (slash ? dir : ".", err) < 0)
+    return -1;
+  ib_info ("  tar %s  %llu entries, %s", res.digest, (unsigned long long) res.entries, dest);
+  return 0;
+}
+
+/* The OUTPUT keys whose values run_output expands (and the plan shows
+ * expanded); the others are read as written. */
+bool
+output_key_expanded (const char *key)
+{
+  static const char *const keys[] = { "dest", "name", "src", "repair", "repair-exclude",
+                                      "require" };
+  for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
+    if (strcmp (key, keys[i]) == 0)
+      return true;
+  return false;
+}
+
+int
+run_output (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err)
+{
+  /* Expand every option value first. */
+  const char *type = kv_get (in, "type");
+  cleanup_free char *dest = NULL, *name = NULL, *src = NULL, *repair = NULL, *repair_excl = NULL,
+                    *require = NULL;
+  const char *v;
+  if ((v = kv_get (in, "dest")) && expand (b, st, v, &dest, err) < 0)
+    return -1;
+  if ((v = kv_get (in, "name")) && expand (b, st, v, &name, err) < 0)
+    return -1;
+  if ((v = kv_get (in, "src")) && expand (b, st, v, &src, err) < 0)
+    return -1;
+  if ((v = kv_get (in, "repair")) && expand (b, st, v, &repair, err) < 0)
+    return -1;
+  if ((v = kv_get (in, "repair-exclude")) && expand (b, st, v, &repair_excl, err) < 0)
+    return -1;
+  if ((v = kv_get (in, "require")) && expand (b, st, v, &require, err) < 0)
+    return -1;
+  /* local and tar read the tree; the others need the image, whose layers
+   * run_stage has finished */
+  bool from_tree = strcmp (type, "local") == 0 || strcmp (type, "tar") == 0;
+  if (!from_tree && finish_stage (b, st, err) < 0)
+    return -1;
+  if (from_tree && ensure_rootfs (b, st, err) < 0)
+    return -1;
+  if (strcmp (type, "registry") == 0 && need_userns (b, err) < 0)
+    return -1;
+
+  if (strcmp (type, "local") == 0)
+    {
+      if (dest == NULL)
+        return ib_error_set (err, EINVAL, "type=local needs dest=DIR");
+      cleanup_free char *from = NULL;
+      struct stat sb;
+      if (output_src (st, src, &from, &sb, err) < 0)
+        return -1;
+      if (require && *require && ib_wheel_check_required (from, st->rootfs, require, err) < 0)
+        return -1; /* nothing copied: dest holds no wheel that falls short */
+      ib_copy_opts_t co = { .chmod = -1 };
+      if (ib_copy_into (from, dest, true, &co, err) < 0
+          || ib_wheel_check_copied (from, dest, st->rootfs, repair, repair_excl,
+                                    err) < 0) /* wheel.h */
+        return -1;
+      ib_info ("[%s] OUTPUT local %s -> %s", stage_label (st),
+               src ? src : "/", dest);
+      return 0;
+    }
+  if (strcmp (type, "image") == 0 || strcmp (type, "registry") == 0)
+    {
+      if (name == NULL)
+        return ib_error_set (err, EINVAL, "type=%s needs name=REF", type);
+      cleanup_free char *full = NULL;
+      if (tag_image (b, st, name, &full, err) < 0)
+        return -1;
+      ib_info ("[%s] OUTPUT image %s (%s)", stage_label (st), full,
+               st->manifest_digest);
+      if (strcmp (type, "registry") == 0)
+        {
+          prog_pause (b);
+          int pr = ib_push (b->store, full, full, err);
+          prog_resume (b);
+          if (pr < 0)
+            return -1;
+        }
+      return 0;
+    }
+  if (strcmp (type, "oci") == 0)
+    {
+      if (dest == NULL)
+        return ib_error_set (err, EINVAL, "type=oci needs dest=DIR");
+      if (ib_export_oci (b->store, st->manifest_digest, name ? name : "latest", dest, err) < 0)
+        return -1;
+      ib_info ("[%s] OUTPUT oci %s", stage_label (st), dest);
+      return 0;
+    }
+  if (strcmp (type, "docker") == 0)
+    {
+      if (dest == NULL)
+        return ib_error_set (err, EINVAL, "type=docker needs dest=FILE");
+      if (ib_export_docker (b->store, st->manifest_digest, name, dest, err) < 0)
+        return -1;
+      ib_info ("[%s] OUTPUT docker %s%s%s", stage_label (st), dest, name ? " as " : "",
+               name ? name : "");
+      return 0;
+    }
+  if (strcmp (type, "tar") == 0)
+    {
+      if (dest == NULL)
+        return ib_error_set (err, EINVAL, "type=tar needs dest=FILE");
+      if (export_tar (b, st, in, src, dest, err) < 0)
+        return ib_error_prefix (err, "type=tar,dest=%s", dest);
+      ib_info ("[%s] OUTPUT tar %s -> %s", stage_label (st),
+               src ? src : "/", dest);
+      return 0;
+    }
+  return ib_error_set (err, ENOTSUP, "type=%s is not supported yet", type);
+}
+
+/* ------------------------------------------------------------------ */
+
+int
+ib_export_oci (ib_store_t *store, const char *manifest_digest, const char *name, const char *dest,
+               ib_error_t *err)
+{
+  ib_descriptor_t desc = { 0 };
+  ib_manifest_t *m = NULL;
+  json_t *config = NULL;
+  if (ib_store_load_image (store, manifest_digest, &desc, &m, &config, err) < 0)
+    return -1;
+  int ret = -1;
+  cleanup_free char *tmp = xasprintf ("%s.tmp-%d", dest, (int) getpid ());
+  cleanup_free char *blobs = ib_path_join (tmp, "blobs/sha256");
+  cleanup_free char *old = xasprintf ("%s.old-%d", dest, (int) getpid ());
+  ib_rm_rf (tmp, NULL);
+  if (ib_mkdir_p (blobs, 0755, err) < 0)
+    goto out;
+  if (ib_store_export_blob (store, manifest_digest, blobs, err) < 0
+      || ib_store_export_blob (store, m->config.digest, blobs, err) < 0)
+    goto out;
+  for (size_t i = 0; i < m->n_layers; i++)
+    if (ib_store_export_blob (store, m->layers[i].digest, blobs, err) < 0)
+      goto out;
+  {
+    cleanup_free char *p = ib_path_join (tmp, "oci-layout");
+    const char *layout = "{\"imageLayoutVersion\":\"1.0.0\"}";
+    if (ib_write_file_atomic (p, layout, strlen (layout), 0644, err) < 0)
+      goto out;
+    json_t *index = json_pack ("{s:i, s:s, s:[{s:s, s:s, s:I, s:{s:s}}]}", "schemaVersion", 2,
+                               "mediaType", IB_MT_OCI_INDEX, "manifests", "mediaType",
+                               desc.media_type ? desc.media_type : IB_MT_OCI_MANIFEST, "digest",
+                               manifest_digest, "size", (json_int_t) desc.size, "annotations",
+                               "org.opencontainers.image.ref.name", name);
+    cleanup_free char *s = json_dumps (index, JSON_COMPACT | JSON_SORT_KEYS);
+    json_decref (index);
+    cleanup_free char *ip = ib_path_join (tmp, "index.json");
+    if (ib_write_file_atomic (ip, s, strlen (s), 0644, err) < 0)
+      goto out;
+  }
+  /* Replace dest: old moved aside, new renamed in, old removed. */
+  if (rename (dest, old) < 0 && errno != ENOENT)
+    {
+      ib_error_sys (err, errno, "replace %s", dest);
+      goto out;
+    }
+  if (rename (tmp, dest) < 0)
+    {
+      ib_error_sys (err, errno, "write %s", dest);
+      rename (old, dest);
+      goto out;
+    }
+  ib_rm_rf (old, NULL);
+  ret = 0;
+out:
+  if (ret < 0)
+    ib_rm_rf (tmp, NULL);
+  ib_descriptor_clear (&desc);
+  ib_manifest_free (m);
+  json_decref (config);
+  return ret;
+}
