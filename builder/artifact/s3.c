@@ -1,6 +1,6 @@
-/* builder/s3.c — S3 PUT / GET / ListObjectsV2 with libcurl's SigV4
- * signer (builder/s3.h). */
-#include "builder/s3.h"
+/* builder/artifact/s3.c — S3 PUT / GET / ListObjectsV2 with libcurl's
+ * SigV4 signer (builder/artifact/s3.h). */
+#include "builder/artifact/s3.h"
 
 #include "common/util.h"
 #include "oci/digest.h"

@@ -1,5 +1,5 @@
-/* builder/s3.h — a small S3 client on libcurl: PUT object, GET object,
- * ListObjectsV2 (Amazon S3 API reference), signed with AWS Signature
+/* builder/artifact/s3.h — a small S3 client on libcurl: PUT object, GET
+ * object, ListObjectsV2 (Amazon S3 API reference), signed with AWS Signature
  * Version 4 by libcurl's built-in signer (CURLOPT_AWS_SIGV4
  * "aws:amz:REGION:s3", libcurl >= 7.75), path-style URLs
  * (ENDPOINT/BUCKET/KEY), so that S3-compatible servers work too.
@@ -20,8 +20,8 @@
  * server answered: its XML error Code and Message ("403 SignatureDoesNotMatch:
  * The request signature we calculated does not match ...").
  */
-#ifndef IB_BUILDER_S3_H
-#define IB_BUILDER_S3_H
+#ifndef IB_BUILDER_ARTIFACT_S3_H
+#define IB_BUILDER_ARTIFACT_S3_H
 
 #include "common/error.h"
 

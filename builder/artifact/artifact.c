@@ -1,13 +1,14 @@
-/* builder/artifact.c — the artifact repository: characteristics, key
- * layout, and push/pull to S3 or an OCI registry (builder/artifact.h).
+/* builder/artifact/artifact.c — the artifact repository: characteristics,
+ * key layout, and push/pull to S3 or an OCI registry
+ * (builder/artifact/artifact.h).
  *
  * Behaviour follows MXNet CD's tool, apache/mxnet
  * cd/utils/artifact_repository.py at 22b51361f51204ec29f171c5a8c7c84168752250
  * (written anew in C; where we differ the header says so).
  */
-#include "builder/artifact.h"
+#include "builder/artifact/artifact.h"
 
-#include "builder/s3.h"
+#include "builder/artifact/s3.h"
 #include "common/util.h"
 #include "oci/digest.h"
 #include "oci/manifest.h"
