@@ -23,11 +23,11 @@
  *               a pull without --variant uses "cpu", as the tool does;
  *   libtype     "static" or "dynamic" (default dynamic).
  *
- * Backends (builder/artifact/artifact.c): an S3 bucket (s3://BUCKET[/PREFIX],
- * one object per file, builder/artifact/s3.h) or an OCI registry repository
- * (one OCI image manifest per key with artifactType IB_ARTIFACT_TYPE, see
- * ib_artifact_oci_tag).  docs/cli.md "Artifact repository" is the user's
- * reference.
+ * Backends (builder/artifact/s3_backend.c, oci_backend.c): an S3 bucket
+ * (s3://BUCKET[/PREFIX], one object per file, builder/artifact/s3.h) or an
+ * OCI registry repository (one OCI image manifest per key with artifactType
+ * IB_ARTIFACT_TYPE, see ib_artifact_oci_tag).  docs/cli.md "Artifact
+ * repository" is the user's reference.
  */
 #ifndef IB_BUILDER_ARTIFACT_ARTIFACT_H
 #define IB_BUILDER_ARTIFACT_ARTIFACT_H

@@ -1,6 +1,7 @@
 /* builder/artifact/s3.c — S3 PUT / GET / ListObjectsV2 with libcurl's
  * SigV4 signer (builder/artifact/s3.h). */
 #include "builder/artifact/s3.h"
+#include "builder/artifact/private.h"
 
 #include "common/util.h"
 #include "oci/digest.h"
@@ -47,17 +48,6 @@ home_file (const char *env, const char *rel)
   return home && *home ? xasprintf ("%s/%s", home, rel) : NULL;
 }
 
-static char *
-trim (char *s)
-{
-  while (*s && isspace ((unsigned char) *s))
-    s++;
-  size_t n = strlen (s);
-  while (n > 0 && isspace ((unsigned char) s[n - 1]))
-    s[--n] = '\0';
-  return s;
-}
-
 /* Value of `key` in section `section` of the INI file `path` (the AWS
  * shared config/credentials format); NULL when absent or the file is
  * missing.  Error only when the file exists but cannot be read. */
@@ -77,7 +67,7 @@ ini_value (const char *path, const char *section, const char *key, char **out, i
   char *save = NULL;
   for (char *line = strtok_r (text, "\n", &save); line; line = strtok_r (NULL, "\n", &save))
     {
-      char *l = trim (line);
+      char *l = ib_art_strip (line);
       if (*l == '#' || *l == ';' || *l == '\0')
         continue;
       if (*l == '[')
@@ -85,17 +75,17 @@ ini_value (const char *path, const char *section, const char *key, char **out, i
           char *end = strchr (l, ']');
           if (end)
             *end = '\0';
-          in = strcmp (trim (l + 1), section) == 0;
+          in = strcmp (ib_art_strip (l + 1), section) == 0;
           continue;
         }
       char *eq = strchr (l, '=');
       if (!in || eq == NULL)
         continue;
       *eq = '\0';
-      if (strcmp (trim (l), key) == 0)
+      if (strcmp (ib_art_strip (l), key) == 0)
         {
           free (*out);
-          *out = xstrdup (trim (eq + 1));
+          *out = xstrdup (ib_art_strip (eq + 1));
         }
     }
   return 0;
@@ -374,7 +364,7 @@ on_header (char *data, size_t size, size_t n, void *ud)
       return len;
     }
   *colon = '\0';
-  char *v = trim (colon + 1);
+  char *v = ib_art_strip (colon + 1);
   if (strcasecmp (line, "x-amz-meta-sha256") == 0)
     {
       free (r->meta_sha256);
