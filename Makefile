@@ -1,5 +1,5 @@
 # imgbuild — GNU make build. `make` builds bin/imgbuild; see README.md.
-PKGS     := libcurl jansson libarchive libcrypto libzstd libseccomp zlib libisal yaml-0.1 libelf
+PKGS     := libcurl jansson libarchive libcrypto libzstd libseccomp zlib libisal yaml-0.1 libelf libxml-2.0
 CC       ?= cc
 CFLAGS   ?= -O2 -g
 # Project flags stay even when CFLAGS is given on the command line (make asan).

@@ -1,7 +1,7 @@
 /* imgbuild — daemonless, rootless container image builder.  The CLI: parses
  * arguments, opens the store, enters the user namespace where rootfs work
  * needs it, and reports errors.  The only place that calls exit(). */
-#include "builder/artifact.h"
+#include "builder/artifact/artifact.h"
 #include "builder/build.h"
 #include "builder/plan.h"
 #include "builder/prune.h"

@@ -11,6 +11,8 @@ pkgs=(
   libseccomp-dev zlib1g-dev libisal-dev libcmocka-dev libyaml-dev
   # wheel audit (builder/wheel.c): ELF objects through elfutils' libelf
   libelf-dev
+  # artifact repository (builder/artifact/s3.c): S3's XML replies through libxml2
+  libxml2-dev
   # sandbox: newuidmap/newgidmap for subordinate id ranges
   uidmap
   # tests and demo: local registry, base images, independent readers of our output

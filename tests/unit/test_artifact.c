@@ -1,6 +1,6 @@
 /* tests/unit/test_artifact.c — the artifact repository's pure parts
- * (builder/artifact.h, builder/s3.h): the equivalents of MXNet CD's
- * cd/utils/test_artifact_repository.py (apache/mxnet at
+ * (builder/artifact/artifact.h, builder/artifact/s3.h): the equivalents of
+ * MXNet CD's cd/utils/test_artifact_repository.py (apache/mxnet at
  * 3027296b38cc055e9748c604869b3f1aed3c4172) — commit-id precedence,
  * os-release parsing with quotes and indentation, the CUDA version from
  * real `nvcc --version` output, variant derivation, the key prefix with
@@ -12,8 +12,8 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#include "builder/artifact.h"
-#include "builder/s3.h"
+#include "builder/artifact/artifact.h"
+#include "builder/artifact/s3.h"
 #include "common/util.h"
 #include "oci/digest.h"
 

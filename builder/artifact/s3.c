@@ -1,6 +1,7 @@
-/* builder/s3.c — S3 PUT / GET / ListObjectsV2 with libcurl's SigV4
- * signer (builder/s3.h). */
-#include "builder/s3.h"
+/* builder/artifact/s3.c — S3 PUT / GET / ListObjectsV2 with libcurl's
+ * SigV4 signer (builder/artifact/s3.h). */
+#include "builder/artifact/s3.h"
+#include "builder/artifact/private.h"
 
 #include "common/util.h"
 #include "oci/digest.h"
@@ -9,6 +10,9 @@
 #include <curl/curl.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <libxml/parser.h>
+#include <libxml/parserInternals.h>
+#include <libxml/tree.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,17 +51,6 @@ home_file (const char *env, const char *rel)
   return home && *home ? xasprintf ("%s/%s", home, rel) : NULL;
 }
 
-static char *
-trim (char *s)
-{
-  while (*s && isspace ((unsigned char) *s))
-    s++;
-  size_t n = strlen (s);
-  while (n > 0 && isspace ((unsigned char) s[n - 1]))
-    s[--n] = '\0';
-  return s;
-}
-
 /* Value of `key` in section `section` of the INI file `path` (the AWS
  * shared config/credentials format); NULL when absent or the file is
  * missing.  Error only when the file exists but cannot be read. */
@@ -77,7 +70,7 @@ ini_value (const char *path, const char *section, const char *key, char **out, i
   char *save = NULL;
   for (char *line = strtok_r (text, "\n", &save); line; line = strtok_r (NULL, "\n", &save))
     {
-      char *l = trim (line);
+      char *l = ib_art_strip (line);
       if (*l == '#' || *l == ';' || *l == '\0')
         continue;
       if (*l == '[')
@@ -85,17 +78,17 @@ ini_value (const char *path, const char *section, const char *key, char **out, i
           char *end = strchr (l, ']');
           if (end)
             *end = '\0';
-          in = strcmp (trim (l + 1), section) == 0;
+          in = strcmp (ib_art_strip (l + 1), section) == 0;
           continue;
         }
       char *eq = strchr (l, '=');
       if (!in || eq == NULL)
         continue;
       *eq = '\0';
-      if (strcmp (trim (l), key) == 0)
+      if (strcmp (ib_art_strip (l), key) == 0)
         {
           free (*out);
-          *out = xstrdup (trim (eq + 1));
+          *out = xstrdup (ib_art_strip (eq + 1));
         }
     }
   return 0;
@@ -228,79 +221,141 @@ ib_s3_uri_encode (const char *s, int keep_slash)
 
 /* ---- XML (ListObjectsV2 results and error bodies) ---------------------- */
 
-/* Text of the first <tag>...</tag> at or after `from` (before `end`, may
- * be NULL), entities decoded; NULL when absent.  *after (may be NULL)
- * points past the closing tag. */
-static char *
-xml_text (const char *from, const char *end, const char *tag, const char **after)
+/* libxml2 with its safe options: no network (XML_PARSE_NONET), entities
+ * left alone (no XML_PARSE_NOENT), no external DTD (no XML_PARSE_DTDLOAD),
+ * nothing printed (NOERROR, NOWARNING, and a quiet structured handler: the
+ * message goes into the error instead).  Beyond that a reply with a
+ * document type declaration is refused as soon as `<!DOCTYPE` is read
+ * (S3 never sends one), so no entity is ever declared: no entity expansion
+ * (billion laughs), no external entity.  libxml2's own limits without
+ * XML_PARSE_HUGE stay (256 levels of nesting, 10 MB of text in one node). */
+#define XML_OPTIONS (XML_PARSE_NONET | XML_PARSE_NOERROR | XML_PARSE_NOWARNING)
+
+typedef enum
 {
-  cleanup_free char *open = xasprintf ("<%s>", tag);
-  cleanup_free char *close = xasprintf ("</%s>", tag);
-  const char *a = strstr (from, open);
-  if (a == NULL || (end && a >= end))
-    return NULL;
-  a += strlen (open);
-  const char *z = strstr (a, close);
-  if (z == NULL || (end && z > end))
-    return NULL;
-  if (after)
-    *after = z + strlen (close);
-  ib_buf_t b = { 0 };
-  for (const char *p = a; p < z;)
+  XML_OK,
+  XML_BAD,     /* not XML, or not well-formed */
+  XML_REFUSED, /* too large, or has a DTD */
+} xml_status_t;
+
+static void
+xml_quiet (void *ud, xmlErrorPtr e)
+{
+  (void) ud;
+  (void) e;
+}
+
+static void
+xml_refuse_dtd (void *ctx, const xmlChar *name, const xmlChar *external_id,
+                const xmlChar *system_id)
+{
+  (void) name;
+  (void) external_id;
+  (void) system_id;
+  xmlParserCtxtPtr c = ctx;
+  *(bool *) c->_private = true;
+  xmlStopParser (c);
+}
+
+/* Parse the `len` bytes at `xml`.  XML_OK: *doc is the document (free it
+ * with xmlFreeDoc).  Otherwise *doc is NULL and *why (caller frees) says
+ * what is wrong.  Either way *root (caller frees) gets the name of the
+ * root element when the parser got that far, NULL otherwise. */
+static xml_status_t
+xml_parse (const char *xml, size_t len, xmlDoc **doc, char **root, char **why)
+{
+  *doc = NULL;
+  *root = NULL;
+  *why = NULL;
+  if (len > IB_S3_REPLY_MAX)
     {
-      if (*p != '&')
-        {
-          ib_buf_append (&b, p++, 1);
-          continue;
-        }
-      const char *semi = memchr (p, ';', (size_t) (z - p));
-      if (semi == NULL)
-        {
-          ib_buf_free (&b);
-          return NULL;
-        }
-      size_t n = (size_t) (semi - p - 1);
-      const char *e = p + 1;
-      unsigned long cp = 0;
-      if (n == 3 && memcmp (e, "amp", 3) == 0)
-        cp = '&';
-      else if (n == 2 && memcmp (e, "lt", 2) == 0)
-        cp = '<';
-      else if (n == 2 && memcmp (e, "gt", 2) == 0)
-        cp = '>';
-      else if (n == 4 && memcmp (e, "quot", 4) == 0)
-        cp = '"';
-      else if (n == 4 && memcmp (e, "apos", 4) == 0)
-        cp = '\'';
-      else if (n >= 2 && e[0] == '#')
-        {
-          char *endp;
-          cp = e[1] == 'x' ? strtoul (e + 2, &endp, 16) : strtoul (e + 1, &endp, 10);
-          if (endp != semi)
-            cp = 0;
-        }
-      if (cp == 0 || cp > 0x10FFFF)
-        {
-          ib_buf_free (&b);
-          return NULL;
-        }
-      /* UTF-8 */
-      unsigned char u[4];
-      size_t k;
-      if (cp < 0x80)
-        u[0] = (unsigned char) cp, k = 1;
-      else if (cp < 0x800)
-        u[0] = (unsigned char) (0xC0 | (cp >> 6)), u[1] = (unsigned char) (0x80 | (cp & 0x3F)), k = 2;
-      else if (cp < 0x10000)
-        u[0] = (unsigned char) (0xE0 | (cp >> 12)), u[1] = (unsigned char) (0x80 | ((cp >> 6) & 0x3F)),
-        u[2] = (unsigned char) (0x80 | (cp & 0x3F)), k = 3;
-      else
-        u[0] = (unsigned char) (0xF0 | (cp >> 18)), u[1] = (unsigned char) (0x80 | ((cp >> 12) & 0x3F)),
-        u[2] = (unsigned char) (0x80 | ((cp >> 6) & 0x3F)), u[3] = (unsigned char) (0x80 | (cp & 0x3F)),
-        k = 4;
-      ib_buf_append (&b, u, k);
-      p = semi + 1;
+      *why = xasprintf ("the reply is larger than %d MiB", IB_S3_REPLY_MAX >> 20);
+      return XML_REFUSED;
     }
+  xmlInitParser ();
+  xmlParserCtxtPtr c = len ? xmlCreateMemoryParserCtxt (xml, (int) len) : NULL;
+  if (c == NULL)
+    {
+      *why = xstrdup (len ? "out of memory" : "the reply is empty");
+      return XML_BAD;
+    }
+  bool dtd = false;
+  c->_private = &dtd;
+  xmlCtxtUseOptions (c, XML_OPTIONS);
+  c->sax->internalSubset = xml_refuse_dtd;
+  c->sax->serror = xml_quiet;
+  xmlParseDocument (c);
+  xmlDoc *d = c->myDoc;
+  c->myDoc = NULL;
+  xmlNode *r = d ? xmlDocGetRootElement (d) : NULL;
+  if (r)
+    *root = xstrdup ((const char *) r->name);
+  xml_status_t st = XML_OK;
+  if (dtd)
+    {
+      *why = xstrdup ("the reply has a document type declaration (<!DOCTYPE>), which S3 "
+                      "replies never have");
+      st = XML_REFUSED;
+    }
+  else if (!c->wellFormed || r == NULL)
+    {
+      xmlErrorPtr e = xmlCtxtGetLastError (c);
+      cleanup_free char *msg = xstrdup (e && e->message ? e->message : "no root element");
+      *why = xasprintf ("not well-formed XML (line %d: %s)", e ? e->line : 1, ib_art_strip (msg));
+      st = XML_BAD;
+    }
+  xmlFreeParserCtxt (c);
+  if (st != XML_OK)
+    xmlFreeDoc (d);
+  else
+    *doc = d;
+  return st;
+}
+
+static bool
+xml_is (const xmlNode *n, const char *name)
+{
+  return n->type == XML_ELEMENT_NODE && strcmp ((const char *) n->name, name) == 0;
+}
+
+/* The first child element of `parent` named `name` (any namespace: S3's
+ * replies are in its default namespace, some servers' in none). */
+static xmlNode *
+xml_child (const xmlNode *parent, const char *name)
+{
+  for (xmlNode *c = parent->children; c; c = c->next)
+    if (xml_is (c, name))
+      return c;
+  return NULL;
+}
+
+/* The first element named `name` at or below `n`, in document order. */
+static xmlNode *
+xml_find (xmlNode *n, const char *name)
+{
+  for (; n; n = n->next)
+    {
+      if (xml_is (n, name))
+        return n;
+      xmlNode *f = n->type == XML_ELEMENT_NODE ? xml_find (n->children, name) : NULL;
+      if (f)
+        return f;
+    }
+  return NULL;
+}
+
+/* The text of element `n` (its text and CDATA children: S3's elements hold
+ * text only), entities and character references decoded by the parser;
+ * NULL when n is NULL.  Caller frees. */
+static char *
+xml_text (const xmlNode *n)
+{
+  if (n == NULL)
+    return NULL;
+  ib_buf_t b = { 0 };
+  for (const xmlNode *c = n->children; c; c = c->next)
+    if ((c->type == XML_TEXT_NODE || c->type == XML_CDATA_SECTION_NODE) && c->content)
+      ib_buf_puts (&b, (const char *) c->content);
   return ib_buf_steal (&b);
 }
 
@@ -308,37 +363,60 @@ int
 ib_s3_parse_list (const char *xml, char ***keys, char **next, ib_error_t *err)
 {
   *next = NULL;
-  if (strstr (xml, "<ListBucketResult") == NULL)
-    return ib_error_set (err, EPROTO, "not a ListBucketResult");
-  const char *p = xml;
-  for (;;)
+  xmlDoc *doc;
+  cleanup_free char *root = NULL;
+  cleanup_free char *why = NULL;
+  xml_status_t st = xml_parse (xml, strlen (xml), &doc, &root, &why);
+  if (st == XML_REFUSED)
+    return ib_error_set (err, EPROTO, "%s", why);
+  if (root == NULL || strcmp (root, "ListBucketResult") != 0)
     {
-      const char *c = strstr (p, "<Contents>");
-      if (c == NULL)
-        break;
-      const char *ce = strstr (c, "</Contents>");
-      if (ce == NULL)
-        return ib_error_set (err, EPROTO, "ListBucketResult: unterminated Contents");
-      char *key = xml_text (c, ce, "Key", NULL);
-      if (key == NULL)
-        return ib_error_set (err, EPROTO, "ListBucketResult: Contents without a Key");
-      ib_strv_push (keys, key);
-      free (key);
-      p = ce + strlen ("</Contents>");
+      xmlFreeDoc (doc);
+      return ib_error_set (err, EPROTO, "not a ListBucketResult");
     }
-  cleanup_free char *trunc = xml_text (xml, NULL, "IsTruncated", NULL);
-  if (trunc && strcmp (trunc, "true") == 0)
+  if (st == XML_BAD)
+    return ib_error_set (err, EPROTO, "ListBucketResult: %s", why);
+  xmlNode *r = xmlDocGetRootElement (doc);
+  int ret = 0;
+  for (xmlNode *c = r->children; ret == 0 && c; c = c->next)
     {
-      *next = xml_text (xml, NULL, "NextContinuationToken", NULL);
+      if (!xml_is (c, "Contents"))
+        continue;
+      cleanup_free char *key = xml_text (xml_child (c, "Key"));
+      if (key == NULL)
+        ret = ib_error_set (err, EPROTO, "ListBucketResult: Contents without a Key");
+      else
+        ib_strv_push (keys, key);
+    }
+  cleanup_free char *trunc = xml_text (xml_child (r, "IsTruncated"));
+  if (ret == 0 && trunc && strcmp (trunc, "true") == 0)
+    {
+      *next = xml_text (xml_child (r, "NextContinuationToken"));
       if (*next == NULL || **next == '\0')
         {
           free (*next);
           *next = NULL;
-          return ib_error_set (err, EPROTO,
-                               "ListBucketResult: truncated without NextContinuationToken");
+          ret = ib_error_set (err, EPROTO,
+                              "ListBucketResult: truncated without NextContinuationToken");
         }
     }
-  return 0;
+  xmlFreeDoc (doc);
+  return ret;
+}
+
+void
+ib_s3_parse_error (const char *xml, size_t len, char **code, char **message)
+{
+  *code = *message = NULL;
+  xmlDoc *doc;
+  cleanup_free char *root = NULL;
+  cleanup_free char *why = NULL;
+  if (xml_parse (xml, len, &doc, &root, &why) != XML_OK)
+    return;
+  xmlNode *r = xmlDocGetRootElement (doc);
+  *code = xml_text (xml_find (r, "Code"));
+  *message = xml_text (xml_find (r, "Message"));
+  xmlFreeDoc (doc);
 }
 
 /* ---- requests ---------------------------------------------------------- */
@@ -374,7 +452,7 @@ on_header (char *data, size_t size, size_t n, void *ud)
       return len;
     }
   *colon = '\0';
-  char *v = trim (colon + 1);
+  char *v = ib_art_strip (colon + 1);
   if (strcasecmp (line, "x-amz-meta-sha256") == 0)
     {
       free (r->meta_sha256);
@@ -405,7 +483,7 @@ on_write (char *data, size_t size, size_t n, void *ud)
       r->written += len;
       return len;
     }
-  if (r->body.len < (16 << 20))
+  if (r->body.len < IB_S3_REPLY_MAX)
     ib_buf_append (&r->body, data, len);
   return len;
 }
@@ -469,9 +547,9 @@ s3_perform (ib_s3_t *s, const char *method, const char *what, const char *url_pa
     return ib_error_set (err, EIO, "s3 %s %s: %s", method, what, *ebuf ? ebuf : curl_easy_strerror (rc));
   if (r->status < 200 || r->status >= 300)
     {
-      const char *xml = r->body.data ? r->body.data : "";
-      cleanup_free char *code = xml_text (xml, NULL, "Code", NULL);
-      cleanup_free char *msg = xml_text (xml, NULL, "Message", NULL);
+      cleanup_free char *code = NULL;
+      cleanup_free char *msg = NULL;
+      ib_s3_parse_error (r->body.data ? r->body.data : "", r->body.len, &code, &msg);
       int st = r->status == 404 ? ENOENT : r->status == 403 || r->status == 401 ? EACCES : EIO;
       return ib_error_set (err, st, "s3 %s %s: HTTP %ld%s%s%s%s", method, what, r->status,
                            code ? " " : "", code ? code : "", msg ? ": " : "", msg ? msg : "");

@@ -1,5 +1,5 @@
-/* builder/s3.h — a small S3 client on libcurl: PUT object, GET object,
- * ListObjectsV2 (Amazon S3 API reference), signed with AWS Signature
+/* builder/artifact/s3.h — a small S3 client on libcurl: PUT object, GET
+ * object, ListObjectsV2 (Amazon S3 API reference), signed with AWS Signature
  * Version 4 by libcurl's built-in signer (CURLOPT_AWS_SIGV4
  * "aws:amz:REGION:s3", libcurl >= 7.75), path-style URLs
  * (ENDPOINT/BUCKET/KEY), so that S3-compatible servers work too.
@@ -20,11 +20,12 @@
  * server answered: its XML error Code and Message ("403 SignatureDoesNotMatch:
  * The request signature we calculated does not match ...").
  */
-#ifndef IB_BUILDER_S3_H
-#define IB_BUILDER_S3_H
+#ifndef IB_BUILDER_ARTIFACT_S3_H
+#define IB_BUILDER_ARTIFACT_S3_H
 
 #include "common/error.h"
 
+#include <stddef.h>
 #include <stdint.h>
 
 typedef struct ib_s3 ib_s3_t;
@@ -50,11 +51,30 @@ int ib_s3_get_file (ib_s3_t *s, const char *key, int fd, uint64_t *size, ib_erro
  * NULL-terminated, caller frees; an empty vector when none. */
 int ib_s3_list (ib_s3_t *s, const char *prefix, char ***keys, ib_error_t *err);
 
-/* Parse one ListObjectsV2 response body: appends each Contents/Key
- * (XML entities decoded) to *keys; *next gets NextContinuationToken when
- * IsTruncated is true, else NULL (caller frees).  Error when the body is
- * not a ListBucketResult. */
+/* The most bytes of a reply body kept (the rest is dropped) and parsed. */
+#define IB_S3_REPLY_MAX (16 << 20)
+
+/* Replies are parsed with libxml2 (no network, no entity substitution, no
+ * DTD: a reply with <!DOCTYPE> is refused) and must be well-formed XML of
+ * at most IB_S3_REPLY_MAX bytes.  Elements are matched by local name, in
+ * any namespace. */
+
+/* Parse one ListObjectsV2 response body (NUL-terminated): appends the Key
+ * of each Contents element of the root (entities and character references
+ * decoded) to *keys; *next gets NextContinuationToken when IsTruncated is
+ * "true", else NULL (caller frees).  EPROTO errors: "not a
+ * ListBucketResult" (not XML, or another root element), "ListBucketResult:
+ * not well-formed XML (line N: ...)", "ListBucketResult: Contents without
+ * a Key", "ListBucketResult: truncated without NextContinuationToken", or
+ * what refused the reply (its size, a DTD).  Keys found before an error
+ * stay in *keys. */
 int ib_s3_parse_list (const char *xml, char ***keys, char **next, ib_error_t *err);
+
+/* The Code and Message of an S3 error response body (<Error><Code>...),
+ * `len` bytes: the text of the first element of each name, in document
+ * order.  Each NULL when absent or when the body is not well-formed XML
+ * (an HTML page from a proxy, nothing).  Caller frees both. */
+void ib_s3_parse_error (const char *xml, size_t len, char **code, char **message);
 
 /* "%XX"-encode all but RFC 3986 unreserved characters (and '/' when
  * `keep_slash`), as SigV4's canonical URI and query want.  Caller frees. */

@@ -1,4 +1,5 @@
-/* builder/artifact.h — the artifact repository (`imgbuild artifact push|pull`).
+/* builder/artifact/artifact.h — the artifact repository
+ * (`imgbuild artifact push|pull`).
  *
  * A C rendering of MXNet CD's artifact repository tool
  * (apache/mxnet cd/utils/artifact_repository.py at commit
@@ -22,14 +23,14 @@
  *               a pull without --variant uses "cpu", as the tool does;
  *   libtype     "static" or "dynamic" (default dynamic).
  *
- * Backends (builder/artifact.c): an S3 bucket (s3://BUCKET[/PREFIX], one
- * object per file, builder/s3.h) or an OCI registry repository (one OCI
- * image manifest per key with artifactType IB_ARTIFACT_TYPE, see
- * ib_artifact_oci_tag).  docs/cli.md "Artifact repository" is the user's
- * reference.
+ * Backends (builder/artifact/s3_backend.c, oci_backend.c): an S3 bucket
+ * (s3://BUCKET[/PREFIX], one object per file, builder/artifact/s3.h) or an
+ * OCI registry repository (one OCI image manifest per key with artifactType
+ * IB_ARTIFACT_TYPE, see ib_artifact_oci_tag).  docs/cli.md "Artifact
+ * repository" is the user's reference.
  */
-#ifndef IB_BUILDER_ARTIFACT_H
-#define IB_BUILDER_ARTIFACT_H
+#ifndef IB_BUILDER_ARTIFACT_ARTIFACT_H
+#define IB_BUILDER_ARTIFACT_ARTIFACT_H
 
 #include "common/error.h"
 #include "oci/store.h"
