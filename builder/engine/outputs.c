@@ -1,6 +1,7 @@
 /* builder/engine/outputs.c — OUTPUT and --output: the stage's image stored
  * and tagged, files exported, wheels audited; the OCI layout export. */
 #include "builder/engine/engine.h"
+#include "oci/export.h"
 #include "builder/fsops.h"
 #include "builder/wheel.h"
 #include "oci/registry.h"
@@ -252,65 +253,3 @@ run_output (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err
   return ib_error_set (err, ENOTSUP, "type=%s is not supported yet", type);
 }
 
-/* ------------------------------------------------------------------ */
-
-int
-ib_export_oci (ib_store_t *store, const char *manifest_digest, const char *name, const char *dest,
-               ib_error_t *err)
-{
-  ib_descriptor_t desc = { 0 };
-  ib_manifest_t *m = NULL;
-  json_t *config = NULL;
-  if (ib_store_load_image (store, manifest_digest, &desc, &m, &config, err) < 0)
-    return -1;
-  int ret = -1;
-  cleanup_free char *tmp = xasprintf ("%s.tmp-%d", dest, (int) getpid ());
-  cleanup_free char *blobs = ib_path_join (tmp, "blobs/sha256");
-  cleanup_free char *old = xasprintf ("%s.old-%d", dest, (int) getpid ());
-  ib_rm_rf (tmp, NULL);
-  if (ib_mkdir_p (blobs, 0755, err) < 0)
-    goto out;
-  if (ib_store_export_blob (store, manifest_digest, blobs, err) < 0
-      || ib_store_export_blob (store, m->config.digest, blobs, err) < 0)
-    goto out;
-  for (size_t i = 0; i < m->n_layers; i++)
-    if (ib_store_export_blob (store, m->layers[i].digest, blobs, err) < 0)
-      goto out;
-  {
-    cleanup_free char *p = ib_path_join (tmp, "oci-layout");
-    const char *layout = "{\"imageLayoutVersion\":\"1.0.0\"}";
-    if (ib_write_file_atomic (p, layout, strlen (layout), 0644, err) < 0)
-      goto out;
-    json_t *index = json_pack ("{s:i, s:s, s:[{s:s, s:s, s:I, s:{s:s}}]}", "schemaVersion", 2,
-                               "mediaType", IB_MT_OCI_INDEX, "manifests", "mediaType",
-                               desc.media_type ? desc.media_type : IB_MT_OCI_MANIFEST, "digest",
-                               manifest_digest, "size", (json_int_t) desc.size, "annotations",
-                               "org.opencontainers.image.ref.name", name);
-    cleanup_free char *s = json_dumps (index, JSON_COMPACT | JSON_SORT_KEYS);
-    json_decref (index);
-    cleanup_free char *ip = ib_path_join (tmp, "index.json");
-    if (ib_write_file_atomic (ip, s, strlen (s), 0644, err) < 0)
-      goto out;
-  }
-  /* Replace dest: old moved aside, new renamed in, old removed. */
-  if (rename (dest, old) < 0 && errno != ENOENT)
-    {
-      ib_error_sys (err, errno, "replace %s", dest);
-      goto out;
-    }
-  if (rename (tmp, dest) < 0)
-    {
-      ib_error_sys (err, errno, "write %s", dest);
-      rename (old, dest);
-      goto out;
-    }
-  ib_rm_rf (old, NULL);
-  ret = 0;
-out:
-  if (ret < 0)
-    ib_rm_rf (tmp, NULL);
-  ib_descriptor_clear (&desc);
-  ib_manifest_free (m);
-  json_decref (config);
-  return ret;
-}

@@ -1,7 +1,8 @@
-/* builder/docker_archive.c — OUTPUT type=docker: a stored image as a
- * `docker save` tarball (docker load, podman load, skopeo docker-archive:).
+/* oci/export.c — a stored image written out (export.h): an OCI image
+ * layout directory (OUTPUT type=oci), and a `docker save` tarball (OUTPUT
+ * type=docker: docker load, podman load, skopeo docker-archive:).
  *
- * Layout (Docker's image tarball, "manifest.json" format):
+ * The tarball's layout (Docker's image tarball, "manifest.json" format):
  *   manifest.json                 [{"Config": "<hex>.json", "RepoTags": [...],
  *                                   "Layers": ["<diff_id hex>/layer.tar", ...]}]
  *   <config digest hex>.json      the image config, byte for byte
@@ -12,7 +13,7 @@
  * docker save does; readers look entries up by name).  Times are 0 so the
  * same image gives the same tarball.
  */
-#include "builder/build.h"
+#include "oci/export.h"
 #include "common/util.h"
 #include "oci/digest.h"
 #include "oci/manifest.h"
@@ -28,6 +29,29 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+/* The stored image an export writes: its descriptor, manifest and config
+ * (ib_store_load_image); image_free releases them. */
+typedef struct image
+{
+  ib_descriptor_t desc;
+  ib_manifest_t *m;
+  json_t *config;
+} image_t;
+
+static int
+image_load (ib_store_t *store, const char *manifest_digest, image_t *img, ib_error_t *err)
+{
+  return ib_store_load_image (store, manifest_digest, &img->desc, &img->m, &img->config, err);
+}
+
+static void
+image_free (image_t *img)
+{
+  ib_descriptor_clear (&img->desc);
+  ib_manifest_free (img->m);
+  json_decref (img->config);
+}
 
 static int
 add_bytes (struct archive *a, const char *name, const void *data, size_t len, const char *dest,
@@ -159,11 +183,10 @@ int
 ib_export_docker (ib_store_t *store, const char *manifest_digest, const char *name,
                   const char *dest, ib_error_t *err)
 {
-  ib_descriptor_t desc = { 0 };
-  ib_manifest_t *m = NULL;
-  json_t *config = NULL;
-  if (ib_store_load_image (store, manifest_digest, &desc, &m, &config, err) < 0)
+  image_t img = { 0 };
+  if (image_load (store, manifest_digest, &img, err) < 0)
     return -1;
+  ib_manifest_t *m = img.m;
   int ret = -1;
   struct archive *a = NULL;
   cleanup_strv char **diff_ids = NULL;
@@ -174,7 +197,7 @@ ib_export_docker (ib_store_t *store, const char *manifest_digest, const char *na
   /* declared before the first goto: cleanup must never see them uninitialised */
   cleanup_free char *cfg_name = NULL, *mj = NULL, *rj = NULL;
   json_t *layers = NULL;
-  if (ib_config_diff_ids (config, &diff_ids, err) < 0)
+  if (ib_config_diff_ids (img.config, &diff_ids, err) < 0)
     goto out;
   if (ib_strv_len (diff_ids) != m->n_layers)
     {
@@ -275,8 +298,65 @@ out:
     archive_write_free (a);
   if (ret < 0)
     unlink (tmp);
-  ib_descriptor_clear (&desc);
-  ib_manifest_free (m);
-  json_decref (config);
+  image_free (&img);
+  return ret;
+}
+
+/* OUTPUT type=oci */
+int
+ib_export_oci (ib_store_t *store, const char *manifest_digest, const char *name, const char *dest,
+               ib_error_t *err)
+{
+  image_t img = { 0 };
+  if (image_load (store, manifest_digest, &img, err) < 0)
+    return -1;
+  ib_manifest_t *m = img.m;
+  int ret = -1;
+  cleanup_free char *tmp = xasprintf ("%s.tmp-%d", dest, (int) getpid ());
+  cleanup_free char *blobs = ib_path_join (tmp, "blobs/sha256");
+  cleanup_free char *old = xasprintf ("%s.old-%d", dest, (int) getpid ());
+  ib_rm_rf (tmp, NULL);
+  if (ib_mkdir_p (blobs, 0755, err) < 0)
+    goto out;
+  if (ib_store_export_blob (store, manifest_digest, blobs, err) < 0
+      || ib_store_export_blob (store, m->config.digest, blobs, err) < 0)
+    goto out;
+  for (size_t i = 0; i < m->n_layers; i++)
+    if (ib_store_export_blob (store, m->layers[i].digest, blobs, err) < 0)
+      goto out;
+  {
+    cleanup_free char *p = ib_path_join (tmp, "oci-layout");
+    const char *layout = "{\"imageLayoutVersion\":\"1.0.0\"}";
+    if (ib_write_file_atomic (p, layout, strlen (layout), 0644, err) < 0)
+      goto out;
+    json_t *index = json_pack ("{s:i, s:s, s:[{s:s, s:s, s:I, s:{s:s}}]}", "schemaVersion", 2,
+                               "mediaType", IB_MT_OCI_INDEX, "manifests", "mediaType",
+                               img.desc.media_type ? img.desc.media_type : IB_MT_OCI_MANIFEST, "digest",
+                               manifest_digest, "size", (json_int_t) img.desc.size, "annotations",
+                               "org.opencontainers.image.ref.name", name);
+    cleanup_free char *s = json_dumps (index, JSON_COMPACT | JSON_SORT_KEYS);
+    json_decref (index);
+    cleanup_free char *ip = ib_path_join (tmp, "index.json");
+    if (ib_write_file_atomic (ip, s, strlen (s), 0644, err) < 0)
+      goto out;
+  }
+  /* Replace dest: old moved aside, new renamed in, old removed. */
+  if (rename (dest, old) < 0 && errno != ENOENT)
+    {
+      ib_error_sys (err, errno, "replace %s", dest);
+      goto out;
+    }
+  if (rename (tmp, dest) < 0)
+    {
+      ib_error_sys (err, errno, "write %s", dest);
+      rename (old, dest);
+      goto out;
+    }
+  ib_rm_rf (old, NULL);
+  ret = 0;
+out:
+  if (ret < 0)
+    ib_rm_rf (tmp, NULL);
+  image_free (&img);
   return ret;
 }
