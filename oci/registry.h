@@ -44,24 +44,6 @@
 
 typedef struct ib_registry ib_registry_t;
 
-/* A WWW-Authenticate challenge (RFC 7235 section 4.1; Docker token auth
- * spec): `Bearer realm="https://auth.docker.io/token",service="x",scope="a:b:pull,push"`.
- * Parameter values may be quoted strings (with backslash escapes, commas
- * inside) or bare tokens; parameter names are case-insensitive. */
-typedef struct ib_auth_challenge
-{
-  char *scheme;  /* "Bearer", "Basic", as sent */
-  char *realm;   /* NULL when absent */
-  char *service; /* NULL when absent */
-  char *scope;   /* NULL when absent */
-} ib_auth_challenge_t;
-
-/* Parse the first challenge of a WWW-Authenticate header value into *out
- * (fields owned by out; free with ib_auth_challenge_clear).  Error when the
- * value has no scheme or a malformed parameter list. */
-int ib_auth_challenge_parse (const char *header, ib_auth_challenge_t *out, ib_error_t *err);
-void ib_auth_challenge_clear (ib_auth_challenge_t *c);
-
 /* Treat `registry` ("host" or "host:port", as in a reference) as insecure
  * (Docker's and podman's --insecure-registry): HTTPS without certificate
  * verification, falling back to plain HTTP when the first request finds no
