@@ -545,7 +545,7 @@ fetch_no_progress (struct ib_fetch *f)
                     "timed out: no progress for %lld s (no blob received a byte from %s; set "
                     "%s=SECONDS to allow more)%s%s",
                     (long long) f->progress_s, f->r->name,
-                    ib_registry_net_limit_var (IB_NET_PROGRESS),
+                    ib_regconf_net_limit_var (IB_NET_PROGRESS),
                     j->last_error ? "; the last attempt: " : "",
                     j->last_error ? j->last_error : "");
       job_fail (j, &e);
@@ -657,8 +657,8 @@ ib_fetch_start (ib_registry_t *r, ib_store_t *store, const char *repo, const cha
   f->shown = xstrdup (shown ? shown : repo);
   f->n = n;
   f->jobs = xmalloc ((n ? n : 1) * sizeof *f->jobs);
-  f->stall_s = ib_registry_net_limit (IB_NET_STALL);
-  f->progress_s = ib_registry_net_limit (IB_NET_PROGRESS);
+  f->stall_s = ib_regconf_net_limit (IB_NET_STALL);
+  f->progress_s = ib_regconf_net_limit (IB_NET_PROGRESS);
   f->progress_ms = http_now_ms ();
   f->progress = progress;
   f->unpacking = unpacking;

@@ -117,7 +117,7 @@ http_setup_handle (ib_registry_t *r, CURL *c)
   /* less than this many bytes/s ... */
   curl_easy_setopt (c, CURLOPT_LOW_SPEED_LIMIT, (long) IB_NET_STALL_MIN_SPEED);
   /* ... for this long: stalled (CURLE_OPERATION_TIMEDOUT) */
-  curl_easy_setopt (c, CURLOPT_LOW_SPEED_TIME, ib_registry_net_limit (IB_NET_STALL));
+  curl_easy_setopt (c, CURLOPT_LOW_SPEED_TIME, ib_regconf_net_limit (IB_NET_STALL));
   curl_easy_setopt (c, CURLOPT_SSL_VERIFYPEER, r->tls_verify ? 1L : 0L);
   curl_easy_setopt (c, CURLOPT_SSL_VERIFYHOST, r->tls_verify ? 2L : 0L);
   if (r->ca_blob)
@@ -407,15 +407,15 @@ http_curl_failure_on (ib_registry_t *r, CURL *handle, const char *errbuf, xfer_t
           return ib_error_set (err, ETIMEDOUT,
                                "%s %s: timed out: no complete answer within the %ld s deadline "
                                "of one request (retries included; set %s=SECONDS to allow more)",
-                               x->method, what, ib_registry_net_limit (IB_NET_REQUEST),
-                               ib_registry_net_limit_var (IB_NET_REQUEST));
+                               x->method, what, ib_regconf_net_limit (IB_NET_REQUEST),
+                               ib_regconf_net_limit_var (IB_NET_REQUEST));
         }
       if (strstr (detail, "too slow"))
         return ib_error_set (err, ETIMEDOUT,
                              "%s: timed out: stalled, less than %d bytes/s for %ld s (set %s="
                              "SECONDS to allow more)",
-                             host, IB_NET_STALL_MIN_SPEED, ib_registry_net_limit (IB_NET_STALL),
-                             ib_registry_net_limit_var (IB_NET_STALL));
+                             host, IB_NET_STALL_MIN_SPEED, ib_regconf_net_limit (IB_NET_STALL),
+                             ib_regconf_net_limit_var (IB_NET_STALL));
       return ib_error_set (err, ETIMEDOUT, "%s: timed out (%s)", host, detail);
     case CURLE_PEER_FAILED_VERIFICATION:
       return ib_error_set (err, EPROTO,
@@ -716,7 +716,7 @@ http_retry (ib_registry_t *r, xfer_t *x, const char *url, const char *auth, ib_e
   bool repeatable = x->sink_fd < 0 && x->upload_fd < 0 && strcmp (x->method, "POST") != 0;
   bool own_deadline = xfer_small (x) && x->deadline_ms == 0;
   if (own_deadline)
-    x->deadline_ms = http_now_ms () + ib_registry_net_limit (IB_NET_REQUEST) * 1000;
+    x->deadline_ms = http_now_ms () + ib_regconf_net_limit (IB_NET_REQUEST) * 1000;
   for (int attempt = 1;; attempt++)
     {
       ib_error_t e = NULL;
@@ -742,8 +742,8 @@ http_retry (ib_registry_t *r, xfer_t *x, const char *url, const char *auth, ib_e
                             "%s %s: timed out: no time left to try again within the %ld s "
                             "deadline of one request (retries included; set %s=SECONDS to "
                             "allow more); the last try: %s",
-                            x->method, what, ib_registry_net_limit (IB_NET_REQUEST),
-                            ib_registry_net_limit_var (IB_NET_REQUEST), e->msg);
+                            x->method, what, ib_regconf_net_limit (IB_NET_REQUEST),
+                            ib_regconf_net_limit_var (IB_NET_REQUEST), e->msg);
               ib_error_free (&e);
             }
           else if (rc < 0)
@@ -753,8 +753,8 @@ http_retry (ib_registry_t *r, xfer_t *x, const char *url, const char *auth, ib_e
               cleanup_free char *what = url_shown (url);
               ib_warn ("%s %s: HTTP %ld; not tried again: the wait would end past the %ld s "
                        "deadline of one request (%s)", x->method, what, x->status,
-                       ib_registry_net_limit (IB_NET_REQUEST),
-                       ib_registry_net_limit_var (IB_NET_REQUEST));
+                       ib_regconf_net_limit (IB_NET_REQUEST),
+                       ib_regconf_net_limit_var (IB_NET_REQUEST));
             }
           return rc;
         }
@@ -786,7 +786,7 @@ http_once (ib_registry_t *r, xfer_t *x, const char *url, const char *auth, ib_er
   if (xfer_small (x))
     {
       deadline = x->deadline_ms ? x->deadline_ms
-                                : http_now_ms () + ib_registry_net_limit (IB_NET_REQUEST) * 1000;
+                                : http_now_ms () + ib_regconf_net_limit (IB_NET_REQUEST) * 1000;
       if (deadline - http_now_ms () <= 0)
         {
           x->curl_code = CURLE_OPERATION_TIMEDOUT;

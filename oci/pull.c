@@ -374,7 +374,7 @@ pull_open (ib_ref_t *ref, const char *reference, const char *shown, ib_registry_
   const ib_regconf_t *conf;
   ib_reg_source_t *src = NULL;
   size_t n = 0;
-  if (ib_registry_conf (&conf, err) < 0
+  if (ib_regconf_get (&conf, err) < 0
       || ib_regconf_sources (conf, ref->registry, ref->repository, ref->digest != NULL, false,
                              &src, &n, err)
              < 0)

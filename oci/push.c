@@ -191,7 +191,7 @@ upload_chunked (ib_registry_t *r, const char *scope, const char *location, const
 /* Put a stored blob into `repo`: mounted from repository `from` of the same
  * registry when `from` is not NULL and the registry agrees (201), else
  * uploaded (into the upload its mount answer started, or a new one):
- * monolithic, or chunked when ib_registry_chunk_size() is set and the blob
+ * monolithic, or chunked when ib_regconf_chunk_size() is set and the blob
  * is larger.  `how` (64 bytes) gets what happened, for the progress line:
  * "Mounted from REPO", "Pushed" or "Pushed (N chunks)"; bytes sent go to
  * the progress item (may be NULL/-1). */
@@ -236,7 +236,7 @@ push_upload_blob (ib_registry_t *r, const char *repo, const char *digest, ib_sto
   if (from)
     ib_debug ("blob %s: the registry did not mount it from %s; uploading it", digest, from);
   cleanup_free char *scope = registry_push_scope (repo);
-  uint64_t size = (uint64_t) st.st_size, chunk = ib_registry_chunk_size ();
+  uint64_t size = (uint64_t) st.st_size, chunk = ib_regconf_chunk_size ();
   int ret;
   ib_progress_set_status (progress, item, "Pushing");
   ib_progress_update (progress, item, 0);
@@ -441,7 +441,7 @@ push_target (ib_ref_t *ref, ib_error_t *err)
   const ib_regconf_t *conf;
   ib_reg_source_t *src = NULL;
   size_t n = 0;
-  if (ib_registry_conf (&conf, err) < 0
+  if (ib_regconf_get (&conf, err) < 0
       || ib_regconf_sources (conf, ref->registry, ref->repository, ref->digest != NULL, true, &src,
                              &n, err)
              < 0)

@@ -62,9 +62,9 @@ static int
 tls_configure (ib_registry_t *r, bool loopback, ib_error_t *err)
 {
   ib_certs_t certs;
-  if (ib_certs_find (r->name, ib_registry_cert_dir (), NULL, &certs, err) < 0)
+  if (ib_certs_find (r->name, ib_regconf_cert_dir (), NULL, &certs, err) < 0)
     return -1;
-  int verify = ib_registry_tls_verify ();
+  int verify = ib_regconf_tls_verify ();
   bool insecure = registry_is_insecure (r->name) || verify == 0;
   r->https_base = xasprintf ("https://%s", r->host);
   r->tls_verify = !insecure;
