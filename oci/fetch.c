@@ -56,7 +56,6 @@ typedef struct fetch_job
   struct curl_slist *hdrs;
   char errbuf[CURL_ERROR_SIZE];
   xfer_t x;               /* headers, status, and the sink (fd, hash, bytes written) */
-  char *retry_after;      /* Retry-After of the last response */
   char *last_error;       /* why the last attempt failed, while a retry waits */
   int64_t peer_size;      /* size of the partial file another process holds */
   /* shared with readers, under f->mu */
@@ -109,26 +108,6 @@ job_restart_file (fetch_job_t *j)
   if (ftruncate (j->fd, 0) < 0 || lseek (j->fd, 0, SEEK_SET) < 0)
     return -1;
   return 0;
-}
-
-static size_t
-job_on_header (char *line, size_t size, size_t nmemb, void *ud)
-{
-  fetch_job_t *j = ud;
-  size_t n = size * nmemb;
-  const char *v;
-  size_t vn;
-  if (n >= 5 && strncmp (line, "HTTP/", 5) == 0)
-    {
-      free (j->retry_after);
-      j->retry_after = NULL;
-    }
-  else if (http_header_is (line, n, "Retry-After", &v, &vn))
-    {
-      free (j->retry_after);
-      j->retry_after = http_trim_dup (v, vn);
-    }
-  return http_on_header (line, size, nmemb, &j->x);
 }
 
 static size_t
@@ -357,8 +336,8 @@ job_start (fetch_job_t *j, ib_error_t *err)
   curl_easy_setopt (c, CURLOPT_ERRORBUFFER, j->errbuf);
   curl_easy_setopt (c, CURLOPT_LOW_SPEED_TIME, (long) f->stall_s);
   curl_easy_setopt (c, CURLOPT_BUFFERSIZE, (long) FETCH_BUFFER);
-  curl_easy_setopt (c, CURLOPT_HEADERFUNCTION, job_on_header);
-  curl_easy_setopt (c, CURLOPT_HEADERDATA, j);
+  curl_easy_setopt (c, CURLOPT_HEADERFUNCTION, http_on_header);
+  curl_easy_setopt (c, CURLOPT_HEADERDATA, &j->x);
   curl_easy_setopt (c, CURLOPT_WRITEFUNCTION, job_on_write);
   curl_easy_setopt (c, CURLOPT_WRITEDATA, j);
   curl_easy_setopt (c, CURLOPT_PRIVATE, j);
@@ -384,7 +363,7 @@ job_retry_or_fail (fetch_job_t *j, ib_error_t *e, bool transient, long status)
       job_fail (j, e);
       return;
     }
-  int64_t delay = http_retry_delay_ms (j->attempt, status, j->retry_after);
+  int64_t delay = http_retry_delay_ms (j->attempt, status, j->x.retry_after);
   {
     char st[64];
     if (status)
@@ -786,7 +765,6 @@ ib_fetch_free (ib_fetch_t *f)
         close (j->fd); /* releases the partial file's lock */
       free (j->path);
       free (j->url);
-      free (j->retry_after);
       free (j->last_error);
       ib_sha256_free (j->x.sink_hash);
       xfer_free (&j->x);

@@ -137,8 +137,8 @@ http_setup_handle (ib_registry_t *r, CURL *c)
 
 /* ---------- curl callbacks ---------- */
 
-char *
-http_trim_dup (const char *s, size_t n)
+static char *
+trim_dup (const char *s, size_t n)
 {
   while (n > 0 && (*s == ' ' || *s == '\t'))
     {
@@ -150,8 +150,8 @@ http_trim_dup (const char *s, size_t n)
   return xstrndup (s, n);
 }
 
-bool
-http_header_is (const char *line, size_t n, const char *name, const char **value, size_t *vlen)
+static bool
+header_is (const char *line, size_t n, const char *name, const char **value, size_t *vlen)
 {
   size_t k = strlen (name);
   if (n <= k || strncasecmp (line, name, k) != 0 || line[k] != ':')
@@ -176,41 +176,41 @@ http_on_header (char *line, size_t size, size_t nmemb, void *ud)
       if (sp)
         x->status = strtol (sp + 1, NULL, 10);
     }
-  else if (http_header_is (line, n, "Content-Type", &v, &vn))
+  else if (header_is (line, n, "Content-Type", &v, &vn))
     {
       free (x->content_type_resp);
-      x->content_type_resp = http_trim_dup (v, vn);
+      x->content_type_resp = trim_dup (v, vn);
     }
-  else if (http_header_is (line, n, "Location", &v, &vn))
+  else if (header_is (line, n, "Location", &v, &vn))
     {
       free (x->location);
-      x->location = http_trim_dup (v, vn);
+      x->location = trim_dup (v, vn);
     }
-  else if (http_header_is (line, n, "Link", &v, &vn))
+  else if (header_is (line, n, "Link", &v, &vn))
     {
       free (x->link);
-      x->link = http_trim_dup (v, vn);
+      x->link = trim_dup (v, vn);
     }
-  else if (http_header_is (line, n, "Retry-After", &v, &vn))
+  else if (header_is (line, n, "Retry-After", &v, &vn))
     {
       free (x->retry_after);
-      x->retry_after = http_trim_dup (v, vn);
+      x->retry_after = trim_dup (v, vn);
     }
-  else if (http_header_is (line, n, "Content-Range", &v, &vn))
+  else if (header_is (line, n, "Content-Range", &v, &vn))
     {
       free (x->content_range);
-      x->content_range = http_trim_dup (v, vn);
+      x->content_range = trim_dup (v, vn);
     }
-  else if (http_header_is (line, n, "OCI-Chunk-Min-Length", &v, &vn))
+  else if (header_is (line, n, "OCI-Chunk-Min-Length", &v, &vn))
     {
-      cleanup_free char *val = http_trim_dup (v, vn);
+      cleanup_free char *val = trim_dup (v, vn);
       char *end;
       unsigned long long m = strtoull (val, &end, 10);
       x->chunk_min = (*val && *end == '\0') ? (uint64_t) m : 0;
     }
-  else if (http_header_is (line, n, "WWW-Authenticate", &v, &vn))
+  else if (header_is (line, n, "WWW-Authenticate", &v, &vn))
     {
-      char *val = http_trim_dup (v, vn);
+      char *val = trim_dup (v, vn);
       /* several challenges: prefer Bearer */
       if (x->www_auth == NULL || strncasecmp (val, "Bearer", 6) == 0)
         {

@@ -29,12 +29,6 @@ short_digest (const char *digest, char out[24])
 }
 
 static bool
-is_manifest_media_type (const char *mt)
-{
-  return mt && (strcmp (mt, IB_MT_OCI_MANIFEST) == 0 || strcmp (mt, IB_MT_DOCKER_MANIFEST) == 0);
-}
-
-static bool
 is_config_media_type (const char *mt)
 {
   return strcmp (mt, IB_MT_OCI_CONFIG) == 0 || strcmp (mt, IB_MT_DOCKER_CONFIG) == 0;
@@ -117,7 +111,7 @@ get_child (ib_registry_t *r, manifest_walk_t *w, const ib_descriptor_t *d, char 
                         "registry sent %zu", d->digest, (long long) d->size, *len);
   else if (ib_doc_kind (*data, *len, ct, kind, err) < 0)
     ret = ib_error_prefix (err, "manifest %s", d->digest);
-  else if (*kind == IB_DOC_INDEX && is_manifest_media_type (d->media_type))
+  else if (*kind == IB_DOC_INDEX && ib_media_type_is_manifest (d->media_type))
     ret = ib_error_set (err, EINVAL, "manifest %s: the index lists it as an image manifest (%s) "
                         "but it is an index", d->digest, d->media_type);
   if (ret < 0)

@@ -404,8 +404,7 @@ push_one (push_ctx_t *pc, ib_registry_t *r, const ib_ref_t *dst, const ib_descri
     const char *cd = json_string_value (json_object_get (e, "digest"));
     cleanup_free char *cdata = NULL;
     size_t clen = 0;
-    if (cd == NULL || cmt == NULL
-        || !(strcmp (cmt, IB_MT_OCI_MANIFEST) == 0 || strcmp (cmt, IB_MT_DOCKER_MANIFEST) == 0))
+    if (cd == NULL || !ib_media_type_is_manifest (cmt))
       continue;
     if (push_known (pc, r->name, dst->repository, cd))
       continue;

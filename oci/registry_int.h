@@ -125,11 +125,6 @@ void xfer_reset_response (xfer_t *x);
 void xfer_free (xfer_t *x);
 /* Every request-independent option of a handle that talks to `r`. */
 void http_setup_handle (ib_registry_t *r, CURL *c);
-/* A header line `line` (n bytes, as curl gives it) is `name`: its value
- * (untrimmed) in *value, *vlen; http_trim_dup copies it trimmed. */
-bool http_header_is (const char *line, size_t n, const char *name, const char **value,
-                     size_t *vlen);
-char *http_trim_dup (const char *s, size_t n);
 /* curl callbacks filling x's response (CURLOPT_HEADERFUNCTION,
  * CURLOPT_WRITEFUNCTION with x as their data). */
 size_t http_on_header (char *line, size_t size, size_t nmemb, void *x);
