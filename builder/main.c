@@ -155,7 +155,7 @@ set_chunk_size (const char *what, const char *s)
       ib_error_free (&e);
       exit (2);
     }
-  ib_registry_set_chunk_size (n);
+  ib_regconf_set_chunk_size (n);
 }
 
 /* Handle one of REGISTRY_OPTIONS; false when `c` is none of them. */
@@ -165,13 +165,13 @@ registry_option (int c, const char *arg)
   switch (c)
     {
     case OPT_CERT_DIR:
-      ib_registry_set_cert_dir (arg);
+      ib_regconf_set_cert_dir (arg);
       return true;
     case OPT_TLS_VERIFY:
       if (arg == NULL || strcmp (arg, "true") == 0 || strcmp (arg, "1") == 0)
-        ib_registry_set_tls_verify (1);
+        ib_regconf_set_tls_verify (1);
       else if (strcmp (arg, "false") == 0 || strcmp (arg, "0") == 0)
-        ib_registry_set_tls_verify (0);
+        ib_regconf_set_tls_verify (0);
       else
         usage_error ("--tls-verify: expected true or false, got '%s'", arg);
       return true;
@@ -181,7 +181,7 @@ registry_option (int c, const char *arg)
       ib_registry_add_insecure (arg);
       return true;
     case OPT_REGISTRIES_CONF:
-      ib_registry_set_conf_path (arg);
+      ib_regconf_set_conf_path (arg);
       return true;
     case OPT_CHUNK_SIZE:
       set_chunk_size ("--chunk-size", arg);

@@ -1,5 +1,6 @@
-/* oci/auth.c — registry credentials (auth files, credential helpers) and
- * token bookkeeping.  See oci/auth.h. */
+/* oci/auth.c — registry credentials (auth files, credential helpers),
+ * token bookkeeping and WWW-Authenticate challenges, all without the
+ * network (that is oci/auth_http.c).  See oci/auth.h. */
 #include "oci/auth.h"
 #include "common/util.h"
 
@@ -851,4 +852,107 @@ ib_auth_token_fresh (int64_t expires_ms, int64_t lifetime_ms, int64_t now_ms)
 {
   int64_t margin = lifetime_ms >= 60000 ? 10000 : lifetime_ms / 5;
   return now_ms + margin < expires_ms;
+}
+
+/* ---------- WWW-Authenticate ---------- */
+
+static bool
+is_tchar (char c)
+{
+  return isalnum ((unsigned char) c) || (c && strchr ("!#$%&'*+.^_`|~-", c));
+}
+
+void
+ib_auth_challenge_clear (ib_auth_challenge_t *c)
+{
+  if (c == NULL)
+    return;
+  free (c->scheme);
+  free (c->realm);
+  free (c->service);
+  free (c->scope);
+  memset (c, 0, sizeof *c);
+}
+
+int
+ib_auth_challenge_parse (const char *h, ib_auth_challenge_t *out, ib_error_t *err)
+{
+  memset (out, 0, sizeof *out);
+  const char *p = h ? h : "";
+  while (*p == ' ' || *p == '\t')
+    p++;
+  const char *s = p;
+  while (is_tchar (*p))
+    p++;
+  if (p == s)
+    return ib_error_set (err, EPROTO, "WWW-Authenticate \"%s\": no auth scheme", h ? h : "");
+  out->scheme = xstrndup (s, (size_t) (p - s));
+  for (;;)
+    {
+      while (*p == ' ' || *p == '\t' || *p == ',')
+        p++;
+      if (*p == '\0')
+        return 0;
+      const char *k = p;
+      while (is_tchar (*p))
+        p++;
+      size_t kn = (size_t) (p - k);
+      const char *after = p;
+      while (*p == ' ' || *p == '\t')
+        p++;
+      if (kn == 0 || *p != '=')
+        {
+          /* token68 or the start of another challenge: stop at a new scheme */
+          if (kn > 0 && (*after == ' ' || *after == '\t'))
+            return 0;
+          if (kn > 0 && (*after == '\0' || *after == ','))
+            continue; /* lone token68, ignore */
+          ib_auth_challenge_clear (out);
+          return ib_error_set (err, EPROTO, "WWW-Authenticate \"%s\": malformed parameters", h);
+        }
+      p++;
+      while (*p == ' ' || *p == '\t')
+        p++;
+      ib_buf_t v = { 0 };
+      if (*p == '"')
+        {
+          p++;
+          while (*p && *p != '"')
+            {
+              if (*p == '\\' && p[1])
+                p++;
+              ib_buf_append (&v, p, 1);
+              p++;
+            }
+          if (*p != '"')
+            {
+              ib_buf_free (&v);
+              ib_auth_challenge_clear (out);
+              return ib_error_set (err, EPROTO, "WWW-Authenticate \"%s\": unterminated quoted string",
+                                   h);
+            }
+          p++;
+        }
+      else
+        {
+          const char *vs = p;
+          while (*p && *p != ',' && *p != ' ' && *p != '\t')
+            p++;
+          ib_buf_append (&v, vs, (size_t) (p - vs));
+        }
+      char **slot = NULL;
+      if (kn == 5 && strncasecmp (k, "realm", 5) == 0)
+        slot = &out->realm;
+      else if (kn == 7 && strncasecmp (k, "service", 7) == 0)
+        slot = &out->service;
+      else if (kn == 5 && strncasecmp (k, "scope", 5) == 0)
+        slot = &out->scope;
+      if (slot)
+        {
+          free (*slot);
+          *slot = ib_buf_steal (&v);
+        }
+      else
+        ib_buf_free (&v);
+    }
 }

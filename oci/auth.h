@@ -11,8 +11,9 @@
  * .../auth/oauth/) that do not need the network: the token request URL
  * (one `scope=` per scope), the OAuth2 refresh-token form, the token
  * response ("token" / "access_token", "expires_in" default 60 s,
- * "issued_at") and when a cached token is still fresh.  The HTTP exchanges
- * themselves live in oci/registry.c.
+ * "issued_at") and when a cached token is still fresh; the syntax of a
+ * WWW-Authenticate challenge.  The HTTP exchanges themselves live in
+ * oci/auth_http.c.
  */
 #ifndef IB_OCI_AUTH_H
 #define IB_OCI_AUTH_H
@@ -148,5 +149,25 @@ void ib_auth_token_clear (ib_auth_token_t *t);
  * the lifetime before for shorter ones (so that a request started just
  * before expiry does not arrive with a dead token). */
 bool ib_auth_token_fresh (int64_t expires_ms, int64_t lifetime_ms, int64_t now_ms);
+
+/* ---------- challenges ---------- */
+
+/* A WWW-Authenticate challenge (RFC 7235 section 4.1; Docker token auth
+ * spec): `Bearer realm="https://auth.docker.io/token",service="x",scope="a:b:pull,push"`.
+ * Parameter values may be quoted strings (with backslash escapes, commas
+ * inside) or bare tokens; parameter names are case-insensitive. */
+typedef struct ib_auth_challenge
+{
+  char *scheme;  /* "Bearer", "Basic", as sent */
+  char *realm;   /* NULL when absent */
+  char *service; /* NULL when absent */
+  char *scope;   /* NULL when absent */
+} ib_auth_challenge_t;
+
+/* Parse the first challenge of a WWW-Authenticate header value into *out
+ * (fields owned by out; free with ib_auth_challenge_clear).  Error when the
+ * value has no scheme or a malformed parameter list. */
+int ib_auth_challenge_parse (const char *header, ib_auth_challenge_t *out, ib_error_t *err);
+void ib_auth_challenge_clear (ib_auth_challenge_t *c);
 
 #endif

@@ -3,6 +3,7 @@
  * and manifest list as their OCI equivalents). */
 #include "oci/manifest.h"
 #include "common/util.h"
+#include "oci/json_int.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -15,14 +16,6 @@ const char IB_MANIFEST_ACCEPT[] = IB_MT_OCI_MANIFEST ", " IB_MT_OCI_INDEX ", " I
 #define SCHEMA1_MSG                                                                             \
   "Docker image manifest v2 schema 1 is not supported (deprecated and unsigned-content); "     \
   "push the image again with a current client to get schema 2 or OCI"
-
-static void
-json_decref_p (json_t **j)
-{
-  if (*j)
-    json_decref (*j);
-}
-#define cleanup_json __attribute__ ((cleanup (json_decref_p)))
 
 static json_t *
 parse_json (const char *data, size_t len, const char *what, ib_error_t *err)
@@ -50,10 +43,10 @@ is_schema1 (const char *mt)
   return mt && (strcmp (mt, IB_MT_DOCKER_SCHEMA1) == 0 || strcmp (mt, IB_MT_DOCKER_SCHEMA1_SIGNED) == 0);
 }
 
-static bool
-is_manifest_mt (const char *mt)
+bool
+ib_media_type_is_manifest (const char *mt)
 {
-  return strcmp (mt, IB_MT_OCI_MANIFEST) == 0 || strcmp (mt, IB_MT_DOCKER_MANIFEST) == 0;
+  return mt && (strcmp (mt, IB_MT_OCI_MANIFEST) == 0 || strcmp (mt, IB_MT_DOCKER_MANIFEST) == 0);
 }
 
 static bool
@@ -93,7 +86,7 @@ ib_doc_kind (const char *data, size_t len, const char *content_type, ib_doc_kind
     {
       if (is_schema1 (mt))
         return ib_error_set (err, ENOTSUP, "%s", SCHEMA1_MSG);
-      if (is_manifest_mt (mt))
+      if (ib_media_type_is_manifest (mt))
         {
           *kind = IB_DOC_MANIFEST;
           return 0;
@@ -195,7 +188,7 @@ ib_manifest_parse (const char *data, size_t len, ib_manifest_t **out, ib_error_t
     return ib_error_set (err, ENOTSUP, "%s", SCHEMA1_MSG);
   if (mt && is_index_mt (mt))
     return ib_error_set (err, EINVAL, "manifest: is an index (%s), not an image manifest", mt);
-  if (mt && !is_manifest_mt (mt))
+  if (mt && !ib_media_type_is_manifest (mt))
     return ib_error_set (err, ENOTSUP, "manifest: unsupported media type %s", mt);
   json_t *layers = json_object_get (j, "layers");
   if (!json_is_array (layers))
@@ -423,7 +416,7 @@ ib_index_select (const char *data, size_t len, const char *os, const char *arch,
           nested = (ssize_t) i;
         continue;
       }
-    if (mt && !is_manifest_mt (mt) && !is_schema1 (mt))
+    if (mt && !ib_media_type_is_manifest (mt) && !is_schema1 (mt))
       continue; /* artifacts */
     if (eos == NULL || earch == NULL)
       continue;

@@ -7,6 +7,7 @@
 #include "common/error.h"
 #include "oci/digest.h"
 #include <jansson.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 #define IB_MT_OCI_MANIFEST "application/vnd.oci.image.manifest.v1+json"
@@ -24,6 +25,10 @@
 
 /* The Accept header value for manifest GETs: all four types above. */
 extern const char IB_MANIFEST_ACCEPT[];
+
+/* Is `mt` an image manifest's media type (OCI, or Docker schema 2)?  false
+ * for NULL and for indexes. */
+bool ib_media_type_is_manifest (const char *mt);
 
 typedef struct ib_descriptor
 {

@@ -921,44 +921,44 @@ static ib_regconf_t *conf;
 static ib_error_t conf_err;
 
 void
-ib_registry_set_cert_dir (const char *dir)
+ib_regconf_set_cert_dir (const char *dir)
 {
   free (opt_cert_dir);
   opt_cert_dir = xstrdup (dir);
 }
 
 const char *
-ib_registry_cert_dir (void)
+ib_regconf_cert_dir (void)
 {
   return opt_cert_dir;
 }
 
 void
-ib_registry_set_tls_verify (int v)
+ib_regconf_set_tls_verify (int v)
 {
   opt_tls_verify = v < 0 ? -1 : v > 0;
 }
 
 int
-ib_registry_tls_verify (void)
+ib_regconf_tls_verify (void)
 {
   return opt_tls_verify;
 }
 
 void
-ib_registry_set_chunk_size (uint64_t bytes)
+ib_regconf_set_chunk_size (uint64_t bytes)
 {
   opt_chunk_size = bytes;
 }
 
 uint64_t
-ib_registry_chunk_size (void)
+ib_regconf_chunk_size (void)
 {
   return opt_chunk_size;
 }
 
 void
-ib_registry_set_conf_path (const char *path)
+ib_regconf_set_conf_path (const char *path)
 {
   free (opt_conf_path);
   opt_conf_path = xstrdup (path);
@@ -1003,7 +1003,7 @@ load_conf (ib_regconf_t **out, ib_error_t *err)
 }
 
 int
-ib_registry_conf (const ib_regconf_t **out, ib_error_t *err)
+ib_regconf_get (const ib_regconf_t **out, ib_error_t *err)
 {
   *out = NULL;
   pthread_mutex_lock (&conf_lock);
@@ -1108,14 +1108,14 @@ net_limits_init (void)
 }
 
 long
-ib_registry_net_limit (ib_net_limit_t which)
+ib_regconf_net_limit (ib_net_limit_t which)
 {
   pthread_once (&net_once, net_limits_init);
   return (size_t) which < N_NET_LIMITS ? net_value[which] : 60;
 }
 
 const char *
-ib_registry_net_limit_var (ib_net_limit_t which)
+ib_regconf_net_limit_var (ib_net_limit_t which)
 {
   return (size_t) which < N_NET_LIMITS ? net_limits[which].var : "?";
 }

@@ -98,20 +98,20 @@ void ib_reg_sources_free (ib_reg_source_t *s, size_t n);
 
 /* --cert-dir DIR: TLS files for every registry come from DIR itself
  * (oci/certs.h) instead of the certs.d directories.  NULL: default. */
-void ib_registry_set_cert_dir (const char *dir);
-const char *ib_registry_cert_dir (void);
+void ib_regconf_set_cert_dir (const char *dir);
+const char *ib_regconf_cert_dir (void);
 
 /* --tls-verify: -1 default (HTTPS with verification, loopback registries
  * plain HTTP unless they have TLS files), 1 HTTPS with verification for
  * every registry, loopback included; 0 every registry is insecure (HTTPS
  * without verification, falling back to plain HTTP). */
-void ib_registry_set_tls_verify (int v);
-int ib_registry_tls_verify (void);
+void ib_regconf_set_tls_verify (int v);
+int ib_regconf_tls_verify (void);
 
 /* Blobs larger than `bytes` are pushed in chunks of `bytes` (PATCH); 0
  * (the default) means monolithic uploads always. */
-void ib_registry_set_chunk_size (uint64_t bytes);
-uint64_t ib_registry_chunk_size (void);
+void ib_regconf_set_chunk_size (uint64_t bytes);
+uint64_t ib_regconf_chunk_size (void);
 
 /* Network limits, in seconds (docs/cli.md "Network deadlines"):
  *   IB_NET_REQUEST   the deadline of one small request (ping, token,
@@ -135,9 +135,9 @@ typedef enum
   IB_NET_PROGRESS,
 } ib_net_limit_t;
 #define IB_NET_STALL_MIN_SPEED 1024 /* bytes/s, averaged over IB_NET_STALL seconds */
-long ib_registry_net_limit (ib_net_limit_t which);
+long ib_regconf_net_limit (ib_net_limit_t which);
 /* The environment variable that sets `which`: "IMGBUILD_REQUEST_TIMEOUT", ... */
-const char *ib_registry_net_limit_var (ib_net_limit_t which);
+const char *ib_regconf_net_limit_var (ib_net_limit_t which);
 
 /* "90", "90s": seconds, from 1 to 86400.  Error EINVAL naming the text. */
 int ib_parse_seconds (const char *s, long *out, ib_error_t *err);
@@ -146,11 +146,11 @@ int ib_parse_seconds (const char *s, long *out, ib_error_t *err);
  * it must exist and parse), else $IMGBUILD_REGISTRIES_CONF (same), else
  * $XDG_CONFIG_HOME/imgbuild/registries.conf (~/.config when unset; used
  * when it exists, must parse), else /etc/containers/registries.conf (used
- * only when it parses; else a debug note).  Call before ib_registry_conf. */
-void ib_registry_set_conf_path (const char *path);
+ * only when it parses; else a debug note).  Call before ib_regconf_get. */
+void ib_regconf_set_conf_path (const char *path);
 /* The configuration, loaded on the first call and kept for the process;
  * *out is NULL when there is none.  A load error is returned on every call. */
-int ib_registry_conf (const ib_regconf_t **out, ib_error_t *err);
+int ib_regconf_get (const ib_regconf_t **out, ib_error_t *err);
 
 /* "1048576", "512k", "1M", "1MiB", "2G": bytes (k/M/G are powers of 1024;
  * "kB"/"MB"/"GB" powers of 1000).  Error EINVAL naming the text. */

@@ -20,7 +20,7 @@
  * --tls-verify=false) get HTTPS without verification, or plain HTTP when
  * they do not speak TLS.  Process-wide options: oci/regconf.h.
  *
- * Deadlines (oci/regconf.h ib_registry_net_limit; docs/cli.md "Network
+ * Deadlines (oci/regconf.h ib_regconf_net_limit; docs/cli.md "Network
  * deadlines"): every small request (ping, token, manifest, tag list page,
  * HEAD, image config, upload POST, manifest PUT) must be done, retries
  * included, within $IMGBUILD_REQUEST_TIMEOUT seconds, else it fails with
@@ -43,24 +43,6 @@
 #include <sys/types.h>
 
 typedef struct ib_registry ib_registry_t;
-
-/* A WWW-Authenticate challenge (RFC 7235 section 4.1; Docker token auth
- * spec): `Bearer realm="https://auth.docker.io/token",service="x",scope="a:b:pull,push"`.
- * Parameter values may be quoted strings (with backslash escapes, commas
- * inside) or bare tokens; parameter names are case-insensitive. */
-typedef struct ib_auth_challenge
-{
-  char *scheme;  /* "Bearer", "Basic", as sent */
-  char *realm;   /* NULL when absent */
-  char *service; /* NULL when absent */
-  char *scope;   /* NULL when absent */
-} ib_auth_challenge_t;
-
-/* Parse the first challenge of a WWW-Authenticate header value into *out
- * (fields owned by out; free with ib_auth_challenge_clear).  Error when the
- * value has no scheme or a malformed parameter list. */
-int ib_auth_challenge_parse (const char *header, ib_auth_challenge_t *out, ib_error_t *err);
-void ib_auth_challenge_clear (ib_auth_challenge_t *c);
 
 /* Treat `registry` ("host" or "host:port", as in a reference) as insecure
  * (Docker's and podman's --insecure-registry): HTTPS without certificate
@@ -100,7 +82,7 @@ int ib_registry_get_manifest (ib_registry_t *r, const char *repo, const char *re
                               char digest[IB_DIGEST_LEN], ib_error_t *err);
 
 /* Through the registries configuration (oci/regconf.h,
- * ib_registry_conf), as pull and push go.
+ * ib_regconf_get), as pull and push go.
  * ib_registry_open_pull: GET the manifest `reference` (ref's tag or
  * digest) from the first source that serves it: the mirrors in order, then
  * the primary location; blocked registries refused (EACCES).  On success
@@ -138,7 +120,7 @@ int ib_registry_fetch_blob (ib_registry_t *r, const char *repo, const char *dige
  * $IMGBUILD_PROGRESS_TIMEOUT seconds (default 180), retries included,
  * every blob still open fails with ETIMEDOUT ("timed out: no progress for
  * N s ...").  Blob transfers have no total deadline (oci/regconf.h:
- * ib_registry_net_limit).  Redirects
+ * ib_regconf_net_limit).  Redirects
  * (to blob storage) are followed by hand, sending Authorization only to
  * the registry's own origin.  Blobs already in the store are not fetched.
  * `shown` (may be NULL) names the image in messages.  `blobs` is copied.
@@ -187,7 +169,7 @@ int ib_registry_blob_exists (ib_registry_t *r, const char *repo, const char *dig
 
 /* Upload a stored blob, skipped when HEAD says it exists: POST
  * /v2/<repo>/blobs/uploads/ then PUT <location>?digest= (monolithic), or,
- * when ib_registry_chunk_size() is set and the blob is larger, PATCH chunks
+ * when ib_regconf_chunk_size() is set and the blob is larger, PATCH chunks
  * with Content-Range (at least the registry's OCI-Chunk-Min-Length),
  * following each Location, then PUT ?digest= (distribution-spec "Pushing
  * blobs").  Streamed from the store file. */

@@ -2,6 +2,7 @@
  * image-layout.md) plus imgbuild's snapshots/, cache/, tmp/ and lock. */
 #include "oci/store.h"
 #include "common/util.h"
+#include "oci/json_int.h"
 #include "oci/ref.h"
 
 #include <errno.h>
@@ -17,14 +18,6 @@
 #define REF_NAME_ANNOTATION "org.opencontainers.image.ref.name"
 #define OCI_LAYOUT_JSON "{\"imageLayoutVersion\":\"1.0.0\"}"
 #define EMPTY_INDEX_JSON "{\"schemaVersion\":2,\"manifests\":[]}"
-
-static void
-json_decref_p (json_t **j)
-{
-  if (*j)
-    json_decref (*j);
-}
-#define cleanup_json __attribute__ ((cleanup (json_decref_p)))
 
 char *
 ib_store_default_root (void)

@@ -9,6 +9,7 @@
 #include "common/util.h"
 #include "oci/digest.h"
 #include "oci/ref.h"
+#include "oci/auth.h"
 #include "oci/registry.h"
 
 #include <stdlib.h>

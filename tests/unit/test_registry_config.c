@@ -357,14 +357,14 @@ test_net_limits (void **state)
   unsetenv ("IMGBUILD_REQUEST_TIMEOUT");
   setenv ("IMGBUILD_STALL_TIMEOUT", "later", 1);
   setenv ("IMGBUILD_PROGRESS_TIMEOUT", "7", 1);
-  assert_int_equal (ib_registry_net_limit (IB_NET_REQUEST), 60);
-  assert_int_equal (ib_registry_net_limit (IB_NET_STALL), 60);
-  assert_int_equal (ib_registry_net_limit (IB_NET_PROGRESS), 7);
+  assert_int_equal (ib_regconf_net_limit (IB_NET_REQUEST), 60);
+  assert_int_equal (ib_regconf_net_limit (IB_NET_STALL), 60);
+  assert_int_equal (ib_regconf_net_limit (IB_NET_PROGRESS), 7);
   setenv ("IMGBUILD_PROGRESS_TIMEOUT", "8", 1); /* read once: no change */
-  assert_int_equal (ib_registry_net_limit (IB_NET_PROGRESS), 7);
-  assert_string_equal (ib_registry_net_limit_var (IB_NET_REQUEST), "IMGBUILD_REQUEST_TIMEOUT");
-  assert_string_equal (ib_registry_net_limit_var (IB_NET_STALL), "IMGBUILD_STALL_TIMEOUT");
-  assert_string_equal (ib_registry_net_limit_var (IB_NET_PROGRESS), "IMGBUILD_PROGRESS_TIMEOUT");
+  assert_int_equal (ib_regconf_net_limit (IB_NET_PROGRESS), 7);
+  assert_string_equal (ib_regconf_net_limit_var (IB_NET_REQUEST), "IMGBUILD_REQUEST_TIMEOUT");
+  assert_string_equal (ib_regconf_net_limit_var (IB_NET_STALL), "IMGBUILD_STALL_TIMEOUT");
+  assert_string_equal (ib_regconf_net_limit_var (IB_NET_PROGRESS), "IMGBUILD_PROGRESS_TIMEOUT");
   unsetenv ("IMGBUILD_STALL_TIMEOUT");
   unsetenv ("IMGBUILD_PROGRESS_TIMEOUT");
 }
