@@ -4,7 +4,7 @@
 #include "builder/cache_io.h"
 #include "builder/ignore.h"
 #include "builder/fsops.h"
-#include "builder/wheel.h"
+#include "builder/wheel/wheel.h"
 #include "builder/mountspec.h"
 #include "builder/recipe.h"
 #include "common/progress.h"

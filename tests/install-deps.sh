@@ -9,7 +9,7 @@ pkgs=(
   clang
   libcurl4-openssl-dev libjansson-dev libarchive-dev libssl-dev libzstd-dev
   libseccomp-dev zlib1g-dev libisal-dev libcmocka-dev libyaml-dev
-  # wheel audit (builder/wheel.c): ELF objects through elfutils' libelf
+  # wheel audit (builder/wheel/elf.c): ELF objects through elfutils' libelf
   libelf-dev
   # sandbox: newuidmap/newgidmap for subordinate id ranges
   uidmap
