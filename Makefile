@@ -23,9 +23,9 @@ $(BUILD)/%.o: %.c $(HEADERS)
 	@mkdir -p $(dir $@)
 	$(CC) $(IB_CFLAGS) $(CFLAGS) -c -o $@ $<
 
-# builder/wheel.c embeds the manylinux policy table (.incbin, path relative
-# to the top directory, where make runs the compiler).
-$(BUILD)/builder/wheel.o: data/manylinux-policy.json
+# builder/wheel/policy.c embeds the manylinux policy table (.incbin, path
+# relative to the top directory, where make runs the compiler).
+$(BUILD)/builder/wheel/policy.o: data/manylinux-policy.json
 
 $(BUILD)/libimgbuild.a: $(LIB_OBJ)
 	rm -f $@ && ar rcs $@ $^

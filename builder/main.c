@@ -8,7 +8,7 @@
 #include "builder/mountspec.h"
 #include "builder/fsops.h"
 #include "builder/matrix.h"
-#include "builder/wheel.h"
+#include "builder/wheel/wheel.h"
 #include "common/progress.h"
 #include "common/util.h"
 #include "oci/auth.h"

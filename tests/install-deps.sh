@@ -9,7 +9,7 @@ pkgs=(
   clang
   libcurl4-openssl-dev libjansson-dev libarchive-dev libssl-dev libzstd-dev
   libseccomp-dev zlib1g-dev libisal-dev libcmocka-dev libyaml-dev
-  # wheel audit (builder/wheel.c): ELF objects through elfutils' libelf
+  # wheel audit (builder/wheel/elf.c): ELF objects through elfutils' libelf
   libelf-dev
   # artifact repository (builder/artifact/s3.c): S3's XML replies through libxml2
   libxml2-dev

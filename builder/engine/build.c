@@ -3,7 +3,7 @@
  * write the outputs. */
 #include "builder/engine/engine.h"
 #include "builder/cache_io.h"
-#include "builder/wheel.h"
+#include "builder/wheel/wheel.h"
 #include "builder/mountspec.h"
 #include "rootfs/unpack.h"
 

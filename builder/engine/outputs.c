@@ -3,7 +3,7 @@
 #include "builder/engine/engine.h"
 #include "oci/export.h"
 #include "builder/fsops.h"
-#include "builder/wheel.h"
+#include "builder/wheel/wheel.h"
 #include "oci/registry.h"
 
 #include <errno.h>

@@ -1,5 +1,5 @@
 """imgbuild wheel audit|repair and the audit of wheels a build outputs
-(builder/wheel.c).  The fixture wheels (a C, a C++, a libyaml-linking and a
+(builder/wheel/).  The fixture wheels (a C, a C++, a libyaml-linking and a
 black-listed-symbol extension, tests/fixtures/wheels) are built once per
 session INSIDE imgbuild: tests/fixtures/wheels/toolchain.recipe adds
 Debian's gcc, g++, python3-dev, setuptools, wheel and libyaml-dev to the

@@ -1,8 +1,8 @@
-/* libFuzzer target: a wheel (builder/wheel.c) from any bytes: the zip
+/* libFuzzer target: a wheel (builder/wheel/) from any bytes: the zip
  * reader, member names, RECORD (CSV), WHEEL and METADATA headers, and for
  * what verifies, the audit (libelf on the extracted members, the policy
  * decision) and its text and JSON output. */
-#include "builder/wheel.h"
+#include "builder/wheel/wheel.h"
 #include "common/util.h"
 
 #include <stdint.h>

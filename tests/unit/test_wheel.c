@@ -1,5 +1,5 @@
 /* tests/unit/test_wheel.c — wheel file names and verification (PEP 427),
- * the embedded policy table (builder/wheel.h).  Wheels are written here
+ * the embedded policy table (builder/wheel/wheel.h).  Wheels are written here
  * with libarchive's zip writer; RECORD digests are computed here with
  * libcrypto (sha256, urlsafe base64 without padding, as PEP 427 says).
  * ELF audits are compared with auditwheel in tests/e2e/test_wheel.py. */
@@ -9,7 +9,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#include "builder/wheel.h"
+#include "builder/wheel/wheel.h"
 #include "common/util.h"
 
 #include <archive.h>

@@ -1,4 +1,4 @@
-/* builder/wheel.h — Python wheels: verification (PEP 427, the binary
+/* builder/wheel/wheel.h — Python wheels: verification (PEP 427, the binary
  * distribution format), the manylinux audit (PEP 600, following
  * auditwheel's algorithm and its policy table, data/manylinux-policy.json,
  * embedded in the binary) and repair (grafting external libraries).
@@ -15,8 +15,8 @@
  * tags and the policy priorities), PEP 503 (name normalization).
  * Memory: the zip is streamed (64 KiB buffers), never held whole.
  */
-#ifndef IB_BUILDER_WHEEL_H
-#define IB_BUILDER_WHEEL_H
+#ifndef IB_BUILDER_WHEEL_WHEEL_H
+#define IB_BUILDER_WHEEL_WHEEL_H
 
 #include "common/error.h"
 
