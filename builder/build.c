@@ -17,6 +17,7 @@
 #include "rootfs/layer.h"
 #include "rootfs/sandbox.h"
 #include "rootfs/unpack.h"
+#include "rootfs/userns.h"
 
 #include <dirent.h>
 #include <errno.h>

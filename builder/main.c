@@ -20,6 +20,7 @@
 #include "oci/store.h"
 #include "rootfs/sandbox.h"
 #include "rootfs/unpack.h"
+#include "rootfs/userns.h"
 
 #include <ctype.h>
 #include <dirent.h>

@@ -20,7 +20,9 @@
 #include "rootfs/sandbox.h"
 #include "common/util.h"
 #include "rootfs/console.h"
+#include "rootfs/seccomp.h"
 #include "rootfs/unpack.h"
+#include "rootfs/userns.h"
 
 #include <errno.h>
 #include <fcntl.h>

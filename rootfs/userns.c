@@ -7,7 +7,7 @@
  * until the parent has unshared, writes /proc/PARENT/{uid,gid}_map (or runs
  * newuidmap/newgidmap), reports the outcome through a pipe and exits.
  */
-#include "rootfs/sandbox.h"
+#include "rootfs/userns.h"
 #include "common/util.h"
 
 #include <errno.h>
