@@ -15,8 +15,10 @@
 #include "oci/registry.h"
 #include "rootfs/gpu.h"
 #include "rootfs/layer.h"
+#include "rootfs/overlay.h"
+#include "rootfs/prepare.h"
 #include "rootfs/sandbox.h"
-#include "rootfs/unpack.h"
+#include "rootfs/treecopy.h"
 #include "rootfs/userns.h"
 
 #include <dirent.h>

@@ -20,8 +20,8 @@
 #include "rootfs/sandbox.h"
 #include "common/util.h"
 #include "rootfs/console.h"
+#include "rootfs/resolve.h"
 #include "rootfs/seccomp.h"
-#include "rootfs/unpack.h"
 #include "rootfs/userns.h"
 
 #include <errno.h>
