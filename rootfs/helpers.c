@@ -1,6 +1,7 @@
 /* rootfs/helpers.c — small helpers the files of rootfs/ share
  * (rootfs_int.h): a string-keyed hash map and inode keys (unpack, tree
- * copy), chown failures in a user namespace, a directory test.
+ * copy), chown failures in a user namespace, a directory test, a write
+ * loop safe in the sandbox's children.
  */
 #include "rootfs/rootfs_int.h"
 #include "common/util.h"
@@ -9,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 /* ---------------------------------------------------------------------- */
 /* A small string-keyed hash map (open addressing, linear probing).        */
@@ -110,4 +112,20 @@ rfs_is_dir (const char *path)
 {
   struct stat st;
   return stat (path, &st) == 0 && S_ISDIR (st.st_mode);
+}
+
+bool
+rfs_write_full (int fd, const char *p, size_t n)
+{
+  while (n > 0)
+    {
+      ssize_t k = write (fd, p, n);
+      if (k < 0 && errno == EINTR)
+        continue;
+      if (k <= 0)
+        return false;
+      p += k;
+      n -= (size_t) k;
+    }
+  return true;
 }

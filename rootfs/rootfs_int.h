@@ -51,6 +51,11 @@ void rfs_ignore_chown_error (const char *name);
 /* Whether `path` is a directory (symlinks followed). */
 bool rfs_is_dir (const char *path);
 
+/* write(2) all of p[0..n) to fd, retrying on EINTR; false when a write
+ * fails or writes nothing.  Async-signal-safe (used in the sandbox's
+ * children). */
+bool rfs_write_full (int fd, const char *p, size_t n);
+
 /* --- decode.c: the decoding half of the unpack pipeline ------------------ */
 
 enum src_kind

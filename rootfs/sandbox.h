@@ -133,7 +133,7 @@ typedef struct ib_sandbox_opts
  * 0-2, seccomp (root emulation in SINGLE mode) and NO_NEW_PRIVS.  It is pid 2;
  * when it exits every process it left behind is killed.
  *
- * The mount tree: /proc (fresh), /dev (tmpfs; see sandbox.c) and /sys (the
+ * The mount tree: /proc (fresh), /dev (tmpfs; see sandbox_tree.c) and /sys (the
  * host's, read-only where the kernel allows) are mounted only where the
  * rootfs has that directory (not a symlink); nothing is created in the
  * rootfs except cwd.  /etc/resolv.conf and /etc/hosts get a copy of the
