@@ -6,6 +6,7 @@
 #include "rootfs/rootfs_int.h"
 #include "common/util.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -112,6 +113,30 @@ rfs_is_dir (const char *path)
 {
   struct stat st;
   return stat (path, &st) == 0 && S_ISDIR (st.st_mode);
+}
+
+DIR *
+rfs_fdopendir (int fd)
+{
+  DIR *d = fdopendir (fd);
+  if (d == NULL)
+    {
+      int e = errno;
+      close (fd);
+      errno = e;
+    }
+  return d;
+}
+
+char **
+rfs_dir_names (DIR *d)
+{
+  char **names = NULL;
+  struct dirent *de;
+  while ((de = readdir (d)) != NULL)
+    if (strcmp (de->d_name, ".") != 0 && strcmp (de->d_name, "..") != 0)
+      ib_strv_push (&names, de->d_name);
+  return names;
 }
 
 bool

@@ -9,6 +9,7 @@
 #include "common/error.h"
 #include "oci/digest.h"
 #include "rootfs/unpack.h"
+#include <dirent.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -50,6 +51,13 @@ void rfs_ignore_chown_error (const char *name);
 
 /* Whether `path` is a directory (symlinks followed). */
 bool rfs_is_dir (const char *path);
+
+/* fdopendir (fd); when it fails fd is closed, errno kept. */
+DIR *rfs_fdopendir (int fd);
+/* The names in directory stream d but "." and "..", in readdir order:
+ * a NULL-terminated vector (NULL when there are none), caller frees
+ * (ib_strv_free). */
+char **rfs_dir_names (DIR *d);
 
 /* write(2) all of p[0..n) to fd, retrying on EINTR; false when a write
  * fails or writes nothing.  Async-signal-safe (used in the sandbox's

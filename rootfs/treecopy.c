@@ -231,13 +231,9 @@ copy_dir (struct copy *c, int sfd, int dfd, const char *rel, const char *shown, 
   int rfd = openat (sfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (rfd < 0)
     return ib_error_sys (err, errno, "open %s", shown);
-  DIR *d = fdopendir (rfd);
+  DIR *d = rfs_fdopendir (rfd);
   if (d == NULL)
-    {
-      int e = errno;
-      close (rfd);
-      return ib_error_sys (err, e, "open %s", shown);
-    }
+    return ib_error_sys (err, errno, "open %s", shown);
   int ret = 0;
   struct dirent *de;
   errno = 0;

@@ -160,18 +160,10 @@ remove_at (int pfd, const char *name, const char *shown, ib_error_t *err)
     return ib_error_sys (err, errno, "remove %s", shown);
   if ((st.st_mode & 0700) != 0700)
     fchmod (fd, 0700);
-  DIR *d = fdopendir (fd);
+  DIR *d = rfs_fdopendir (fd);
   if (d == NULL)
-    {
-      int e = errno;
-      close (fd);
-      return ib_error_sys (err, e, "remove %s", shown);
-    }
-  cleanup_strv char **names = NULL;
-  struct dirent *de;
-  while ((de = readdir (d)) != NULL)
-    if (strcmp (de->d_name, ".") != 0 && strcmp (de->d_name, "..") != 0)
-      ib_strv_push (&names, de->d_name);
+    return ib_error_sys (err, errno, "remove %s", shown);
+  cleanup_strv char **names = rfs_dir_names (d);
   int ret = 0;
   for (size_t i = 0; names && names[i] && ret == 0; i++)
     {
@@ -501,18 +493,10 @@ purge_dir (struct unpack *u, int dfd, const struct stat *dst, const char *path, 
     }
   if (rfd < 0)
     return ib_error_sys (err, errno, "open /%s", path);
-  DIR *d = fdopendir (rfd);
+  DIR *d = rfs_fdopendir (rfd);
   if (d == NULL)
-    {
-      int e = errno;
-      close (rfd);
-      return ib_error_sys (err, e, "open /%s", path);
-    }
-  cleanup_strv char **names = NULL;
-  struct dirent *de;
-  while ((de = readdir (d)) != NULL)
-    if (strcmp (de->d_name, ".") != 0 && strcmp (de->d_name, "..") != 0)
-      ib_strv_push (&names, de->d_name);
+    return ib_error_sys (err, errno, "open /%s", path);
+  cleanup_strv char **names = rfs_dir_names (d);
   closedir (d);
   for (size_t i = 0; names && names[i]; i++)
     if (remove_lower (u, dfd, dst, path, names[i], err) < 0)
