@@ -26,6 +26,7 @@
 #include "oci/store.h"
 #include "rootfs/layer.h"
 #include "rootfs/sandbox.h"
+#include "rootfs/userns.h"
 
 #include <jansson.h>
 

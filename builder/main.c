@@ -18,8 +18,10 @@
 #include "oci/regconf.h"
 #include "oci/registry.h"
 #include "oci/store.h"
+#include "rootfs/overlay.h"
+#include "rootfs/prepare.h"
 #include "rootfs/sandbox.h"
-#include "rootfs/unpack.h"
+#include "rootfs/userns.h"
 
 #include <ctype.h>
 #include <dirent.h>

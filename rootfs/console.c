@@ -1,6 +1,7 @@
 /* rootfs/console.c — the sandbox's own pty, passed to imgbuild and
  * relayed (console.h says why). */
 #include "rootfs/console.h"
+#include "rootfs/rootfs_int.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -126,22 +127,6 @@ pass_winsize (int from1, int from2, int master)
     ioctl (master, TIOCSWINSZ, &ws);
 }
 
-static bool
-write_full (int fd, const char *p, size_t n)
-{
-  while (n > 0)
-    {
-      ssize_t k = write (fd, p, n);
-      if (k < 0 && errno == EINTR)
-        continue;
-      if (k <= 0)
-        return false;
-      p += k;
-      n -= (size_t) k;
-    }
-  return true;
-}
-
 /* One read of the sandbox's error pipe into *errmsg; at its end (or on an
  * error) the pipe is closed and *err_r set to -1. */
 static void
@@ -219,7 +204,7 @@ ib_console_relay (int master, int in_fd, int out_fd, int err_r, ib_buf_t *errmsg
             continue;
           if (k <= 0) /* EIO: the command's side is closed */
             break;
-          if (!write_full (out_fd, buf, (size_t) k))
+          if (!rfs_write_full (out_fd, buf, (size_t) k))
             break;
         }
       if (i_in >= 0 && fds[i_in].revents)
@@ -233,10 +218,10 @@ ib_console_relay (int master, int in_fd, int out_fd, int err_r, ib_buf_t *errmsg
               in_open = false;
               struct termios t;
               char eof = tcgetattr (master, &t) == 0 ? (char) t.c_cc[VEOF] : '\004';
-              write_full (master, &eof, 1);
+              rfs_write_full (master, &eof, 1);
             }
           else
-            write_full (master, buf, (size_t) k);
+            rfs_write_full (master, buf, (size_t) k);
         }
       if (i_err >= 0 && fds[i_err].revents)
         {

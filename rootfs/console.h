@@ -1,7 +1,7 @@
 /* rootfs/console.h — a terminal of the sandbox's own for interactive runs.
  *
  * A step never gets the caller's terminal: it runs in a session of its own
- * (rootfs/sandbox.c).  An interactive `imgbuild run` (or --debug-shell)
+ * (rootfs/sandbox_proc.c).  An interactive `imgbuild run` (or --debug-shell)
  * gets a new pty instead, as podman's and runc's console socket do: pid 1
  * of the sandbox opens it on the sandbox's devpts instance, makes its
  * other end the command's controlling terminal, and passes the master to

@@ -10,6 +10,7 @@
  */
 #include "rootfs/layer.h"
 #include "rootfs/pgzip.h"
+#include "rootfs/rootfs_int.h"
 #include "common/util.h"
 #include "oci/manifest.h"
 
@@ -192,13 +193,9 @@ open_dir_stream (int dfd, const char *what, const char *rel, ib_error_t *err)
       ib_error_sys (err, errno, "scan %s/%s", what, rel);
       return NULL;
     }
-  DIR *d = fdopendir (rfd);
+  DIR *d = rfs_fdopendir (rfd);
   if (d == NULL)
-    {
-      int e = errno;
-      close (rfd);
-      ib_error_sys (err, e, "scan %s/%s", what, rel);
-    }
+    ib_error_sys (err, errno, "scan %s/%s", what, rel);
   return d;
 }
 

@@ -13,7 +13,7 @@
  * architecture, fail with EPERM (the bad-arch action).
  * Names a libseccomp version or an architecture does not know are skipped.
  */
-#include "rootfs/sandbox.h"
+#include "rootfs/seccomp.h"
 #include "common/util.h"
 
 #include <errno.h>

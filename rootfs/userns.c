@@ -7,7 +7,7 @@
  * until the parent has unshared, writes /proc/PARENT/{uid,gid}_map (or runs
  * newuidmap/newgidmap), reports the outcome through a pipe and exits.
  */
-#include "rootfs/sandbox.h"
+#include "rootfs/userns.h"
 #include "common/util.h"
 
 #include <errno.h>
@@ -475,7 +475,7 @@ ib_userns_enter (ib_userns_mode_t requested, ib_userns_mode_t *mode_in_force, ib
   /* Changing credentials may clear the dumpable flag, which would make
    * /proc/self/... owned by the overflow id and unreadable to us. */
   prctl (PR_SET_DUMPABLE, 1);
-  /* A mount namespace of our own: the rootfs overlays (unpack.h) are
+  /* A mount namespace of our own: the rootfs overlays (overlay.h) are
    * mounted there, unseen by the host, and vanish with the process. */
   if (unshare (CLONE_NEWNS) < 0 || mount (NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
     ib_debug ("no private mount namespace (%s): rootfs trees will be copied", strerror (errno));

@@ -5,7 +5,7 @@
 #include "builder/cache_io.h"
 #include "builder/wheel/wheel.h"
 #include "builder/mountspec.h"
-#include "rootfs/unpack.h"
+#include "rootfs/overlay.h"
 
 #include <errno.h>
 #include <string.h>

@@ -2,7 +2,9 @@
  * or an earlier stage), its platform, and the tree made lazily when a step
  * needs it. */
 #include "builder/engine/engine.h"
-#include "rootfs/unpack.h"
+#include "rootfs/overlay.h"
+#include "rootfs/prepare.h"
+#include "rootfs/treecopy.h"
 
 #include <errno.h>
 #include <string.h>

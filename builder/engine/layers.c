@@ -2,7 +2,7 @@
  * around a step, the layer it makes, and the background jobs that compress
  * layers while the next steps run. */
 #include "builder/engine/engine.h"
-#include "rootfs/unpack.h"
+#include "rootfs/overlay.h"
 
 #include <errno.h>
 #include <string.h>

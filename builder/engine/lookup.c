@@ -3,7 +3,7 @@
  * records). */
 #include "builder/engine/engine.h"
 #include "builder/fsops.h"
-#include "rootfs/unpack.h"
+#include "rootfs/overlay.h"
 
 #include <errno.h>
 #include <string.h>

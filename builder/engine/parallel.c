@@ -2,7 +2,8 @@
  * own, a base two stages share pulled once, results and progress relayed to
  * the parent. */
 #include "builder/engine/engine.h"
-#include "rootfs/unpack.h"
+#include "rootfs/overlay.h"
+#include "rootfs/prepare.h"
 
 #include <errno.h>
 #include <string.h>

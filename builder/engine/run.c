@@ -4,7 +4,8 @@
 #include "builder/fsops.h"
 #include "builder/mountspec.h"
 #include "rootfs/gpu.h"
-#include "rootfs/unpack.h"
+#include "rootfs/overlay.h"
+#include "rootfs/treecopy.h"
 
 #include <dirent.h>
 #include <errno.h>

@@ -14,6 +14,7 @@
 #include "common/util.h"
 #include "oci/digest.h"
 #include "rootfs/layer.h"
+#include "rootfs/treecopy.h"
 #include "rootfs/unpack.h"
 
 #include <archive.h>

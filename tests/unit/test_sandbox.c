@@ -7,6 +7,7 @@
  * IB_TEST_DEBUG=1 for the sandbox's debug messages.  Fails
  * (exit 1 with a message) when no static busybox is installed. */
 #include "rootfs/sandbox.h"
+#include "rootfs/userns.h"
 #include "common/util.h"
 
 #include <dirent.h>

@@ -1,7 +1,7 @@
 /* tests/unit/test_seccomp.c — the seccomp filter, tested from inside (as
  * bubblewrap's try-syscall does).  Each check runs in a forked child that
  * installs the filter; the child's exit code says which check failed. */
-#include "rootfs/sandbox.h"
+#include "rootfs/seccomp.h"
 #include "common/util.h"
 
 #include <errno.h>

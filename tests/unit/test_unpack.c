@@ -16,6 +16,9 @@
 #include "oci/digest.h"
 #include "oci/manifest.h"
 #include "oci/store.h"
+#include "rootfs/prepare.h"
+#include "rootfs/resolve.h"
+#include "rootfs/treecopy.h"
 #include "rootfs/unpack.h"
 
 #include <archive.h>

@@ -1,0 +1,145 @@
+/* rootfs/rootfs_int.h — what the files of rootfs/ share among themselves;
+ * not for other modules (their contracts are the public headers).
+ *
+ * Errors follow common/error.h; paths are host paths unless said.
+ */
+#ifndef IB_ROOTFS_INT_H
+#define IB_ROOTFS_INT_H
+
+#include "common/error.h"
+#include "oci/digest.h"
+#include "rootfs/unpack.h"
+#include <dirent.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <zstd.h>
+
+/* --- helpers.c ----------------------------------------------------------- */
+
+/* A small string-keyed hash map (open addressing, linear probing).  Keys
+ * are copied; values are the caller's (freed by rfs_hmap_free when
+ * free_vals).  Zero-initialised it is empty. */
+typedef struct
+{
+  char *key;
+  void *val;
+} hslot_t;
+
+typedef struct
+{
+  hslot_t *slots;
+  size_t cap, n;
+} hmap_t;
+
+/* The slot of `key`, NULL when absent. */
+hslot_t *rfs_hmap_find (const hmap_t *m, const char *key);
+/* Insert `key` or replace its value. */
+void rfs_hmap_put (hmap_t *m, const char *key, void *val);
+void rfs_hmap_free (hmap_t *m, bool free_vals);
+
+/* "dev:ino" of a stat (caller frees). */
+char *rfs_ino_key (const struct stat *st);
+
+/* After a failed chown of `name` (errno set): EPERM/EINVAL (an id not
+ * mapped in the user namespace) is a debug message, the owner stays the
+ * caller's; anything else a warning. */
+void rfs_ignore_chown_error (const char *name);
+
+/* Whether `path` is a directory (symlinks followed). */
+bool rfs_is_dir (const char *path);
+
+/* fdopendir (fd); when it fails fd is closed, errno kept. */
+DIR *rfs_fdopendir (int fd);
+/* The names in directory stream d but "." and "..", in readdir order:
+ * a NULL-terminated vector (NULL when there are none), caller frees
+ * (ib_strv_free). */
+char **rfs_dir_names (DIR *d);
+
+/* write(2) all of p[0..n) to fd, retrying on EINTR; false when a write
+ * fails or writes nothing.  Async-signal-safe (used in the sandbox's
+ * children). */
+bool rfs_write_full (int fd, const char *p, size_t n);
+
+/* --- decode.c: the decoding half of the unpack pipeline ------------------ */
+
+enum src_kind
+{
+  SRC_TAR,
+  SRC_GZIP,
+  SRC_ZSTD
+};
+
+/* The decoding half of the unpack pipeline.  A worker thread reads the
+ * layer's bytes through `read`, decompresses them (gzip with ISA-L's
+ * igzip, several times faster than zlib's inflate; zstd with libzstd)
+ * and hands the tar stream over in PIPE_BUF_SIZE buffers through a ring of
+ * PIPE_NBUF; in the calling thread each buffer is hashed (the diff_id) as
+ * it is taken, libarchive parses the tar and the files are written.  Decoding and writing
+ * thus run on two cores, and memory stays bounded (PIPE_NBUF MiB). */
+#define PIPE_BUF_SIZE (1 << 20)
+#define PIPE_NBUF 4
+
+struct inflate_state;
+
+struct src
+{
+  ib_layer_read_fn read;
+  void *ud;
+  enum src_kind kind;
+  bool kind_known;
+  struct inflate_state *gz;
+  bool gz_between;       /* a gzip member ended; another may follow */
+  ZSTD_DStream *zs;
+  size_t zret;           /* last ZSTD_decompressStream result: 0 = frame complete */
+  unsigned char *in;
+  size_t in_len, in_pos;
+  bool in_eof;
+  bool end;              /* uncompressed stream finished */
+  ib_sha256_t *hash;
+  uint64_t total, limit;
+  int status;            /* pipeline error: reported in preference to libarchive's */
+  char *msg;
+
+  /* The ring between the decoder thread and the tar reader. */
+  pthread_t thread;
+  bool thread_live;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  unsigned char *buf[PIPE_NBUF];
+  size_t len[PIPE_NBUF];
+  unsigned head, count;  /* buf[head] is the next (or current) buffer to read */
+  bool holding;          /* the reader holds buf[head] */
+  bool done;             /* the decoder stopped: end of stream or s->msg */
+  bool cancel;           /* the reader gave up: stop decoding */
+};
+
+/* Start decoding the layer bytes `read_fn` delivers (compression detected
+ * from the first bytes; the size limit is ib_unpack_max_bytes ()).  -1
+ * with *err when the decoder thread cannot start; rfs_src_close in any
+ * case. */
+int rfs_src_open (struct src *s, ib_layer_read_fn read_fn, void *ud, ib_error_t *err);
+/* The next buffer of the tar stream (hashed into s->hash): its length, 0
+ * at the end, -1 on error (s->status, s->msg).  Releases the buffer
+ * returned before. */
+ssize_t rfs_src_next (struct src *s, const void **out);
+/* Stop and join the decoder, free the buffers; s->total and s->hash stay
+ * (the caller reads the diff_id from the hash, then frees it). */
+void rfs_src_close (struct src *s);
+
+/* --- overlay.c ----------------------------------------------------------- */
+
+/* DEST.ovl: the directory of overlay tree `dest` (upper, work, lowers);
+ * caller frees. */
+char *rfs_ovl_dir (const char *dest);
+/* Whether overlays may be made now (allowed, and not found unusable). */
+bool rfs_overlay_usable (void);
+/* Whether `snap` (STORE/snapshots/<chain>) is usable as a layered snapshot
+ * (snap.ovl/upper and every lower its `lowers` file names exist) while
+ * overlays can be made. */
+bool rfs_layered_snapshot_ok (const char *snap);
+
+#endif
