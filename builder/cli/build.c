@@ -75,6 +75,21 @@ list_wheels (const char *dir, char ***out)
     ib_strv_push (out, found[i]);
 }
 
+/* --platform OS/ARCH[/VARIANT] of build and plan: `arg` when it parses,
+ * else a usage error. */
+static const char *
+platform_option (const char *arg)
+{
+  cleanup_free char *os = NULL, *arch = NULL, *variant = NULL;
+  ib_error_t perr = NULL;
+  if (ib_platform_parse (arg, &os, &arch, &variant, &perr) < 0)
+    {
+      ib_error_free (&perr);
+      usage_error ("--platform: expected OS/ARCH[/VARIANT], got '%s'", arg);
+    }
+  return arg;
+}
+
 /* One combination's lines of the matrix summary: its outputs as the plan
  * names them (needed stages, ARGs expanded), the wheels now in each
  * type=local dest, the images tagged. */
@@ -245,18 +260,7 @@ cmd_build (int argc, char **argv, ib_error_t *err)
         ib_strv_push (&annotations, ib_str_has_prefix (optarg, "manifest:") ? optarg + 9 : optarg);
         break;
       case 'H': debug_shell = true; break;
-      case 'P':
-        {
-          cleanup_free char *os = NULL, *arch = NULL, *variant = NULL;
-          ib_error_t perr = NULL;
-          if (ib_platform_parse (optarg, &os, &arch, &variant, &perr) < 0)
-            {
-              ib_error_free (&perr);
-              usage_error ("--platform: expected OS/ARCH[/VARIANT], got '%s'", optarg);
-            }
-          platform = optarg;
-          break;
-        }
+      case 'P': platform = platform_option (optarg); break;
       case 'F':
         {
           /* BuildKit: --no-cache-filter takes one or more comma-separated stages */
@@ -339,18 +343,7 @@ cmd_plan (int argc, char **argv, ib_error_t *err)
       case 'M': { ib_error_t me = NULL; matrix_usage_error (ib_matrix_add (&matrix, optarg, &me), &me); } break;
       case 'T': target = optarg; break;
       case 'J': as_json = true; break;
-      case 'P':
-        {
-          cleanup_free char *os = NULL, *arch = NULL, *variant = NULL;
-          ib_error_t perr = NULL;
-          if (ib_platform_parse (optarg, &os, &arch, &variant, &perr) < 0)
-            {
-              ib_error_free (&perr);
-              usage_error ("--platform: expected OS/ARCH[/VARIANT], got '%s'", optarg);
-            }
-          platform = optarg;
-          break;
-        }
+      case 'P': platform = platform_option (optarg); break;
       default: exit (2);
       }
   if (optind >= argc)
