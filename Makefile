@@ -9,8 +9,12 @@ BUILD    ?= build
 BIN      ?= bin
 
 # builder/ is in wings (subfolders, docs/design.md); every other floor is flat.
+# The CLI wing (builder/cli/, main() included) goes into bin/imgbuild only:
+# unit tests and fuzzers link the library.
+CLI_SRC  := $(wildcard builder/cli/*.c)
 LIB_SRC  := $(wildcard common/*.c oci/*.c rootfs/*.c) \
-            $(filter-out builder/main.c,$(wildcard builder/*.c builder/*/*.c))
+            $(filter-out builder/cli/%,$(wildcard builder/*.c builder/*/*.c))
+CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/%.o)
 HEADERS  := $(wildcard */*.h builder/*/*.h)
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o)
 UNIT_SRC := $(wildcard tests/unit/test_*.c)
@@ -30,7 +34,7 @@ $(BUILD)/builder/wheel/policy.o: data/manylinux-policy.json
 $(BUILD)/libimgbuild.a: $(LIB_OBJ)
 	rm -f $@ && ar rcs $@ $^
 
-$(BIN)/imgbuild: $(BUILD)/builder/main.o $(BUILD)/libimgbuild.a
+$(BIN)/imgbuild: $(CLI_OBJ) $(BUILD)/libimgbuild.a
 	@mkdir -p $(BIN)
 	$(CC) $(IB_CFLAGS) $(CFLAGS) -o $@ $^ $(LDFLAGS) $(LDLIBS)
 
@@ -54,7 +58,7 @@ test: all lint unit
 # free an uninitialised pointer), which gcc accepts silently.
 lint:
 	clang -std=gnu11 -Wall -Wextra -Werror -Wno-missing-field-initializers -D_GNU_SOURCE -I. \
-	  $(shell pkg-config --cflags $(PKGS)) -fsyntax-only $(LIB_SRC) builder/main.c $(UNIT_SRC)
+	  $(shell pkg-config --cflags $(PKGS)) -fsyntax-only $(LIB_SRC) $(CLI_SRC) $(UNIT_SRC)
 
 e2e: all $(UNIT_BIN)
 	bash tests/run-e2e.sh

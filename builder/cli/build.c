@@ -1,0 +1,413 @@
+/* imgbuild build (and `imgbuild RECIPE`), imgbuild plan, and the --matrix
+ * runner of both: options to ib_build_opts_t, then builder/build.h. */
+#include "builder/build.h"
+#include "builder/cli/cli.h"
+#include "builder/matrix.h"
+#include "builder/plan.h"
+#include "common/util.h"
+#include "rootfs/overlay.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <getopt.h>
+#include <string.h>
+#include <sys/stat.h>
+
+/* The strings of `v` joined by `sep` (caller frees). */
+static char *
+strv_join (char **v, const char *sep)
+{
+  ib_buf_t b = { 0 };
+  for (size_t i = 0; v && v[i]; i++)
+    ib_buf_printf (&b, "%s%s", i ? sep : "", v[i]);
+  return ib_buf_steal (&b); /* "" when v is empty */
+}
+
+static int
+cmp_str (const void *a, const void *b)
+{
+  return strcmp (*(char *const *) a, *(char *const *) b);
+}
+
+/* A --matrix error is a usage error (exit 2): its message, then usage. */
+static void
+matrix_usage_error (int r, ib_error_t *e)
+{
+  if (r == 0)
+    return;
+  cleanup_free char *msg = xstrdup ((*e)->msg);
+  ib_error_free (e);
+  usage_error ("%s", msg);
+}
+
+/* Every *.whl under `dir` (recursively), as DIR/REL paths, sorted. */
+static void
+list_wheels (const char *dir, char ***out)
+{
+  DIR *d = opendir (dir);
+  if (d == NULL)
+    return;
+  cleanup_strv char **found = NULL;
+  struct dirent *de;
+  while ((de = readdir (d)))
+    {
+      if (strcmp (de->d_name, ".") == 0 || strcmp (de->d_name, "..") == 0)
+        continue;
+      cleanup_free char *p = ib_path_join (dir, de->d_name);
+      struct stat st;
+      if (lstat (p, &st) < 0)
+        continue;
+      if (S_ISDIR (st.st_mode))
+        list_wheels (p, &found);
+      else if (S_ISREG (st.st_mode) && ib_str_has_suffix (de->d_name, ".whl"))
+        ib_strv_push (&found, p);
+    }
+  closedir (d);
+  size_t n = ib_strv_len (found);
+  if (n > 1)
+    qsort (found, n, sizeof (char *), cmp_str);
+  for (size_t i = 0; i < n; i++)
+    ib_strv_push (out, found[i]);
+}
+
+/* --platform OS/ARCH[/VARIANT] of build and plan: `arg` when it parses,
+ * else a usage error. */
+static const char *
+platform_option (const char *arg)
+{
+  cleanup_free char *os = NULL, *arch = NULL, *variant = NULL;
+  ib_error_t perr = NULL;
+  if (ib_platform_parse (arg, &os, &arch, &variant, &perr) < 0)
+    {
+      ib_error_free (&perr);
+      usage_error ("--platform: expected OS/ARCH[/VARIANT], got '%s'", arg);
+    }
+  return arg;
+}
+
+/* One combination's lines of the matrix summary: its outputs as the plan
+ * names them (needed stages, ARGs expanded), the wheels now in each
+ * type=local dest, the images tagged. */
+static void
+matrix_summary_outputs (const ib_build_opts_t *bo, ib_buf_t *sum)
+{
+  json_t *plan = NULL;
+  ib_error_t e = NULL;
+  if (ib_build_plan (bo, &plan, &e) < 0)
+    {
+      ib_buf_printf (sum, "  (outputs unknown: %s)\n", e->msg);
+      ib_error_free (&e);
+      return;
+    }
+  size_t si, oi;
+  json_t *stage, *o;
+  json_array_foreach (json_object_get (plan, "stages"), si, stage)
+    json_array_foreach (json_object_get (stage, "outputs"), oi, o)
+    {
+      const char *type = json_string_value (json_object_get (o, "type"));
+      const char *dest = json_string_value (json_object_get (o, "dest"));
+      const char *name = json_string_value (json_object_get (o, "name"));
+      if (type && strcmp (type, "local") == 0 && dest)
+        {
+          cleanup_strv char **wheels = NULL;
+          list_wheels (dest, &wheels);
+          if (wheels == NULL)
+            ib_buf_printf (sum, "  local %s (no wheels)\n", dest);
+          for (char **w = wheels; w && *w; w++)
+            ib_buf_printf (sum, "  wheel %s\n", *w);
+        }
+      else if (type && (strcmp (type, "image") == 0 || strcmp (type, "registry") == 0) && name)
+        ib_buf_printf (sum, "  image %s\n", name);
+      else if (type && dest)
+        ib_buf_printf (sum, "  %s %s\n", type, dest);
+    }
+  json_decref (plan);
+}
+
+/* imgbuild build --matrix: ib_build once per combination (matrix.h's
+ * order), each with the --build-args plus the combination's values, all
+ * in one store (so steps that do not read a matrix ARG are cache hits
+ * after the first combination).  A failed combination is reported and
+ * the next one built (--fail-fast: none after it); at the end a summary
+ * on stdout lists per combination its outcome, the wheels in each
+ * type=local dest and the images tagged.  Fails when any combination did. */
+static int
+build_matrix (ib_store_t *store, const ib_build_opts_t *base, const ib_matrix_t *m,
+              bool fail_fast, ib_error_t *err)
+{
+  size_t n = ib_matrix_count (m), failed = 0, built = 0;
+  ib_buf_t sum = { 0 };
+  ib_buf_puts (&sum, "");
+  for (size_t i = 0; i < n; i++)
+    {
+      cleanup_strv char **combo = ib_matrix_combination (m, i);
+      cleanup_strv char **args = ib_strv_dup (base->build_args);
+      for (char **c = combo; *c; c++)
+        ib_strv_push (&args, *c);
+      cleanup_free char *label = strv_join (combo, " ");
+      ib_build_opts_t bo = *base;
+      bo.build_args = args;
+      ib_info ("==> matrix %zu/%zu: %s", i + 1, n, label);
+      ib_error_t e = NULL;
+      if (ib_build (store, &bo, &e) < 0)
+        {
+          failed++;
+          const char *nl = strchr (e->msg, '\n');
+          cleanup_free char *first = ib_str_printable (e->msg, true); /* no escapes */
+          ib_buf_printf (&sum, "matrix %zu/%zu: %s: FAILED: %.*s\n", i + 1, n, label,
+                         nl ? (int) (nl - e->msg) : (int) strlen (e->msg), first);
+          ib_error_prefix (&e, "matrix %s", label);
+          ib_error_report (&e);
+          if (fail_fast)
+            {
+              for (size_t k = i + 1; k < n; k++)
+                {
+                  cleanup_strv char **rest = ib_matrix_combination (m, k);
+                  cleanup_free char *rl = strv_join (rest, " ");
+                  ib_buf_printf (&sum, "matrix %zu/%zu: %s: not built (--fail-fast)\n", k + 1, n,
+                                 rl);
+                }
+              break;
+            }
+          continue;
+        }
+      built++;
+      ib_buf_printf (&sum, "matrix %zu/%zu: %s: ok\n", i + 1, n, label);
+      matrix_summary_outputs (&bo, &sum);
+    }
+  printf ("matrix summary: %zu of %zu combinations built, %zu failed\n%s", built, n, failed,
+          sum.data);
+  fflush (stdout);
+  ib_buf_free (&sum);
+  if (failed)
+    return ib_error_set (err, EIO, "matrix: %zu of %zu combinations failed", failed, n);
+  return 0;
+}
+
+int
+cmd_build (int argc, char **argv, ib_error_t *err)
+{
+  static const struct option opts[] = {
+    { "build-arg", required_argument, NULL, 'a' }, { "target", required_argument, NULL, 'T' },
+    { "output", required_argument, NULL, 'o' },    { "tag", required_argument, NULL, 't' },
+    { "context", required_argument, NULL, 'C' },   { "file", required_argument, NULL, 'f' },
+    { "compression", required_argument, NULL, 'Z' },
+    { "compression-level", required_argument, NULL, 'L' },
+    { "reproducible", no_argument, NULL, 'R' },
+    { "device", required_argument, NULL, 'D' },    { "cdi-spec-dir", required_argument, NULL, 'S' },
+    { "no-cache", no_argument, NULL, 'N' },       { "no-cache-filter", required_argument, NULL, 'F' },
+    { "keep-on-failure", no_argument, NULL, 'K' }, { "debug-shell", no_argument, NULL, 'H' },
+    { "cache-from", required_argument, NULL, 'I' }, { "cache-to", required_argument, NULL, 'E' },
+    { "annotation", required_argument, NULL, 'A' }, { "jobs", required_argument, NULL, 'j' },
+    { "platform", required_argument, NULL, 'P' },  { "matrix", required_argument, NULL, 'M' },
+    { "fail-fast", no_argument, NULL, 'X' },
+    REGISTRY_OPTIONS,                              { NULL, 0, NULL, 0 },
+  };
+  cleanup_strv char **args = NULL, **outputs = NULL, **tags = NULL, **devices = NULL,
+                    **cdi_dirs = NULL, **no_cache_filter = NULL, **cache_from = NULL,
+                    **cache_to = NULL, **annotations = NULL;
+  bool no_cache = false, keep_on_failure = false, debug_shell = false, fail_fast = false;
+  const char *target = NULL, *context = NULL, *file = NULL, *platform = NULL;
+  __attribute__ ((cleanup (ib_matrix_clear))) ib_matrix_t matrix = { 0 };
+  ib_compression_t compression = IB_COMPRESSION_GZIP;
+  int level = -1;
+  bool reproducible = false;
+  char *end;
+  int c;
+  optind = 0; /* 0: GNU getopt re-reads the optstring's ordering flag */
+  int jobs = 1;
+  while ((c = getopt_long (argc, argv, "t:o:f:j:", opts, NULL)) != -1)
+    switch (c)
+      {
+      case 'a': ib_strv_push (&args, optarg); break;
+      case 'M': { ib_error_t me = NULL; matrix_usage_error (ib_matrix_add (&matrix, optarg, &me), &me); } break;
+      case 'X': fail_fast = true; break;
+      case 'T': target = optarg; break;
+      case 'o': ib_strv_push (&outputs, optarg); break;
+      case 't': ib_strv_push (&tags, optarg); break;
+      case 'C': context = optarg; break;
+      case 'f': file = optarg; break;
+      case 'Z':
+        if (ib_compression_parse (optarg, &compression) < 0)
+          usage_error ("--compression: expected gzip, zstd or none, got '%s'", optarg);
+        break;
+      case 'L':
+        errno = 0;
+        level = (int) strtol (optarg, &end, 10);
+        if (errno || end == optarg || *end || level < 0)
+          usage_error ("--compression-level: expected a number, got '%s'", optarg);
+        break;
+      case 'R': reproducible = true; break;
+      case 'D': ib_strv_push (&devices, optarg); break;
+      case 'S': ib_strv_push (&cdi_dirs, optarg); break;
+      case 'N': no_cache = true; break;
+      case 'K': keep_on_failure = true; break;
+      case 'I': ib_strv_push (&cache_from, optarg); break;
+      case 'E': ib_strv_push (&cache_to, optarg); break;
+      case 'j':
+        errno = 0;
+        jobs = (int) strtol (optarg, &end, 10);
+        if (errno || end == optarg || *end || jobs < 1 || jobs > 64)
+          usage_error ("--jobs: expected a number from 1 to 64, got '%s'", optarg);
+        break;
+      case 'A':
+        /* buildx spells it [TYPE:]KEY=VALUE; manifest is the only type here */
+        ib_strv_push (&annotations, ib_str_has_prefix (optarg, "manifest:") ? optarg + 9 : optarg);
+        break;
+      case 'H': debug_shell = true; break;
+      case 'P': platform = platform_option (optarg); break;
+      case 'F':
+        {
+          /* BuildKit: --no-cache-filter takes one or more comma-separated stages */
+          cleanup_free char *list = xstrdup (optarg);
+          char *save = NULL;
+          for (char *t = strtok_r (list, ",", &save); t; t = strtok_r (NULL, ",", &save))
+            ib_strv_push (&no_cache_filter, t);
+          break;
+        }
+      default:
+        if (!registry_option (c, optarg))
+          exit (2);
+      }
+  const char *recipe = file;
+  if (optind < argc)
+    {
+      struct stat st;
+      if (file && stat (argv[optind], &st) == 0 && S_ISDIR (st.st_mode))
+        context = argv[optind]; /* imgbuild build -f RECIPE CONTEXT, as docker build */
+      else
+        recipe = argv[optind];
+      optind++;
+    }
+  if (recipe == NULL)
+    usage_error ("%s", "build: missing RECIPE");
+  if (optind < argc)
+    usage_error ("build: unexpected argument '%s'", argv[optind]);
+  {
+    ib_error_t me = NULL;
+    matrix_usage_error (ib_matrix_check_args (&matrix, args, &me), &me);
+  }
+  if (fail_fast && matrix.n_axes == 0)
+    usage_error ("%s", "build: --fail-fast goes with --matrix");
+  if (!ib_compression_level_ok (compression, level))
+    {
+      static const char *const ranges[] = { "0-9 for gzip", "1-19 for zstd", "none for none" };
+      fprintf (stderr, "imgbuild: --compression-level %d: out of range (%s)\nTry 'imgbuild --help'.\n",
+               level, ranges[compression]);
+      exit (2);
+    }
+  /* The build enters the user namespace itself, when it first needs a
+   * rootfs or the network (build.h). */
+  ib_store_t *store = NULL;
+  if (open_store (&store, err) < 0)
+    return -1;
+  ib_rootfs_allow_overlay (true); /* stage trees: overlays on the snapshots, not copies */
+  ib_build_opts_t bo = { .userns = cli_userns_mode, .recipe_path = recipe, .context_dir = context, .build_args = args,
+                         .target = target, .tags = tags, .outputs = outputs,
+                         .compression = compression, .compression_level = level,
+                         .reproducible = reproducible, .devices = devices,
+                         .cdi_spec_dirs = cdi_dirs, .no_cache = no_cache,
+                         .no_cache_filter = no_cache_filter, .platform = platform, .keep_on_failure = keep_on_failure,
+                         .debug_shell = debug_shell, .cache_from = cache_from,
+                         .cache_to = cache_to, .annotations = annotations, .jobs = jobs };
+  int r = matrix.n_axes ? build_matrix (store, &bo, &matrix, fail_fast, err)
+                        : ib_build (store, &bo, err);
+  ib_store_close (store);
+  return r;
+}
+
+/* imgbuild plan: the build's plan (build.h, plan.h); no store, no namespace. */
+int
+cmd_plan (int argc, char **argv, ib_error_t *err)
+{
+  static const struct option opts[] = {
+    { "build-arg", required_argument, NULL, 'a' }, { "target", required_argument, NULL, 'T' },
+    { "platform", required_argument, NULL, 'P' },  { "json", no_argument, NULL, 'J' },
+    { "matrix", required_argument, NULL, 'M' },    { NULL, 0, NULL, 0 },
+  };
+  cleanup_strv char **args = NULL;
+  __attribute__ ((cleanup (ib_matrix_clear))) ib_matrix_t matrix = { 0 };
+  const char *target = NULL, *platform = NULL;
+  bool as_json = false;
+  int c;
+  optind = 0;
+  while ((c = getopt_long (argc, argv, "", opts, NULL)) != -1)
+    switch (c)
+      {
+      case 'a': ib_strv_push (&args, optarg); break;
+      case 'M': { ib_error_t me = NULL; matrix_usage_error (ib_matrix_add (&matrix, optarg, &me), &me); } break;
+      case 'T': target = optarg; break;
+      case 'J': as_json = true; break;
+      case 'P': platform = platform_option (optarg); break;
+      default: exit (2);
+      }
+  if (optind >= argc)
+    usage_error ("%s", "plan: missing RECIPE");
+  if (optind + 1 < argc)
+    usage_error ("plan: unexpected argument '%s'", argv[optind + 1]);
+  {
+    ib_error_t me = NULL;
+    matrix_usage_error (ib_matrix_check_args (&matrix, args, &me), &me);
+  }
+  /* With --matrix: one plan per combination, in the build's order; text
+   * plans under a "matrix I/N: K=V ..." line, JSON ones as an array of
+   * {"matrix": {K: V}, "plan": PLAN}. */
+  size_t n = ib_matrix_count (&matrix);
+  json_t *all = matrix.n_axes && as_json ? json_array () : NULL;
+  for (size_t i = 0; i < n; i++)
+    {
+      cleanup_strv char **combo = ib_matrix_combination (&matrix, i);
+      cleanup_strv char **cargs = ib_strv_dup (args);
+      for (char **c = combo; *c; c++)
+        ib_strv_push (&cargs, *c);
+      ib_build_opts_t bo = { .recipe_path = argv[optind], .build_args = cargs, .target = target,
+                             .platform = platform };
+      json_t *plan = NULL;
+      if (ib_build_plan (&bo, &plan, err) < 0)
+        {
+          json_decref (all);
+          if (matrix.n_axes)
+            {
+              cleanup_free char *label = strv_join (combo, " ");
+              ib_error_prefix (err, "matrix %s", label);
+            }
+          return -1;
+        }
+      if (all)
+        {
+          json_t *m = json_object ();
+          for (char **c = combo; *c; c++)
+            {
+              char *eq = strchr (*c, '=');
+              cleanup_free char *k = xstrndup (*c, (size_t) (eq - *c));
+              json_object_set_new (m, k, json_string (eq + 1));
+            }
+          json_array_append_new (all, json_pack ("{s:o, s:o}", "matrix", m, "plan", plan));
+          continue;
+        }
+      if (matrix.n_axes)
+        {
+          cleanup_free char *label = strv_join (combo, " ");
+          printf ("%smatrix %zu/%zu: %s\n\n", i ? "\n" : "", i + 1, n, label);
+        }
+      char *text = as_json ? json_dumps (plan, JSON_INDENT (2) | JSON_PRESERVE_ORDER)
+                           : ib_plan_text (plan);
+      json_decref (plan);
+      if (text == NULL)
+        return ib_error_set (err, ENOMEM, "plan: JSON output");
+      fputs (text, stdout);
+      if (as_json)
+        fputc ('\n', stdout);
+      free (text);
+    }
+  if (all)
+    {
+      char *text = json_dumps (all, JSON_INDENT (2) | JSON_PRESERVE_ORDER);
+      json_decref (all);
+      if (text == NULL)
+        return ib_error_set (err, ENOMEM, "plan: JSON output");
+      puts (text);
+      free (text);
+    }
+  return 0;
+}

@@ -1,0 +1,106 @@
+/* The CLI wing (builder/cli/): what its files share.  Private to the
+ * wing, never part of libimgbuild.a.
+ *
+ * main.c parses the global options into the variables below and calls one
+ * cmd_* function per command; each takes the command's own argv (argv[0]
+ * the command's name), parses it with getopt_long, calls the library, and
+ * returns 0, or -1 with *err set (main reports it and exits 1).  A usage
+ * error exits 2 at once, from usage_error() or getopt's own message; these
+ * are the only exits outside main(). */
+#ifndef IB_BUILDER_CLI_CLI_H
+#define IB_BUILDER_CLI_CLI_H
+
+#include "common/error.h"
+#include "oci/store.h"
+#include "rootfs/sandbox.h"
+#include "rootfs/userns.h"
+
+#include <jansson.h>
+#include <stdbool.h>
+
+/* imgbuild run: the exit status for a failure of imgbuild itself, as
+ * podman's and docker's (126 and 127 keep their meaning). */
+#define EXIT_OWN_FAILURE 125
+
+/* --store DIR (global option), or NULL: the default store
+ * (ib_store_default_root). */
+extern const char *cli_store_dir;
+/* --userns MODE or env IMGBUILD_USERNS (global), IB_USERNS_AUTO by default. */
+extern ib_userns_mode_t cli_userns_mode;
+
+/* Print "imgbuild: MESSAGE" and "Try 'imgbuild --help'." on stderr and
+ * exit 2.  `fmt` takes one %s, `arg` (the user's words: control characters
+ * are shown as '?'). */
+__attribute__ ((noreturn)) void usage_error (const char *fmt, const char *arg);
+
+/* The registry options (docs/cli.md), accepted globally and after build,
+ * pull, push and artifact: put REGISTRY_OPTIONS in a getopt_long option
+ * table, and hand every option the command does not know to
+ * registry_option(). */
+enum
+{
+  OPT_CERT_DIR = 0x100,
+  OPT_TLS_VERIFY,
+  OPT_INSECURE_REGISTRY,
+  OPT_REGISTRIES_CONF,
+  OPT_CHUNK_SIZE,
+  OPT_AUTHFILE,
+};
+#define REGISTRY_OPTIONS                                                                         \
+  { "cert-dir", required_argument, NULL, OPT_CERT_DIR },                                        \
+  { "tls-verify", optional_argument, NULL, OPT_TLS_VERIFY },                                    \
+  { "insecure-registry", required_argument, NULL, OPT_INSECURE_REGISTRY },                      \
+  { "registries-conf", required_argument, NULL, OPT_REGISTRIES_CONF },                          \
+  { "chunk-size", required_argument, NULL, OPT_CHUNK_SIZE },                                    \
+  { "authfile", required_argument, NULL, OPT_AUTHFILE }
+
+/* Apply registry option `c` (getopt_long's value) with argument `arg` to
+ * the process-wide registry settings (oci/regconf.h, oci/auth.h).  True
+ * when `c` is one of REGISTRY_OPTIONS, false otherwise (the caller decides:
+ * usually exit 2); a bad argument is a usage_error(). */
+bool registry_option (int c, const char *arg);
+
+/* Open the store (cli_store_dir or the default) into *store and hold its
+ * gc lock shared for the rest of the command, so that `imgbuild prune`
+ * waits for it.  0, or -1 with *err set and *store NULL. */
+int open_store (ib_store_t **store, ib_error_t *err);
+
+/* Move the process into a new user namespace in cli_userns_mode
+ * (ib_userns_enter); for the commands that touch a rootfs themselves
+ * (run, unpack, prune).  0, or -1 with *err set ("enter user namespace: "). */
+int enter_userns (ib_error_t *err);
+
+/* Make `dest` the rootfs of image `name`: from the store's snapshots, or
+ * pulled (unpacked while it downloads) when the store lacks the image.
+ * `snapshot`: record the result as the image's snapshot for later runs and
+ * builds (run does; unpack, an export, does not).  `config_out` (may be
+ * NULL): the image config, the caller's to json_decref.  0, or -1 with *err
+ * set.  (images.c; used by unpack and run.) */
+int image_rootfs (ib_store_t *store, const char *name, const char *dest, bool snapshot,
+                  json_t **config_out, ib_error_t *err);
+
+/* The commands, one function each (argv[0] is the command's name).
+ * build.c: imgbuild build (and `imgbuild RECIPE`, argv[1] the recipe), plan */
+int cmd_build (int argc, char **argv, ib_error_t *err);
+int cmd_plan (int argc, char **argv, ib_error_t *err);
+/* images.c */
+int cmd_pull (int argc, char **argv, ib_error_t *err);
+int cmd_push (int argc, char **argv, ib_error_t *err);
+int cmd_unpack (int argc, char **argv, ib_error_t *err);
+int cmd_inspect (int argc, char **argv, ib_error_t *err);
+int cmd_prune (int argc, char **argv, ib_error_t *err);
+int cmd_images (int argc, char **argv, ib_error_t *err);
+/* login.c */
+int cmd_login (int argc, char **argv, ib_error_t *err);
+int cmd_logout (int argc, char **argv, ib_error_t *err);
+/* run.c: 0 with *exit_status the command's exit status (or 128+signal);
+ * -1 with *err set, *exit_status then 126 (cannot be run) or 127 (not
+ * found) when the sandbox could not exec the command, else as the caller
+ * set it (main: EXIT_OWN_FAILURE). */
+int cmd_run (int argc, char **argv, int *exit_status, ib_error_t *err);
+/* wheel.c: wheel audit|repair */
+int cmd_wheel (int argc, char **argv, ib_error_t *err);
+/* artifact.c: artifact push|pull */
+int cmd_artifact (int argc, char **argv, ib_error_t *err);
+
+#endif

@@ -1,0 +1,303 @@
+/* imgbuild run: a command in the sandbox, on an image's rootfs or a
+ * directory, with docker run's options. */
+#include "builder/cli/cli.h"
+#include "builder/fsops.h"
+#include "builder/mountspec.h"
+#include "common/util.h"
+#include "rootfs/gpu.h"
+#include "rootfs/overlay.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* --env-file FILE: Docker's format: one K=V per line, '#' comments and
+ * blank lines skipped, a bare K takes the caller's value; no quotes are
+ * removed. */
+static int
+read_env_file (const char *path, char ***env, ib_error_t *err)
+{
+  cleanup_free char *data = NULL;
+  if (ib_read_file (path, &data, NULL, err) < 0)
+    return ib_error_prefix (err, "--env-file");
+  int lineno = 0;
+  for (char *save = NULL, *line = strtok_r (data, "\n", &save); line;
+       line = strtok_r (NULL, "\n", &save))
+    {
+      lineno++;
+      size_t n = strlen (line);
+      if (n && line[n - 1] == '\r')
+        line[--n] = '\0';
+      while (*line == ' ' || *line == '\t')
+        line++;
+      if (*line == '\0' || *line == '#')
+        continue;
+      if (*line == '=')
+        return ib_error_set (err, EINVAL, "--env-file %s: a line with no variable name: '%s'",
+                             path, line);
+      ib_strv_push (env, line);
+    }
+  return 0;
+}
+
+int
+cmd_run (int argc, char **argv, int *exit_status, ib_error_t *err)
+{
+  static const struct option opts[] = {
+    { "env", required_argument, NULL, 'e' },      { "workdir", required_argument, NULL, 'w' },
+    { "rootfs", required_argument, NULL, 'r' },   { "network", required_argument, NULL, 'n' },
+    { "user", required_argument, NULL, 'u' },     { "volume", required_argument, NULL, 'v' },
+    { "mount", required_argument, NULL, 'M' },    { "tmpfs", required_argument, NULL, 'T' },
+    { "env-file", required_argument, NULL, 'E' }, { "device", required_argument, NULL, 'D' },
+    { "cdi-spec-dir", required_argument, NULL, 'S' }, { "entrypoint", required_argument, NULL, 'P' },
+    { "tty", no_argument, NULL, 't' },            { "interactive", no_argument, NULL, 'i' },
+    { NULL, 0, NULL, 0 },
+  };
+  bool want_tty = false;
+  cleanup_strv char **extra_env = NULL, **devices = NULL, **cdi_dirs = NULL;
+  const char *workdir = NULL, *rootfs = NULL, *network = NULL, *user = NULL, *entrypoint = NULL;
+  ib_mount_spec_t *specs = NULL;
+  size_t n_specs = 0;
+  int c;
+  optind = 0; /* 0: GNU getopt re-reads the optstring's ordering flag */
+  while ((c = getopt_long (argc, argv, "+e:w:u:v:ti", opts, NULL)) != -1)
+    {
+      ib_mount_spec_t ms;
+      ib_error_t perr = NULL;
+      int pr = 0;
+      switch (c)
+        {
+        case 'e': ib_strv_push (&extra_env, optarg); continue;
+        case 'w': workdir = optarg; continue;
+        case 'r': rootfs = optarg; continue;
+        case 'n': network = optarg; continue;
+        case 'u': user = optarg; continue;
+        case 'D': ib_strv_push (&devices, optarg); continue;
+        case 'S': ib_strv_push (&cdi_dirs, optarg); continue;
+        case 'P': entrypoint = optarg; continue;
+        case 't': want_tty = true; continue;
+        case 'i': continue; /* stdin is always the command's (docker's -i) */
+        case 'E':
+          if (read_env_file (optarg, &extra_env, &perr) < 0)
+            usage_error ("run: %s", perr->msg);
+          continue;
+        case 'v': pr = ib_mount_spec_parse_volume (optarg, &ms, &perr); break;
+        case 'M': pr = ib_mount_spec_parse (optarg, &ms, &perr); break;
+        case 'T': pr = ib_mount_spec_parse_tmpfs (optarg, &ms, &perr); break;
+        default: exit (2);
+        }
+      if (pr < 0)
+        usage_error ("run: %s", perr->msg);
+      if (ms.type == IB_MSPEC_BIND && ms.from)
+        usage_error ("run: --mount=%s: from= is for recipes; give a host path as source=", optarg);
+      if (ms.type == IB_MSPEC_BIND && ms.source == NULL)
+        usage_error ("run: --mount=%s: source= is missing", optarg);
+      specs = xrealloc (specs, sizeof *specs * (n_specs + 1));
+      specs[n_specs++] = ms;
+    }
+  const char *image = NULL;
+  if (rootfs == NULL)
+    {
+      if (optind >= argc || strcmp (argv[optind], "--") == 0)
+        usage_error ("%s", "run: expected an image reference or --rootfs DIR");
+      image = argv[optind++];
+    }
+  if (optind < argc && strcmp (argv[optind], "--") == 0)
+    optind++;
+  if (network && strcmp (network, "host") && strcmp (network, "none"))
+    usage_error ("run: --network takes host or none, got '%s'", network);
+  if (want_tty && !isatty (STDIN_FILENO))
+    usage_error ("%s", "run: -t: stdin is not a terminal");
+  /* on a terminal the command gets a pty of its own, relayed: the
+   * caller's terminal never reaches the sandbox */
+  bool tty = want_tty || (isatty (STDIN_FILENO) && isatty (STDOUT_FILENO));
+  if (user)
+    {
+      /* a numeric uid or gid is checked before anything is pulled:
+       * 0 to 4294967294, never wrapped into another id */
+      cleanup_free char *u = xstrdup (user);
+      char *g = strchr (u, ':');
+      if (g)
+        *g++ = '\0';
+      uint32_t id;
+      if (*u && strspn (u, "0123456789") == strlen (u) && ib_parse_id (u, &id) < 0)
+        usage_error ("run: -u %s: a uid is 0 to 4294967294", user);
+      if (g && *g && strspn (g, "0123456789") == strlen (g) && ib_parse_id (g, &id) < 0)
+        usage_error ("run: -u %s: a gid is 0 to 4294967294", user);
+    }
+
+  ib_store_t *store = NULL;
+  if (enter_userns (err) < 0 || open_store (&store, err) < 0)
+    return -1;
+  ib_rootfs_allow_overlay (true); /* the image's tree: an overlay on its snapshot */
+  int ret = -1;
+  json_t *config = NULL;
+  cleanup_free char *tmp_rootfs = NULL;
+  cleanup_strv char **cmd = NULL, **env = NULL, **mount_strings = NULL;
+  if (image)
+    {
+      if (ib_store_tmp_dir (store, "run", &tmp_rootfs, err) < 0)
+        goto out;
+      rmdir (tmp_rootfs);
+      if (image_rootfs (store, image, tmp_rootfs, true, &config, err) < 0)
+        goto out;
+      rootfs = tmp_rootfs;
+    }
+  json_t *cc = json_object_get (config, "config");
+  size_t i;
+  json_t *e;
+  bool has_path = false;
+  json_array_foreach (json_object_get (cc, "Env"), i, e)
+  {
+    ib_strv_push (&env, json_string_value (e));
+    has_path |= ib_str_has_prefix (json_string_value (e), "PATH=");
+  }
+  if (!has_path)
+    ib_strv_push (&env, "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin");
+  for (char **x = extra_env; x && *x; x++)
+    {
+      if (strchr (*x, '=') == NULL)
+        {
+          const char *v = getenv (*x);
+          cleanup_free char *kv = xasprintf ("%s=%s", *x, v ? v : "");
+          ib_strv_push (&env, kv);
+        }
+      else
+        ib_strv_push (&env, *x);
+    }
+  /* Command: ENTRYPOINT + (arguments given, or CMD). */
+  json_array_foreach (json_object_get (cc, "Entrypoint"), i, e)
+    if (entrypoint == NULL)
+      ib_strv_push (&cmd, json_string_value (e));
+  /* --entrypoint CMD (docker run's): replaces the image's, and its Cmd */
+  if (entrypoint && *entrypoint)
+    ib_strv_push (&cmd, entrypoint);
+  if (optind < argc)
+    for (int k = optind; k < argc; k++)
+      ib_strv_push (&cmd, argv[k]);
+  else if (entrypoint == NULL)
+    json_array_foreach (json_object_get (cc, "Cmd"), i, e)
+      ib_strv_push (&cmd, json_string_value (e));
+  if (ib_strv_len (cmd) == 0)
+    {
+      ib_error_set (err, EINVAL, "run: no command given and the image has no Entrypoint or Cmd");
+      goto out;
+    }
+  /* Mounts: host paths for binds (Docker's semantics: writable unless ro),
+   * the store's cache directories, tmpfs. */
+  ib_mount_t *mounts = xmalloc (sizeof *mounts * (n_specs + 1));
+  for (size_t k = 0; k < n_specs; k++)
+    {
+      ib_mount_spec_t *ms = &specs[k];
+      if (ms->target[0] != '/')
+        {
+          /* as docker run: no working directory to resolve it against yet */
+          ib_error_set (err, EINVAL, "run: mount target %s: must be an absolute path", ms->target);
+          free (mounts);
+          goto out;
+        }
+      mounts[k] = (ib_mount_t){ .target = ms->target, .readonly = ms->readonly };
+      if (ms->type == IB_MSPEC_TMPFS)
+        {
+          mounts[k].type = IB_MOUNT_TMPFS;
+          char *data = ms->size ? xasprintf ("size=%s,mode=1777", ms->size) : xstrdup ("mode=1777");
+          ib_strv_push (&mount_strings, data);
+          mounts[k].data = mount_strings[ib_strv_len (mount_strings) - 1];
+          free (data);
+        }
+      else if (ms->type == IB_MSPEC_BIND)
+        {
+          char *real = realpath (ms->source, NULL);
+          if (real == NULL)
+            {
+              ib_error_sys (err, errno, "run: mount source %s", ms->source);
+              free (mounts);
+              goto out;
+            }
+          ib_strv_push (&mount_strings, real);
+          free (real);
+          mounts[k].type = IB_MOUNT_BIND;
+          mounts[k].source = mount_strings[ib_strv_len (mount_strings) - 1];
+        }
+      else
+        {
+          char *dir = NULL;
+          bool created = false;
+          if (ib_store_cache_mount_dir (store, ms->id ? ms->id : ms->target, true, &dir, &created,
+                                        err)
+              < 0)
+            {
+              free (mounts);
+              goto out;
+            }
+          if (created && (chmod (dir, ms->mode) < 0 || chown (dir, ms->uid, ms->gid) < 0))
+            ib_warn ("cache directory %s: %s", dir, strerror (errno));
+          ib_strv_push (&mount_strings, dir);
+          free (dir);
+          mounts[k].type = IB_MOUNT_BIND;
+          mounts[k].source = mount_strings[ib_strv_len (mount_strings) - 1];
+        }
+    }
+  /* Devices: CDI specs or NVIDIA discovery (rootfs/gpu.h). */
+  ib_gpu_edits_t gpu = { 0 };
+  if (devices)
+    {
+      ib_gpu_opts_t go = { .spec_dirs = cdi_dirs };
+      for (char **x = env; x && *x; x++)
+        if (ib_str_has_prefix (*x, "NVIDIA_VISIBLE_DEVICES="))
+          go.visible_devices = strchr (*x, '=') + 1;
+        else if (ib_str_has_prefix (*x, "NVIDIA_DRIVER_CAPABILITIES="))
+          go.capabilities = strchr (*x, '=') + 1;
+      for (char **d = devices; *d; d++)
+        if (ib_gpu_resolve (*d, &go, &gpu, err) < 0)
+          {
+            ib_gpu_edits_free (&gpu);
+            free (mounts);
+            goto out;
+          }
+      mounts = xrealloc (mounts, sizeof *mounts * (n_specs + gpu.n_mounts + 1));
+      for (size_t k = 0; k < gpu.n_mounts; k++)
+        mounts[n_specs + k] = gpu.mounts[k];
+      for (char **kv = gpu.env; kv && *kv; kv++)
+        ib_strv_push (&env, *kv);
+    }
+  uid_t uid = 0;
+  gid_t gid = 0;
+  const char *u = user ? user : json_string_value (json_object_get (cc, "User"));
+  if (u && *u && ib_lookup_user (rootfs, u, &uid, &gid, err) < 0)
+    {
+      ib_gpu_edits_free (&gpu);
+      free (mounts);
+      goto out;
+    }
+  ib_env_default_home (&env, rootfs, uid); /* as runc: HOME from the image's /etc/passwd */
+  const char *wd = workdir ? workdir : json_string_value (json_object_get (cc, "WorkingDir"));
+  ib_sandbox_opts_t so = { .rootfs = rootfs, .argv = cmd, .env = env,
+                           .cwd = wd && *wd ? wd : "/", .uid = uid, .gid = gid,
+                           .network_none = network && strcmp (network, "none") == 0,
+                           .keep_stdin = true, .tty = tty, .provide_etc_files = true,
+                           .mounts = mounts, .n_mounts = n_specs + gpu.n_mounts,
+                           .symlinks = gpu.symlinks, .n_symlinks = gpu.n_symlinks,
+                           .ldconfig = gpu.ldconfig, .ldconfig_dirs = gpu.ldconfig_dirs };
+  int sr = ib_sandbox_run (&so, exit_status, err);
+  free (mounts);
+  ib_gpu_edits_free (&gpu);
+  if (sr < 0)
+    goto out;
+  ret = 0;
+out:
+  for (size_t k = 0; k < n_specs; k++)
+    ib_mount_spec_clear (&specs[k]);
+  free (specs);
+  if (tmp_rootfs)
+    {
+      ib_error_t e2 = NULL;
+      if (ib_rootfs_remove (tmp_rootfs, &e2) < 0)
+        ib_error_report (&e2);
+    }
+  json_decref (config);
+  ib_store_close (store);
+  return ret;
+}
