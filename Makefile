@@ -13,7 +13,7 @@ BIN      ?= bin
 # unit tests and fuzzers link the library.
 CLI_SRC  := $(wildcard builder/cli/*.c)
 LIB_SRC  := $(wildcard common/*.c oci/*.c rootfs/*.c) \
-            $(filter-out builder/cli/%,$(wildcard builder/*.c builder/*/*.c))
+            $(filter-out builder/cli/%,$(wildcard builder/*/*.c))
 CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/%.o)
 HEADERS  := $(wildcard */*.h builder/*/*.h)
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o)

@@ -4,7 +4,7 @@
  * returns a negative int (or NULL) on failure and sets *err to an allocated
  * error.  The caller owns *err: it either passes it up (optionally adding
  * context with ib_error_prefix) or reports it and calls ib_error_free.
- * *err must be NULL on entry.  No exit() outside builder/main.c.
+ * *err must be NULL on entry.  No exit() outside the CLI (builder/cli/).
  */
 #ifndef IB_COMMON_ERROR_H
 #define IB_COMMON_ERROR_H

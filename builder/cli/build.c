@@ -1,9 +1,9 @@
 /* imgbuild build (and `imgbuild RECIPE`), imgbuild plan, and the --matrix
  * runner of both: options to ib_build_opts_t, then builder/build.h. */
-#include "builder/build.h"
+#include "builder/engine/build.h"
 #include "builder/cli/cli.h"
-#include "builder/matrix.h"
-#include "builder/plan.h"
+#include "builder/engine/matrix.h"
+#include "builder/engine/plan.h"
 #include "common/util.h"
 #include "rootfs/overlay.h"
 

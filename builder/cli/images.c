@@ -1,7 +1,7 @@
 /* The image commands: pull, push, inspect, images, unpack, prune; and the
  * image rootfs that unpack and run share. */
 #include "builder/cli/cli.h"
-#include "builder/prune.h"
+#include "builder/engine/prune.h"
 #include "common/util.h"
 #include "oci/auth.h"
 #include "oci/registry.h"

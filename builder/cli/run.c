@@ -1,8 +1,8 @@
 /* imgbuild run: a command in the sandbox, on an image's rootfs or a
  * directory, with docker run's options. */
 #include "builder/cli/cli.h"
-#include "builder/fsops.h"
-#include "builder/mountspec.h"
+#include "builder/engine/fsops.h"
+#include "builder/engine/mountspec.h"
 #include "common/util.h"
 #include "rootfs/gpu.h"
 #include "rootfs/overlay.h"

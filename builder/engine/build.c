@@ -2,9 +2,9 @@
  * the target, mark the stages needed, run them (in order or with -j) and
  * write the outputs. */
 #include "builder/engine/engine.h"
-#include "builder/cache_io.h"
+#include "builder/engine/cache_io.h"
 #include "builder/wheel/wheel.h"
-#include "builder/mountspec.h"
+#include "builder/engine/mountspec.h"
 #include "rootfs/overlay.h"
 
 #include <errno.h>

@@ -1,8 +1,8 @@
 /* builder/engine/copy.c — COPY and ADD (context, stages, URLs, archives) and
  * WORKDIR. */
 #include "builder/engine/engine.h"
-#include "builder/addsrc.h"
-#include "builder/fsops.h"
+#include "builder/engine/addsrc.h"
+#include "builder/engine/fsops.h"
 
 #include <errno.h>
 #include <glob.h>

@@ -13,10 +13,10 @@
 #ifndef IB_ENGINE_H
 #define IB_ENGINE_H
 
-#include "builder/build.h"
-#include "builder/cache.h"
-#include "builder/ignore.h"
-#include "builder/recipe.h"
+#include "builder/engine/build.h"
+#include "builder/engine/cache.h"
+#include "builder/engine/ignore.h"
+#include "builder/engine/recipe.h"
 #include "common/progress.h"
 #include "common/util.h"
 #include "oci/digest.h"

@@ -2,7 +2,7 @@
  * key, looking it up and recording its result (builder/cache.c keeps the
  * records). */
 #include "builder/engine/engine.h"
-#include "builder/fsops.h"
+#include "builder/engine/fsops.h"
 #include "rootfs/overlay.h"
 
 #include <errno.h>

@@ -2,7 +2,7 @@
  * and tagged, files exported, wheels audited; the OCI layout export. */
 #include "builder/engine/engine.h"
 #include "oci/export.h"
-#include "builder/fsops.h"
+#include "builder/engine/fsops.h"
 #include "builder/wheel/wheel.h"
 #include "oci/registry.h"
 

@@ -1,8 +1,8 @@
 /* builder/engine/run.c — RUN: its environment, user, mounts (--mount), key,
  * the sandbox it runs in, and the tree kept after a failure. */
 #include "builder/engine/engine.h"
-#include "builder/fsops.h"
-#include "builder/mountspec.h"
+#include "builder/engine/fsops.h"
+#include "builder/engine/mountspec.h"
 #include "rootfs/gpu.h"
 #include "rootfs/overlay.h"
 #include "rootfs/treecopy.h"

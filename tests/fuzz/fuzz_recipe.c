@@ -1,4 +1,4 @@
-/* libFuzzer target: the recipe parser (builder/recipe.c) and word
+/* libFuzzer target: the recipe parser (builder/engine/recipe*.c) and word
  * expansion.  Any input: ib_recipe_parse, then for every instruction
  * (global ARGs, stages, ONBUILD triggers) every word the builder expands
  * goes through ib_expand_word (and RUN text, COPY heredoc bodies through
@@ -10,7 +10,7 @@
  * EXPOSE key ends in /tcp, /udp or /sctp; a STOPSIGNAL is 1 to 64.
  * Seeds: tests/fuzz/seeds/recipe (every instruction, heredocs, line
  * continuations, and the hostile inputs of docs/recipe.md's limits). */
-#include "builder/recipe.h"
+#include "builder/engine/recipe.h"
 #include "common/util.h"
 
 #include <stdint.h>

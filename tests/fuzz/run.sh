@@ -14,7 +14,7 @@ out=${FUZZ_BUILD:-build-fuzz}  # FUZZ_BUILD: another directory (parallel checkou
 san="-fsanitize=address,undefined -fno-sanitize-recover=undefined"
 make -s CC=clang BUILD=$out BIN=$out/bin CFLAGS="-O1 -g -Wno-missing-field-initializers -fno-omit-frame-pointer -fsanitize=fuzzer-no-link $san" \
   LDFLAGS="$san" $out/libimgbuild.a
-pkgs="libcurl jansson libarchive libcrypto libzstd libseccomp zlib libisal yaml-0.1 libelf"
+pkgs="libcurl jansson libarchive libcrypto libzstd libseccomp zlib libisal yaml-0.1 libelf libxml-2.0"
 mkdir -p $out/crashes
 python3 tests/fixtures/hostile/make_layers.py --seeds $out/seeds-unpack
 # a wheel seed: PEP 427's layout and RECORD around an ELF object (/bin/true)

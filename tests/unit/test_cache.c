@@ -1,4 +1,4 @@
-/* tests/unit/test_cache.c — the build cache (builder/cache.h): what the
+/* tests/unit/test_cache.c — the build cache (builder/engine/cache.h): what the
  * content hash of copied files sees and ignores, keys, and records. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -6,7 +6,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#include "builder/cache.h"
+#include "builder/engine/cache.h"
 #include "common/util.h"
 
 #include <errno.h>

@@ -1,4 +1,4 @@
-/* tests/unit/test_cache_io.c — sharing the build cache (builder/cache_io.h):
+/* tests/unit/test_cache_io.c — sharing the build cache (builder/engine/cache_io.h):
  * type=local export and import between two stores, the layout written,
  * spec errors, a missing cache, a damaged one. */
 #include <setjmp.h>
@@ -7,8 +7,8 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#include "builder/cache.h"
-#include "builder/cache_io.h"
+#include "builder/engine/cache.h"
+#include "builder/engine/cache_io.h"
 #include "common/util.h"
 
 #include <dirent.h>

@@ -1,5 +1,5 @@
 /* tests/unit/test_ignore.c — .dockerignore / --exclude patterns
- * (builder/ignore.h), cases from Docker's documentation of .dockerignore
+ * (builder/engine/ignore.h), cases from Docker's documentation of .dockerignore
  * ("the build context", "dockerignore file") and its pattern rules. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -7,7 +7,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#include "builder/ignore.h"
+#include "builder/engine/ignore.h"
 #include "common/util.h"
 
 static bool

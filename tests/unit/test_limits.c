@@ -17,9 +17,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "builder/fsops.h"
-#include "builder/mountspec.h"
-#include "builder/recipe.h"
+#include "builder/engine/fsops.h"
+#include "builder/engine/mountspec.h"
+#include "builder/engine/recipe.h"
 #include "common/util.h"
 
 static double now_s (void);

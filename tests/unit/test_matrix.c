@@ -1,6 +1,6 @@
 /* tests/unit/test_matrix.c — --matrix specs (ib_matrix_add), the conflict
  * with --build-arg, and the order of the combinations. */
-#include "builder/matrix.h"
+#include "builder/engine/matrix.h"
 #include "common/util.h"
 
 #include <errno.h>

@@ -1,5 +1,5 @@
 /* tests/unit/test_mountspec.c — --mount / -v / --tmpfs parsing. */
-#include "builder/mountspec.h"
+#include "builder/engine/mountspec.h"
 #include "common/util.h"
 
 #include <setjmp.h>

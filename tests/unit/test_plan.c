@@ -1,7 +1,7 @@
 /* tests/unit/test_plan.c — ib_build_plan (ARG resolution, needed stages,
  * expansion as the build does it) and the plan's text rendering. */
-#include "builder/build.h"
-#include "builder/plan.h"
+#include "builder/engine/build.h"
+#include "builder/engine/plan.h"
 #include "common/util.h"
 
 #include <setjmp.h>

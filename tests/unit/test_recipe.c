@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "builder/recipe.h"
+#include "builder/engine/recipe.h"
 #include "common/util.h"
 
 /* ------------------------------------------------------------------ */

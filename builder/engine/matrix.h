@@ -1,4 +1,4 @@
-/* builder/matrix.h — `imgbuild build --matrix NAME=V1,V2,...`: build
+/* builder/engine/matrix.h — `imgbuild build --matrix NAME=V1,V2,...`: build
  * arguments whose combinations are built one after the other.
  *
  * A matrix is a list of axes, each a build-arg NAME with one or more

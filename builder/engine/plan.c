@@ -1,5 +1,5 @@
-/* builder/plan.c — text rendering of a build plan (plan.h). */
-#include "builder/plan.h"
+/* builder/engine/plan.c — text rendering of a build plan (plan.h). */
+#include "builder/engine/plan.h"
 #include "common/util.h"
 
 #include <string.h>

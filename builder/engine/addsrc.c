@@ -1,4 +1,4 @@
-#include "builder/addsrc.h"
+#include "builder/engine/addsrc.h"
 #include "common/util.h"
 
 #include <archive.h>

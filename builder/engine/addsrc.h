@@ -1,4 +1,4 @@
-/* builder/addsrc.h — what ADD does beyond COPY (Dockerfile reference, ADD):
+/* builder/engine/addsrc.h — what ADD does beyond COPY (Dockerfile reference, ADD):
  * a local tar archive (plain, gzip, bzip2, xz, zstd; recognised by its
  * content, not its name) is extracted into the destination; an http(s)
  * URL is downloaded (never extracted), optionally checked against

@@ -1,4 +1,4 @@
-/* builder/recipe-int.h — what the recipe parser's files share (private to
+/* builder/engine/recipe-int.h — what the recipe parser's files share (private to
  * recipe.c, recipe_words.c and recipe_instr.c; the API is recipe.h): the
  * character classes, the parser's state, flag and keyword tables' types,
  * and the functions below, grouped by the file that defines them.
@@ -7,7 +7,7 @@
 #ifndef IB_RECIPE_INT_H
 #define IB_RECIPE_INT_H
 
-#include "builder/recipe.h"
+#include "builder/engine/recipe.h"
 #include "common/util.h"
 
 #include <stdbool.h>

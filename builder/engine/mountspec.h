@@ -1,4 +1,4 @@
-/* builder/mountspec.h — the mount options of RUN --mount (BuildKit's
+/* builder/engine/mountspec.h — the mount options of RUN --mount (BuildKit's
  * Dockerfile reference, "RUN --mount") and of `imgbuild run`
  * (--mount, -v, --tmpfs), parsed into one shape.
  *

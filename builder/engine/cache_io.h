@@ -1,4 +1,4 @@
-/* builder/cache_io.h — sharing the build cache between machines
+/* builder/engine/cache_io.h — sharing the build cache between machines
  * (`build --cache-to`, `--cache-from`), as BuildKit's cache exporters do:
  *
  *   type=local,dest=DIR   (--cache-to)   / type=local,src=DIR (--cache-from)

@@ -1,10 +1,10 @@
-/* builder/recipe.c — recipe (Dockerfile + OUTPUT) parser: physical and
+/* builder/engine/recipe.c — recipe (Dockerfile + OUTPUT) parser: physical and
  * logical lines, parser directives, the instructions of a recipe in order
  * (ONBUILD triggers, stages), accessors, and EXPOSE/STOPSIGNAL values.
  * Reading order: helpers, parser state and errors, logical lines,
  * ib_recipe_parse, accessors; the word lexer is recipe_words.c, each
  * instruction's own parser recipe_instr.c. */
-#include "builder/recipe-int.h"
+#include "builder/engine/recipe-int.h"
 #include "common/util.h"
 
 #include <ctype.h>

@@ -1,4 +1,4 @@
-#include "builder/cache.h"
+#include "builder/engine/cache.h"
 #include "common/util.h"
 
 #include <dirent.h>

@@ -1,5 +1,5 @@
-/* builder/mountspec.c — see mountspec.h. */
-#include "builder/mountspec.h"
+/* builder/engine/mountspec.c — see mountspec.h. */
+#include "builder/engine/mountspec.h"
 #include "common/util.h"
 
 #include <errno.h>

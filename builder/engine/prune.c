@@ -1,4 +1,4 @@
-#include "builder/prune.h"
+#include "builder/engine/prune.h"
 #include "common/util.h"
 #include "oci/digest.h"
 #include "oci/manifest.h"

@@ -1,4 +1,4 @@
-/* builder/ignore.h — path patterns of `.dockerignore` and `COPY/ADD
+/* builder/engine/ignore.h — path patterns of `.dockerignore` and `COPY/ADD
  * --exclude`, with Docker's semantics (moby/patternmatcher, as BuildKit
  * applies them):
  *

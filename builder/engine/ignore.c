@@ -1,4 +1,4 @@
-#include "builder/ignore.h"
+#include "builder/engine/ignore.h"
 #include "common/util.h"
 
 #include <fnmatch.h>

@@ -1,8 +1,8 @@
-/* builder/cache_io.c — `build --cache-to` / `--cache-from`: the step records
+/* builder/engine/cache_io.c — `build --cache-to` / `--cache-from`: the step records
  * a build used, with their layer blobs, as one OCI artifact in an image
  * layout directory or a registry (the format is in cache_io.h). */
-#include "builder/cache_io.h"
-#include "builder/cache.h"
+#include "builder/engine/cache_io.h"
+#include "builder/engine/cache.h"
 #include "common/util.h"
 #include "oci/digest.h"
 #include "oci/manifest.h"

@@ -1,10 +1,10 @@
-/* builder/fsops.h — file operations of build steps: resolving paths inside a
+/* builder/engine/fsops.h — file operations of build steps: resolving paths inside a
  * rootfs with chroot semantics, COPY into a rootfs, copying files out for
  * OUTPUT type=local, and user/group lookup in the rootfs's /etc files. */
 #ifndef IB_BUILDER_FSOPS_H
 #define IB_BUILDER_FSOPS_H
 
-#include "builder/ignore.h"
+#include "builder/engine/ignore.h"
 #include "common/error.h"
 #include <stdbool.h>
 #include <sys/types.h>

@@ -1,4 +1,4 @@
-/* builder/plan.h — `imgbuild plan RECIPE`: what a build would do, shown
+/* builder/engine/plan.h — `imgbuild plan RECIPE`: what a build would do, shown
  * without doing it.  ib_build_plan() (builder/build.h) resolves the recipe
  * the way ib_build() does and returns the plan as JSON; the functions here
  * render it as text.  Nothing here touches a store or runs anything. */

@@ -1,4 +1,4 @@
-/* builder/build.h — the build engine: runs a recipe's stages and emits
+/* builder/engine/build.h — the build engine: runs a recipe's stages and emits
  * their outputs.
  *
  * Stages built: the --target stage (default: the last one) plus every stage

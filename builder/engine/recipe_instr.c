@@ -1,7 +1,7 @@
-/* builder/recipe_instr.c — one parser per instruction kind: flags (--mount,
+/* builder/engine/recipe_instr.c — one parser per instruction kind: flags (--mount,
  * --from, ...), the JSON form, the keyword table, heredocs, FROM, ARG,
  * ENV/LABEL, RUN/CMD/ENTRYPOINT/SHELL, HEALTHCHECK, COPY/ADD, OUTPUT. */
-#include "builder/recipe-int.h"
+#include "builder/engine/recipe-int.h"
 #include "common/util.h"
 
 #include <ctype.h>

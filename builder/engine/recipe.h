@@ -1,4 +1,4 @@
-/* builder/recipe.h — recipe parser.  A recipe is a Dockerfile (BuildKit's
+/* builder/engine/recipe.h — recipe parser.  A recipe is a Dockerfile (BuildKit's
  * Dockerfile reference) plus the OUTPUT instruction:
  *   OUTPUT type=local,dest=DIR[,src=/path]   copy files out of the stage
  *   OUTPUT type=image,name=REF               tag the stage's image in the store

@@ -1,4 +1,4 @@
-/* builder/prune.h — `imgbuild prune`: give back the disk space the store
+/* builder/engine/prune.h — `imgbuild prune`: give back the disk space the store
  * holds for nothing, without touching any tagged image.
  *
  *   default   temp files of builds and pulls that died (tmp/), blobs that

@@ -1,5 +1,5 @@
-/* builder/matrix.c — --matrix specs and their combinations (matrix.h). */
-#include "builder/matrix.h"
+/* builder/engine/matrix.c — --matrix specs and their combinations (matrix.h). */
+#include "builder/engine/matrix.h"
 #include "common/util.h"
 
 #include <ctype.h>

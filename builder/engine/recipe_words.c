@@ -1,7 +1,7 @@
-/* builder/recipe_words.c — the word lexer (ib_expand / ib_expand_word and
+/* builder/engine/recipe_words.c — the word lexer (ib_expand / ib_expand_word and
  * the parser's own quote removal share one engine: Docker's ProcessWord) and
  * word splitting. */
-#include "builder/recipe-int.h"
+#include "builder/engine/recipe-int.h"
 #include "common/util.h"
 
 #include <errno.h>

@@ -1,4 +1,4 @@
-#include "builder/fsops.h"
+#include "builder/engine/fsops.h"
 #include "common/util.h"
 
 #include <dirent.h>

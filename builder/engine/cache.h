@@ -1,4 +1,4 @@
-/* builder/cache.h — the build cache: step keys, the content hash of the
+/* builder/engine/cache.h — the build cache: step keys, the content hash of the
  * files a step copies, and the records that map a key to the image state
  * (config and layers) the step produced.
  *
@@ -21,7 +21,7 @@
 #ifndef IB_BUILDER_CACHE_H
 #define IB_BUILDER_CACHE_H
 
-#include "builder/ignore.h"
+#include "builder/engine/ignore.h"
 #include "common/error.h"
 #include "oci/digest.h"
 #include "oci/manifest.h"
