@@ -18,6 +18,11 @@ py=/usr/bin/python3
 unpriv=${IMGBUILD_TEST_USER:-imgbuild-test}
 status=0
 
+# Stopped (Ctrl-C, kill): the EXIT trap still cleans up (bash runs it on
+# exit, not on a fatal signal).
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
 pass_no=0
 run_suite() { # label, then the command prefix to run pytest with
   local label=$1; shift
@@ -61,7 +66,8 @@ scratch_fs() {
     return 0
   fi
   scratch_img=$(mktemp "$dir/imgbuild-e2e.XXXXXX.ext4")
-  trap 'umount "$e2e_dir" 2>/dev/null; rm -rf "$e2e_dir" "$scratch_img"' EXIT
+  # lazily: a test server still running keeps the mount busy
+  trap 'umount -l "$e2e_dir" 2>/dev/null; rm -rf "$e2e_dir" "$scratch_img"' EXIT
   if truncate -s "${size}G" "$scratch_img" && mkfs.ext4 -q -F -m 0 "$scratch_img" \
      && mount -o loop "$scratch_img" "$e2e_dir"; then
     echo "== scratch: ext4 with a journal on $e2e_dir (${size}G sparse file $scratch_img)"
