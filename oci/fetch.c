@@ -179,7 +179,7 @@ job_open (fetch_job_t *j, ib_error_t *err)
   if (ib_store_has_blob (f->store, j->desc.digest))
     goto in_store;
   if (j->path == NULL)
-    j->path = xasprintf ("%s/tmp/blob-%s.partial", f->store->root, ib_digest_hex (j->desc.digest));
+    j->path = ib_store_partial_path (f->store, j->desc.digest);
   for (;;)
     {
       int fd = open (j->path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);

@@ -222,7 +222,7 @@ ib_store_unlock (ib_store_t *s)
 char *
 ib_store_blob_path (ib_store_t *s, const char *digest)
 {
-  return xasprintf ("%s/blobs/sha256/%s", s->root, ib_digest_hex (digest));
+  return ib_store_path (s, IB_STORE_BLOBS, ib_digest_hex (digest));
 }
 
 bool
@@ -233,6 +233,26 @@ ib_store_has_blob (ib_store_t *s, const char *digest)
   cleanup_free char *p = ib_store_blob_path (s, digest);
   struct stat st;
   return stat (p, &st) == 0 && S_ISREG (st.st_mode);
+}
+
+char *
+ib_store_path (ib_store_t *s, ib_store_area_t area, const char *name)
+{
+  static const char *const areas[] = {
+    [IB_STORE_BLOBS] = "blobs/sha256",          [IB_STORE_SNAPSHOTS] = "snapshots",
+    [IB_STORE_TMP] = "tmp",                     [IB_STORE_CACHE_STEPS] = "cache/steps",
+    [IB_STORE_CACHE_MOUNTS] = "cache/mounts",   [IB_STORE_CACHE] = "cache",
+  };
+  if (name)
+    return xasprintf ("%s/%s/%s", s->root, areas[area], name);
+  return xasprintf ("%s/%s", s->root, areas[area]);
+}
+
+char *
+ib_store_partial_path (ib_store_t *s, const char *digest)
+{
+  cleanup_free char *name = xasprintf ("blob-%s.partial", ib_digest_hex (digest));
+  return ib_store_path (s, IB_STORE_TMP, name);
 }
 
 int
@@ -272,7 +292,7 @@ ib_store_cache_mount_dir (ib_store_t *s, const char *id, bool create, char **pat
     return ib_error_set (err, EINVAL, "cache mount: empty id");
   char digest[IB_DIGEST_LEN];
   ib_digest_buf (id, strlen (id), digest);
-  cleanup_free char *base = xasprintf ("%s/cache/mounts", s->root);
+  cleanup_free char *base = ib_store_path (s, IB_STORE_CACHE_MOUNTS, NULL);
   char *p = xasprintf ("%s/%.32s", base, digest + 7);
   if (created)
     *created = false;

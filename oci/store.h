@@ -56,6 +56,29 @@ void ib_store_unlock (ib_store_t *s);
  * (no message); otherwise blocks.  Released by ib_store_close. */
 int ib_store_gc_lock (ib_store_t *s, bool exclusive, bool wait, ib_error_t *err);
 
+/* The store's areas: every path under the store is made by this file
+ * (ib_store_path and the functions below), so its layout is known in one
+ * place.  What an area's entries are called is the business of the module
+ * that writes them (cache records, snapshots per chain id). */
+typedef enum ib_store_area
+{
+  IB_STORE_BLOBS,        /* blobs/sha256: content by digest hex (the OCI layout's) */
+  IB_STORE_SNAPSHOTS,    /* snapshots: unpacked trees per chain id (rootfs/prepare.h, overlay.h) */
+  IB_STORE_TMP,          /* tmp: temp files and trees, partial downloads */
+  IB_STORE_CACHE_STEPS,  /* cache/steps: build-step records (builder/engine/cache.h) */
+  IB_STORE_CACHE_MOUNTS, /* cache/mounts: RUN --mount=type=cache directories */
+  IB_STORE_CACHE,        /* cache: the cache's own files (the file digest memo) */
+} ib_store_area_t;
+
+/* <root>/<area>, or <root>/<area>/<name> when `name` is not NULL (one
+ * path component, or a relative path the caller vouches for).  Caller
+ * frees.  Nothing is created. */
+char *ib_store_path (ib_store_t *s, ib_store_area_t area, const char *name);
+
+/* Where a blob's download is kept while it arrives, resumable across
+ * processes: <root>/tmp/blob-<hex>.partial.  Caller frees. */
+char *ib_store_partial_path (ib_store_t *s, const char *digest);
+
 /* Path of blobs/sha256/<hex>; caller frees.  Exists only when stored. */
 char *ib_store_blob_path (ib_store_t *s, const char *digest);
 bool ib_store_has_blob (ib_store_t *s, const char *digest);

@@ -364,7 +364,7 @@ ib_rootfs_freeze (ib_store_t *store, const char *dest, const char *chain_hex, ib
 {
   if (!ib_rootfs_is_overlay (dest))
     return 0;
-  cleanup_free char *snaps = ib_path_join (store->root, "snapshots");
+  cleanup_free char *snaps = ib_store_path (store, IB_STORE_SNAPSHOTS, NULL);
   cleanup_free char *snap = ib_path_join (snaps, chain_hex);
   cleanup_free char *snap_ovl = rfs_ovl_dir (snap);
   if (rfs_is_dir (snap) || rfs_is_dir (snap_ovl))
@@ -401,7 +401,7 @@ ib_rootfs_freeze (ib_store_t *store, const char *dest, const char *chain_hex, ib
   if (stat (dest, &rst) < 0)
     return ib_error_sys (err, errno, "freeze %s: stat", dest);
 
-  cleanup_free char *tmproot = ib_path_join (store->root, "tmp");
+  cleanup_free char *tmproot = ib_store_path (store, IB_STORE_TMP, NULL);
   cleanup_free char *tmpl = ib_path_join (tmproot, "snap-XXXXXX");
   if (ib_mkdir_p (snaps, 0700, err) < 0)
     return -1;

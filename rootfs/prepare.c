@@ -26,8 +26,8 @@ static void
 record_snapshot (ib_store_t *store, const char *dest, const char *snap)
 {
   ib_error_t err = NULL;
-  cleanup_free char *tmproot = ib_path_join (store->root, "tmp");
-  cleanup_free char *snaps = ib_path_join (store->root, "snapshots");
+  cleanup_free char *tmproot = ib_store_path (store, IB_STORE_TMP, NULL);
+  cleanup_free char *snaps = ib_store_path (store, IB_STORE_SNAPSHOTS, NULL);
   /* declared before the first goto: cleanup would free them uninitialised */
   cleanup_free char *tmpl = NULL;
   cleanup_free char *copy = NULL;
@@ -75,7 +75,7 @@ keep_snapshot (ib_store_t *store, const char *dest, const char *snap, ib_error_t
 {
   if (rfs_is_dir (snap))
     return 0;
-  cleanup_free char *snaps = ib_path_join (store->root, "snapshots");
+  cleanup_free char *snaps = ib_store_path (store, IB_STORE_SNAPSHOTS, NULL);
   ib_error_t e = NULL;
   if (!rfs_overlay_usable () || ib_rootfs_is_overlay (dest)
       || ib_mkdir_p (snaps, 0700, &e) < 0 || rename (dest, snap) < 0)
@@ -103,7 +103,7 @@ ib_rootfs_prepare (ib_store_t *store, char *const *layer_digests, char *const *d
       return ib_error_set (err, EINVAL, "prepare %s: layer %zu: invalid digest %s / %s", dest, i,
                            layer_digests[i], diff_ids[i]);
 
-  cleanup_free char *snaps = ib_path_join (store->root, "snapshots");
+  cleanup_free char *snaps = ib_store_path (store, IB_STORE_SNAPSHOTS, NULL);
   size_t have = 0;
   cleanup_free char *base_snap = NULL;
   /* The longest stored prefix: a snapshot directory, or a layered one
@@ -284,7 +284,7 @@ ib_rootfs_pull (ib_store_t *store, const char *ref, const char *os, const char *
     {
       char chain[IB_DIGEST_LEN];
       ib_chain_id (diff_ids, n - 1, chain);
-      cleanup_free char *snaps = ib_path_join (store->root, "snapshots");
+      cleanup_free char *snaps = ib_store_path (store, IB_STORE_SNAPSHOTS, NULL);
       cleanup_free char *snap = ib_path_join (snaps, ib_digest_hex (chain));
       if (keep_snapshot (store, dest, snap, err) < 0)
         return ib_error_prefix (err, "pull %s", ref);

@@ -102,7 +102,7 @@ ib_cache_memo_t *
 ib_cache_memo_open (ib_store_t *store)
 {
   ib_cache_memo_t *m = xmalloc (sizeof *m);
-  m->path = xasprintf ("%s/cache/filehash.bin", store->root);
+  m->path = ib_store_path (store, IB_STORE_CACHE, "filehash.bin");
   cleanup_free char *data = NULL;
   size_t len = 0;
   ib_error_t e = NULL;
@@ -322,7 +322,8 @@ ib_cache_key (const char *parent, const char *text, char out[IB_DIGEST_LEN])
 static char *
 record_path (ib_store_t *store, const char *key)
 {
-  return xasprintf ("%s/cache/steps/%s.json", store->root, ib_digest_hex (key));
+  cleanup_free char *name = xasprintf ("%s.json", ib_digest_hex (key));
+  return ib_store_path (store, IB_STORE_CACHE_STEPS, name);
 }
 
 int
@@ -384,7 +385,7 @@ int
 ib_cache_put (ib_store_t *store, const char *key, json_t *config, const ib_descriptor_t *layers,
               size_t n_layers, ib_error_t *err)
 {
-  cleanup_free char *dir = xasprintf ("%s/cache/steps", store->root);
+  cleanup_free char *dir = ib_store_path (store, IB_STORE_CACHE_STEPS, NULL);
   if (ib_mkdir_p (dir, 0700, err) < 0)
     return -1;
   json_t *ls = json_array ();

@@ -181,14 +181,14 @@ ib_prune (ib_store_t *store, const ib_prune_opts_t *opts, ib_prune_result_t *res
   strset_t live = { 0 }, chains = { 0 };
   cleanup_strv char **names = NULL;
   /* declared before the first goto: cleanup must never see them uninitialised */
-  cleanup_free char *snaps = ib_path_join (store->root, "snapshots");
-  cleanup_free char *blobs = ib_path_join (store->root, "blobs/sha256");
-  cleanup_free char *steps = xasprintf ("%s/cache/steps", store->root);
-  cleanup_free char *mounts = xasprintf ("%s/cache/mounts", store->root);
+  cleanup_free char *snaps = ib_store_path (store, IB_STORE_SNAPSHOTS, NULL);
+  cleanup_free char *blobs = ib_store_path (store, IB_STORE_BLOBS, NULL);
+  cleanup_free char *steps = ib_store_path (store, IB_STORE_CACHE_STEPS, NULL);
+  cleanup_free char *mounts = ib_store_path (store, IB_STORE_CACHE_MOUNTS, NULL);
 
   /* 1. tmp/: nothing else runs (we hold the gc lock), so all of it is
    * left over from processes that died. */
-  cleanup_free char *tmp = ib_path_join (store->root, "tmp");
+  cleanup_free char *tmp = ib_store_path (store, IB_STORE_TMP, NULL);
   if (list_dir (tmp, &names, err) < 0)
     goto out;
   for (char **n = names; n && *n; n++)

@@ -377,6 +377,39 @@ test_lock (void **state)
   ib_store_close (s);
 }
 
+/* The layout's one door: each area's path as docs/design.md and the
+ * other tools (skopeo's oci: transport for blobs/) expect it. */
+static void
+test_paths (void **state)
+{
+  ib_store_t *s = open_store (*state);
+  struct
+  {
+    ib_store_area_t area;
+    const char *rel;
+  } want[] = {
+    { IB_STORE_BLOBS, "blobs/sha256" },         { IB_STORE_SNAPSHOTS, "snapshots" },
+    { IB_STORE_TMP, "tmp" },                    { IB_STORE_CACHE_STEPS, "cache/steps" },
+    { IB_STORE_CACHE_MOUNTS, "cache/mounts" },  { IB_STORE_CACHE, "cache" },
+  };
+  for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+    {
+      cleanup_free char *dir = ib_store_path (s, want[i].area, NULL);
+      cleanup_free char *exp = ib_path_join (s->root, want[i].rel);
+      assert_string_equal (dir, exp);
+      cleanup_free char *f = ib_store_path (s, want[i].area, "x.json");
+      cleanup_free char *expf = xasprintf ("%s/x.json", exp);
+      assert_string_equal (f, expf);
+    }
+  cleanup_free char *blob = ib_store_blob_path (s, HELLO_DIGEST);
+  cleanup_free char *expb = xasprintf ("%s/blobs/sha256/%s", s->root, HELLO_DIGEST + 7);
+  assert_string_equal (blob, expb);
+  cleanup_free char *part = ib_store_partial_path (s, HELLO_DIGEST);
+  cleanup_free char *expp = xasprintf ("%s/tmp/blob-%s.partial", s->root, HELLO_DIGEST + 7);
+  assert_string_equal (part, expp);
+  ib_store_close (s);
+}
+
 static void
 test_default_root (void **state)
 {
@@ -420,6 +453,7 @@ main (void)
     cmocka_unit_test_setup_teardown (test_commit, setup, teardown),
     cmocka_unit_test_setup_teardown (test_tags, setup, teardown),
     cmocka_unit_test_setup_teardown (test_lock, setup, teardown),
+    cmocka_unit_test_setup_teardown (test_paths, setup, teardown),
     cmocka_unit_test (test_default_root),
   };
   return cmocka_run_group_tests (tests, NULL, NULL);
