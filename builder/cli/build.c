@@ -4,6 +4,7 @@
 #include "builder/cli/cli.h"
 #include "builder/engine/matrix.h"
 #include "builder/engine/plan.h"
+#include "builder/wheel/wheel.h"
 #include "common/util.h"
 #include "rootfs/overlay.h"
 
@@ -12,6 +13,14 @@
 #include <getopt.h>
 #include <string.h>
 #include <sys/stat.h>
+
+/* OUTPUT type=local's wheel checks: the wheel wing's, for the engine
+ * (builder/engine/build.h, ib_wheel_hooks_t). */
+static const ib_wheel_hooks_t wheel_hooks = {
+  .policy_check = ib_wheel_policy_check,
+  .check_required = ib_wheel_check_required,
+  .check_copied = ib_wheel_check_copied,
+};
 
 /* The strings of `v` joined by `sep` (caller frees). */
 static char *
@@ -309,7 +318,8 @@ cmd_build (int argc, char **argv, ib_error_t *err)
                          .cdi_spec_dirs = cdi_dirs, .no_cache = no_cache,
                          .no_cache_filter = no_cache_filter, .platform = platform, .keep_on_failure = keep_on_failure,
                          .debug_shell = debug_shell, .cache_from = cache_from,
-                         .cache_to = cache_to, .annotations = annotations, .jobs = jobs };
+                         .cache_to = cache_to, .annotations = annotations, .jobs = jobs,
+                         .wheels = &wheel_hooks };
   int r = matrix.n_axes ? build_matrix (store, &bo, &matrix, fail_fast, err)
                         : ib_build (store, &bo, err);
   ib_store_close (store);

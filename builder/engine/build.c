@@ -3,7 +3,6 @@
  * write the outputs. */
 #include "builder/engine/engine.h"
 #include "builder/engine/cache_io.h"
-#include "builder/wheel/wheel.h"
 #include "builder/engine/mountspec.h"
 #include "rootfs/overlay.h"
 
@@ -334,7 +333,14 @@ ib_build (ib_store_t *store, const ib_build_opts_t *opts, ib_error_t *err)
             goto out;
           }
         /* a value naming ARGs is checked once expanded, when the stage ends */
-        if (req && *req && !strchr (req, '$') && ib_wheel_policy_check (req, err) < 0)
+        if (((req && *req) || (rep && *rep)) && opts->wheels == NULL)
+          {
+            ib_error_set (err, ENOTSUP, "%s:%d: OUTPUT require= and repair= need the wheel "
+                          "checks, which this build was started without", b.recipe->path,
+                          in->line);
+            goto out;
+          }
+        if (req && *req && !strchr (req, '$') && opts->wheels->policy_check (req, err) < 0)
           {
             ib_error_prefix (err, "%s:%d: OUTPUT require", b.recipe->path, in->line);
             goto out;

@@ -30,6 +30,20 @@
 
 #include <jansson.h>
 
+/* What OUTPUT type=local does with the Python wheels it writes: the wheel
+ * wing's hooks (builder/wheel/wheel.h: ib_wheel_policy_check,
+ * ib_wheel_check_required, ib_wheel_check_copied, whose comments give the
+ * contracts), passed in by the caller so that the engine does not depend
+ * on that wing.  NULL (ib_build_opts_t.wheels): wheels are copied
+ * unchecked, and require= / repair= are refused. */
+typedef struct ib_wheel_hooks
+{
+  int (*policy_check) (const char *plat, ib_error_t *err);
+  int (*check_required) (const char *src, const char *root, const char *plat, ib_error_t *err);
+  int (*check_copied) (const char *src, const char *dest, const char *root, const char *repair,
+                       const char *repair_exclude, ib_error_t *err);
+} ib_wheel_hooks_t;
+
 typedef struct ib_build_opts
 {
   const char *recipe_path;
@@ -62,6 +76,7 @@ typedef struct ib_build_opts
   const char *platform;      /* --platform OS/ARCH[/VARIANT]: the target platform (FROM
                               * without --platform pulls it; TARGETPLATFORM & co.);
                               * NULL = the host's */
+  const ib_wheel_hooks_t *wheels; /* OUTPUT type=local's wheel checks (above) */
 } ib_build_opts_t;
 
 /* Run the build.  Relative OUTPUT dest paths resolve against the current

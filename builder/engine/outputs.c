@@ -3,7 +3,6 @@
 #include "builder/engine/engine.h"
 #include "oci/export.h"
 #include "builder/engine/fsops.h"
-#include "builder/wheel/wheel.h"
 #include "oci/registry.h"
 
 #include <errno.h>
@@ -191,12 +190,15 @@ run_output (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err
       struct stat sb;
       if (output_src (st, src, &from, &sb, err) < 0)
         return -1;
-      if (require && *require && ib_wheel_check_required (from, st->rootfs, require, err) < 0)
+      const ib_wheel_hooks_t *wh = b->opts->wheels;
+      if (wh == NULL && ((require && *require) || (repair && *repair)))
+        return ib_error_set (err, ENOTSUP, "require= and repair= need the wheel checks, "
+                             "which this build was started without");
+      if (require && *require && wh->check_required (from, st->rootfs, require, err) < 0)
         return -1; /* nothing copied: dest holds no wheel that falls short */
       ib_copy_opts_t co = { .chmod = -1 };
       if (ib_copy_into (from, dest, true, &co, err) < 0
-          || ib_wheel_check_copied (from, dest, st->rootfs, repair, repair_excl,
-                                    err) < 0) /* wheel.h */
+          || (wh && wh->check_copied (from, dest, st->rootfs, repair, repair_excl, err) < 0))
         return -1;
       ib_info ("[%s] OUTPUT local %s -> %s", stage_label (st),
                src ? src : "/", dest);

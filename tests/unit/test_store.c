@@ -402,10 +402,10 @@ test_paths (void **state)
       assert_string_equal (f, expf);
     }
   cleanup_free char *blob = ib_store_blob_path (s, HELLO_DIGEST);
-  cleanup_free char *expb = xasprintf ("%s/blobs/sha256/%s", s->root, HELLO_DIGEST + 7);
+  cleanup_free char *expb = xasprintf ("%s/blobs/sha256/%s", s->root, &HELLO_DIGEST[7]);
   assert_string_equal (blob, expb);
   cleanup_free char *part = ib_store_partial_path (s, HELLO_DIGEST);
-  cleanup_free char *expp = xasprintf ("%s/tmp/blob-%s.partial", s->root, HELLO_DIGEST + 7);
+  cleanup_free char *expp = xasprintf ("%s/tmp/blob-%s.partial", s->root, &HELLO_DIGEST[7]);
   assert_string_equal (part, expp);
   ib_store_close (s);
 }
