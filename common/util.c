@@ -399,38 +399,6 @@ ib_write_pipe (int fd, const void *data, size_t len, const char *shown, ib_error
   return r;
 }
 
-int
-ib_copy_fd_data (int in, int out, const char *shown, ib_error_t *err)
-{
-  if (ioctl (out, FICLONE, in) == 0)
-    return 0;
-  for (;;)
-    {
-      ssize_t n = copy_file_range (in, NULL, out, NULL, 1 << 30, 0);
-      if (n > 0 || (n < 0 && errno == EINTR))
-        continue;
-      if (n == 0)
-        return 0;
-      if (errno == EXDEV || errno == EINVAL || errno == ENOSYS || errno == EOPNOTSUPP
-          || errno == EBADF || errno == EPERM)
-        break; /* not for these files: plain copy of what is left */
-      return ib_error_sys (err, errno, "copy %s", shown);
-    }
-  cleanup_free char *buf = xmalloc (1 << 17);
-  for (;;)
-    {
-      ssize_t n = read (in, buf, 1 << 17);
-      if (n < 0 && errno == EINTR)
-        continue;
-      if (n < 0)
-        return ib_error_sys (err, errno, "read %s", shown);
-      if (n == 0)
-        return 0;
-      if (ib_write_all (out, buf, (size_t) n, shown, err) < 0)
-        return -1;
-    }
-}
-
 static bool
 is_write_side (int e)
 {
@@ -453,6 +421,8 @@ ib_copy_fd_data_to (int in, int out, const char *src_shown, const char *dst_show
       if (errno == EXDEV || errno == EINVAL || errno == ENOSYS || errno == EOPNOTSUPP
           || errno == EBADF || errno == EPERM)
         break; /* not for these files: plain copy of what is left */
+      if (dst_shown == NULL)
+        return ib_error_sys (err, errno, "copy %s", src_shown);
       if (is_write_side (errno))
         return ib_error_sys (err, errno, "write %s", dst_shown);
       return ib_error_sys (err, errno, "copy %s to %s", src_shown, dst_shown);
@@ -467,9 +437,15 @@ ib_copy_fd_data_to (int in, int out, const char *src_shown, const char *dst_show
         return ib_error_sys (err, errno, "read %s", src_shown);
       if (n == 0)
         return 0;
-      if (ib_write_all (out, buf, (size_t) n, dst_shown, err) < 0)
+      if (ib_write_all (out, buf, (size_t) n, dst_shown ? dst_shown : src_shown, err) < 0)
         return -1;
     }
+}
+
+int
+ib_copy_fd_data (int in, int out, const char *shown, ib_error_t *err)
+{
+  return ib_copy_fd_data_to (in, out, shown, NULL, err);
 }
 
 int

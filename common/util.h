@@ -130,7 +130,8 @@ int ib_copy_fd_data (int in, int out, const char *shown, ib_error_t *err);
 /* ib_copy_fd_data naming each side: errors reading name `src_shown`
  * ("read SRC: ..."), errors writing name `dst_shown` ("write DST: No space
  * left on device": ENOSPC, EDQUOT, EFBIG, EROFS and EIO of the copy or of a
- * write are the destination's), others both ("copy SRC to DST: ..."). */
+ * write are the destination's), others both ("copy SRC to DST: ...").
+ * `dst_shown` NULL: every error names the source, as ib_copy_fd_data's. */
 int ib_copy_fd_data_to (int in, int out, const char *src_shown, const char *dst_shown,
                         ib_error_t *err);
 
