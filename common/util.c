@@ -55,6 +55,17 @@ xstrndup (const char *s, size_t n)
 }
 
 char *
+xstrndup_trimmed (const char *s, size_t n)
+{
+  static const char ws[] = " \t\n\v\f\r";
+  while (n > 0 && strchr (ws, *s) && *s)
+    s++, n--;
+  while (n > 0 && s[n - 1] && strchr (ws, s[n - 1]))
+    n--;
+  return xstrndup (s, n);
+}
+
+char *
 xasprintf (const char *fmt, ...)
 {
   char *r = NULL;

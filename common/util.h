@@ -18,6 +18,9 @@ void *xmalloc (size_t size);              /* zeroed */
 void *xrealloc (void *p, size_t size);
 char *xstrdup (const char *s);            /* NULL -> NULL */
 char *xstrndup (const char *s, size_t n);
+/* A copy of the `n` bytes at `s` without the ASCII white space (space, \t,
+ * \n, \v, \f, \r) at either end.  Caller frees. */
+char *xstrndup_trimmed (const char *s, size_t n);
 char *xasprintf (const char *fmt, ...) __attribute__ ((format (printf, 1, 2)));
 
 /* Cleanup attributes: the variable is released when it goes out of scope. */

@@ -137,19 +137,6 @@ http_setup_handle (ib_registry_t *r, CURL *c)
 
 /* ---------- curl callbacks ---------- */
 
-static char *
-trim_dup (const char *s, size_t n)
-{
-  while (n > 0 && (*s == ' ' || *s == '\t'))
-    {
-      s++;
-      n--;
-    }
-  while (n > 0 && (s[n - 1] == '\r' || s[n - 1] == '\n' || s[n - 1] == ' ' || s[n - 1] == '\t'))
-    n--;
-  return xstrndup (s, n);
-}
-
 static bool
 header_is (const char *line, size_t n, const char *name, const char **value, size_t *vlen)
 {
@@ -179,38 +166,38 @@ http_on_header (char *line, size_t size, size_t nmemb, void *ud)
   else if (header_is (line, n, "Content-Type", &v, &vn))
     {
       free (x->content_type_resp);
-      x->content_type_resp = trim_dup (v, vn);
+      x->content_type_resp = xstrndup_trimmed (v, vn);
     }
   else if (header_is (line, n, "Location", &v, &vn))
     {
       free (x->location);
-      x->location = trim_dup (v, vn);
+      x->location = xstrndup_trimmed (v, vn);
     }
   else if (header_is (line, n, "Link", &v, &vn))
     {
       free (x->link);
-      x->link = trim_dup (v, vn);
+      x->link = xstrndup_trimmed (v, vn);
     }
   else if (header_is (line, n, "Retry-After", &v, &vn))
     {
       free (x->retry_after);
-      x->retry_after = trim_dup (v, vn);
+      x->retry_after = xstrndup_trimmed (v, vn);
     }
   else if (header_is (line, n, "Content-Range", &v, &vn))
     {
       free (x->content_range);
-      x->content_range = trim_dup (v, vn);
+      x->content_range = xstrndup_trimmed (v, vn);
     }
   else if (header_is (line, n, "OCI-Chunk-Min-Length", &v, &vn))
     {
-      cleanup_free char *val = trim_dup (v, vn);
+      cleanup_free char *val = xstrndup_trimmed (v, vn);
       char *end;
       unsigned long long m = strtoull (val, &end, 10);
       x->chunk_min = (*val && *end == '\0') ? (uint64_t) m : 0;
     }
   else if (header_is (line, n, "WWW-Authenticate", &v, &vn))
     {
-      char *val = trim_dup (v, vn);
+      char *val = xstrndup_trimmed (v, vn);
       /* several challenges: prefer Bearer */
       if (x->www_auth == NULL || strncasecmp (val, "Bearer", 6) == 0)
         {

@@ -50,16 +50,6 @@ excerpt (const char *s)
   return excerpt_n (s, strlen (s));
 }
 
-static char *
-trim_dup (const char *s, size_t n)
-{
-  while (n > 0 && is_space (*s))
-    s++, n--;
-  while (n > 0 && is_space (s[n - 1]))
-    n--;
-  return xstrndup (s, n);
-}
-
 static void
 kv_clear (ib_kv_t *kv)
 {
@@ -418,7 +408,7 @@ parse_one (struct parser *p, const char *line, int lineno, bool is_trigger, ib_i
   if (kw->flags)
     rest = extract_flag_words (rest, p->lbase, &flag_words, &flag_offs);
   flag_wordv = flag_words.v;
-  in->text = trim_dup (rest, strlen (rest));
+  in->text = xstrndup_trimmed (rest, strlen (rest));
   p->text_off = (size_t) (rest - p->lbase);
 
   if (parse_flags (p, in, kw->flags, flag_wordv, flag_offs) < 0)
