@@ -32,6 +32,22 @@ def imgbuild(*args, store, cwd=None, env=None, timeout=1800, input=None):
     return Result(proc)
 
 
+def write(path, data, mode=None):
+    """Write `data` (str or bytes) to `path`, making its parents; chmod to
+    `mode` when given.  Returns the path."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    (path.write_bytes if isinstance(data, bytes) else path.write_text)(data)
+    if mode is not None:
+        path.chmod(mode)
+    return path
+
+
+def norm(text):
+    """Each line with runs of blanks made one (continuation lines join with
+    their indentation)."""
+    return "\n".join(" ".join(l.split()) for l in text.splitlines())
+
+
 def sh(*args, **kw):
     return subprocess.run(list(map(str, args)), capture_output=True, text=True, check=True, **kw)
 

@@ -14,13 +14,7 @@ import threading
 
 import pytest
 
-from conftest import imgbuild
-
-
-def write(path, data):
-    path.parent.mkdir(parents=True, exist_ok=True)
-    (path.write_bytes if isinstance(data, bytes) else path.write_text)(data)
-    return path
+from conftest import imgbuild, write
 
 
 def run(store, ref, *cmd):

@@ -5,13 +5,7 @@ WORKDIR, HOME from /etc/passwd, and `imgbuild run --entrypoint`; what the
 steps saw is read back from files in the image."""
 import json
 
-from conftest import imgbuild
-
-
-def write(path, text):
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
-    return path
+from conftest import imgbuild, write
 
 
 def cat(store, ref, path):

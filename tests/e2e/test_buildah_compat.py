@@ -25,16 +25,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import imgbuild
+from conftest import imgbuild, write
 
 BUILDAH = shutil.which("buildah")
-
-
-def write(path, text, mode):
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
-    path.chmod(mode)
-    return path
 
 
 # --------------------------------------------------------------------------

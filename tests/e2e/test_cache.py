@@ -9,15 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import imgbuild, sh
-
-
-def write(path, text, mode=None):
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
-    if mode is not None:
-        path.chmod(mode)
-    return path
+from conftest import imgbuild, sh, write
 
 
 def steps(result):

@@ -9,13 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import imgbuild, sh
-
-
-def write(path, text):
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
-    return path
+from conftest import imgbuild, sh, write
 
 
 def test_version(store):

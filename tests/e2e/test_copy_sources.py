@@ -4,13 +4,7 @@
 FROM scratch stage with a static busybox, so no registry is needed."""
 import shutil
 
-from conftest import imgbuild
-
-
-def write(path, text):
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
-    return path
+from conftest import imgbuild, write
 
 
 def tree(store, ref, *dirs):

@@ -4,13 +4,7 @@ ONBUILD (recorded in the config, run after FROM in the next build, not
 inherited), built on the Debian base image; files asserted byte for byte."""
 import json
 
-from conftest import imgbuild
-
-
-def write(path, text):
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
-    return path
+from conftest import imgbuild, write
 
 
 def run_cat(store, ref, *paths):

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import IMGBUILD, imgbuild
-from test_store_robust import check_store, write
+from conftest import IMGBUILD, imgbuild, write
+from test_store_robust import check_store
 
 # About 10 MB of text (more than the 4 MiB above which a layer is
 # compressed in the background), the same bytes every time.

@@ -11,17 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from conftest import imgbuild, sh
+from conftest import imgbuild, sh, write
 
 GZIP = "application/vnd.oci.image.layer.v1.tar+gzip"
 ZSTD = "application/vnd.oci.image.layer.v1.tar+zstd"
 TAR = "application/vnd.oci.image.layer.v1.tar"
-
-
-def write(path, text):
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
-    return path
 
 
 def small_recipe(ctx, registry, name):

@@ -8,13 +8,7 @@ import shutil
 import subprocess
 import tarfile
 
-from conftest import imgbuild, sh
-
-
-def write(path, text):
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
-    return path
+from conftest import imgbuild, sh, write
 
 
 def test_docker_archive(tmp_path):

@@ -34,7 +34,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, imgbuild, sh, stored_names, tiny_wheel
+from conftest import ROOT, imgbuild, sh, stored_names, tiny_wheel, norm
 
 RECIPE = ROOT / "recipes/framework-wheels.recipe"
 STANDIN_BASE = "localhost/framework-wheels-standin:bookworm"
@@ -50,12 +50,6 @@ TABLE = {
                   "torchtext": "0.15.0", "torchdata": "0.6.0"},
 }
 PACKAGES = ["torch", "torchvision", "torchaudio", "torchtext", "torchdata"]
-
-
-def norm(text):
-    """Each line with runs of blanks made one (continuation lines join with
-    their indentation)."""
-    return "\n".join(" ".join(l.split()) for l in text.splitlines())
 
 
 # ---------------------------------------------------------------- plan

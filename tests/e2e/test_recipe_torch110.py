@@ -31,7 +31,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, imgbuild, stored_names
+from conftest import ROOT, imgbuild, stored_names, norm
 
 RECIPE = ROOT / "recipes/torch110.recipe"
 CLIENT = "orion-client:cu9.0-torch1.1.0-py3"
@@ -40,12 +40,6 @@ PY_DIST = "/usr/local/lib/python3.11/dist-packages"  # bookworm's python3 (pip's
 FLAGS = ["NO_TEST", "NO_FBGEMM", "NO_MIOPEN", "NO_MKLDNN", "NO_NNPACK", "NO_QNNPACK", "USE_NCCL",
          "USE_SYSTEM_NCCL", "NCCL_INCLUDE_DIR", "NCCL_LIB_DIR", "NCCL_ROOT_DIR",
          "TORCH_CUDA_ARCH_LIST", "MAX_JOBS", "FORCE_CUDA"]
-
-
-def norm(text):
-    """Each line with runs of blanks made one (continuation lines join with
-    their indentation)."""
-    return "\n".join(" ".join(l.split()) for l in text.splitlines())
 
 
 # ---------------------------------------------------------------- plan

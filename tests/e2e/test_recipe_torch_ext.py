@@ -5,17 +5,11 @@ build on the Debian stand-in base (tests/torch, `make e2e-torch`).  The
 expected lines are the recipe's, expanded by hand.  The build itself is
 tested by `make e2e-torch` (minutes: it compiles against libtorch), not
 here."""
-from conftest import ROOT, imgbuild
+from conftest import ROOT, imgbuild, norm
 
 RECIPE = ROOT / "recipes/torch-cuda-ext.recipe"
 EXCLUDE = ("libc10.so*:libc10_cuda.so*:libtorch.so*:libtorch_cpu.so*:libtorch_cuda.so*:"
            "libtorch_python.so*:libshm.so*:libcudart.so.*")
-
-
-def norm(text):
-    """Each line with runs of blanks made one (continuation lines join with
-    their indentation)."""
-    return "\n".join(" ".join(l.split()) for l in text.splitlines())
 
 
 def install_line(pythons, build_packages, torch_version, index="https://download.pytorch.org/whl/cu128",

@@ -15,13 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import IMGBUILD, imgbuild
-
-
-def write(path, text):
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
-    return path
+from conftest import IMGBUILD, imgbuild, write
 
 
 def check_store(store):
