@@ -27,6 +27,25 @@ keep (ib_gpu_edits_t *e, const char *s)
   return e->owned[n];
 }
 
+int
+ib_gpu_resolve_all (char *const *devices, char *const *spec_dirs, char *const *env,
+                    ib_gpu_edits_t *edits, ib_error_t *err)
+{
+  ib_gpu_opts_t go = { .spec_dirs = spec_dirs };
+  for (char *const *e = env; e && *e; e++)
+    if (ib_str_has_prefix (*e, "NVIDIA_VISIBLE_DEVICES="))
+      go.visible_devices = strchr (*e, '=') + 1;
+    else if (ib_str_has_prefix (*e, "NVIDIA_DRIVER_CAPABILITIES="))
+      go.capabilities = strchr (*e, '=') + 1;
+  for (char *const *d = devices; d && *d; d++)
+    if (ib_gpu_resolve (*d, &go, edits, err) < 0)
+      {
+        ib_gpu_edits_free (edits);
+        return -1;
+      }
+  return 0;
+}
+
 void
 ib_gpu_edits_free (ib_gpu_edits_t *e)
 {

@@ -68,6 +68,16 @@ typedef struct ib_gpu_edits
 int ib_gpu_resolve (const char *request, const ib_gpu_opts_t *opts, ib_gpu_edits_t *edits,
                     ib_error_t *err);
 
+/* Every request of `devices` (NULL-terminated; NULL or empty: nothing)
+ * resolved into one *edits, with the CDI `spec_dirs` (ib_gpu_opts_t) and
+ * NVIDIA_VISIBLE_DEVICES / NVIDIA_DRIVER_CAPABILITIES taken from `env`
+ * (NAME=VALUE, the step's environment, as libnvidia-container reads the
+ * container's).  What RUN --device (and build --device) and `imgbuild run
+ * --device` both do.  On failure *edits is freed; errors as
+ * ib_gpu_resolve's. */
+int ib_gpu_resolve_all (char *const *devices, char *const *spec_dirs, char *const *env,
+                        ib_gpu_edits_t *edits, ib_error_t *err);
+
 /* Free everything *edits owns and zero it. */
 void ib_gpu_edits_free (ib_gpu_edits_t *edits);
 

@@ -244,19 +244,11 @@ cmd_run (int argc, char **argv, int *exit_status, ib_error_t *err)
   ib_gpu_edits_t gpu = { 0 };
   if (devices)
     {
-      ib_gpu_opts_t go = { .spec_dirs = cdi_dirs };
-      for (char **x = env; x && *x; x++)
-        if (ib_str_has_prefix (*x, "NVIDIA_VISIBLE_DEVICES="))
-          go.visible_devices = strchr (*x, '=') + 1;
-        else if (ib_str_has_prefix (*x, "NVIDIA_DRIVER_CAPABILITIES="))
-          go.capabilities = strchr (*x, '=') + 1;
-      for (char **d = devices; *d; d++)
-        if (ib_gpu_resolve (*d, &go, &gpu, err) < 0)
-          {
-            ib_gpu_edits_free (&gpu);
-            free (mounts);
-            goto out;
-          }
+      if (ib_gpu_resolve_all (devices, cdi_dirs, env, &gpu, err) < 0)
+        {
+          free (mounts);
+          goto out;
+        }
       mounts = xrealloc (mounts, sizeof *mounts * (n_specs + gpu.n_mounts + 1));
       for (size_t k = 0; k < gpu.n_mounts; k++)
         mounts[n_specs + k] = gpu.mounts[k];

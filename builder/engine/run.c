@@ -593,19 +593,11 @@ do_run (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err)
   if (devices && *devices)
     {
       cleanup_strv char **step_env = run_env (b, st);
-      ib_gpu_opts_t go = { .spec_dirs = b->opts->cdi_spec_dirs };
-      for (char **e = step_env; e && *e; e++)
-        if (ib_str_has_prefix (*e, "NVIDIA_VISIBLE_DEVICES="))
-          go.visible_devices = strchr (*e, '=') + 1;
-        else if (ib_str_has_prefix (*e, "NVIDIA_DRIVER_CAPABILITIES="))
-          go.capabilities = strchr (*e, '=') + 1;
-      for (char **d = devices; *d; d++)
-        if (ib_gpu_resolve (*d, &go, &gpu, err) < 0)
-          {
-            ib_gpu_edits_free (&gpu);
-            run_mounts_free (&mounts);
-            return -1;
-          }
+      if (ib_gpu_resolve_all (devices, b->opts->cdi_spec_dirs, step_env, &gpu, err) < 0)
+        {
+          run_mounts_free (&mounts);
+          return -1;
+        }
       for (size_t k = 0; k < gpu.n_mounts; k++)
         {
           mounts.v = xrealloc (mounts.v, sizeof *mounts.v * (mounts.n + 1));
