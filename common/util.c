@@ -58,7 +58,7 @@ char *
 xstrndup_trimmed (const char *s, size_t n)
 {
   static const char ws[] = " \t\n\v\f\r";
-  while (n > 0 && strchr (ws, *s) && *s)
+  while (n > 0 && *s && strchr (ws, *s))
     s++, n--;
   while (n > 0 && s[n - 1] && strchr (ws, s[n - 1]))
     n--;

@@ -111,10 +111,11 @@ ib_store_open (const char *root, ib_store_t **out, ib_error_t *err)
   s->lock_fd = -1;
   s->gc_fd = -1;
 
-  static const char *const dirs[] = { "blobs/sha256", "snapshots", "cache", "tmp" };
+  static const ib_store_area_t dirs[] = { IB_STORE_BLOBS, IB_STORE_SNAPSHOTS, IB_STORE_CACHE,
+                                           IB_STORE_TMP };
   for (size_t i = 0; i < sizeof dirs / sizeof dirs[0]; i++)
     {
-      cleanup_free char *d = ib_path_join (s->root, dirs[i]);
+      cleanup_free char *d = ib_store_path (s, dirs[i], NULL);
       if (ib_mkdir_p (d, 0755, err) < 0)
         goto fail;
     }
@@ -258,7 +259,8 @@ ib_store_partial_path (ib_store_t *s, const char *digest)
 int
 ib_store_tmp_file (ib_store_t *s, const char *prefix, char **path, ib_error_t *err)
 {
-  char *p = xasprintf ("%s/tmp/%s-XXXXXX", s->root, prefix ? prefix : "tmp");
+  cleanup_free char *name = xasprintf ("%s-XXXXXX", prefix ? prefix : "tmp");
+  char *p = ib_store_path (s, IB_STORE_TMP, name);
   int fd = mkostemp (p, O_CLOEXEC);
   if (fd < 0)
     {
@@ -273,7 +275,8 @@ ib_store_tmp_file (ib_store_t *s, const char *prefix, char **path, ib_error_t *e
 int
 ib_store_tmp_dir (ib_store_t *s, const char *prefix, char **path, ib_error_t *err)
 {
-  char *p = xasprintf ("%s/tmp/%s-XXXXXX", s->root, prefix ? prefix : "tmp");
+  cleanup_free char *name = xasprintf ("%s-XXXXXX", prefix ? prefix : "tmp");
+  char *p = ib_store_path (s, IB_STORE_TMP, name);
   if (mkdtemp (p) == NULL)
     {
       int e = errno;
