@@ -72,6 +72,17 @@ ib_error_prefix (ib_error_t *err, const char *fmt, ...)
   return -1;
 }
 
+int
+ib_error_propagate (ib_error_t *err, ib_error_t *from)
+{
+  if (err != NULL && *err == NULL)
+    *err = *from;
+  else
+    ib_error_free (from);
+  *from = NULL;
+  return -1;
+}
+
 void
 ib_error_free (ib_error_t *err)
 {

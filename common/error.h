@@ -5,6 +5,17 @@
  * error.  The caller owns *err: it either passes it up (optionally adding
  * context with ib_error_prefix) or reports it and calls ib_error_free.
  * *err must be NULL on entry.  No exit() outside the CLI (builder/cli/).
+ *
+ * Ignoring an error: pass NULL as `err`.  The call fails as it would
+ * (same return value, same cleanup) and no error is made; the caller
+ * writes why it goes on regardless, e.g.
+ *     // best effort: the .id file only names the directory for people
+ *     ib_write_file_atomic (idf, id, strlen (id), 0644, NULL);
+ * Every function taking `ib_error_t *err` accepts NULL: one that must look
+ * at a callee's error (its status, to go on after ENOENT) takes it in a
+ * local `ib_error_t` and hands it up with ib_error_propagate, never
+ * through (*err).  To show an error instead of dropping it, use
+ * ib_error_report (or ib_warn with its msg) and ib_error_free.
  */
 #ifndef IB_COMMON_ERROR_H
 #define IB_COMMON_ERROR_H
@@ -29,6 +40,12 @@ int ib_error_sys(ib_error_t *err, int status, const char *fmt, ...)
 /* Prepend "context: " to an existing error; returns -1.  No-op if *err is NULL. */
 int ib_error_prefix(ib_error_t *err, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
+
+/* Hand the error in *from (taken: *from becomes NULL) to the caller's
+ * `err`: stored there when err is not NULL and holds no error yet, freed
+ * otherwise (ignored, or a first error kept, as ib_error_set does).
+ * Returns -1. */
+int ib_error_propagate(ib_error_t *err, ib_error_t *from);
 
 /* Free *err (may be NULL) and set it to NULL. */
 void ib_error_free(ib_error_t *err);

@@ -371,7 +371,7 @@ push_manifest (push_ctx_t *pc, ib_registry_t *r, const char *repo, const char *d
             ib_progress_done (pc->progress, item, true, how);
         }
       if (ret < 0)
-        ib_progress_done (pc->progress, item, false, (*err)->msg);
+        ib_progress_done (pc->progress, item, false, err && *err ? (*err)->msg : "failed");
       else
         push_note (pc, r->name, repo, d->digest);
     }

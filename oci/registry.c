@@ -195,19 +195,20 @@ registry_do (ib_registry_t *r, xfer_t *x, const char *url, ib_error_t *err)
 {
   if (registry_probe_scheme (r, err) < 0)
     return -1;
-  if (auth_ping (r, err) < 0)
+  ib_error_t pe = NULL;
+  if (auth_ping (r, &pe) < 0)
     {
-      if (ib_str_has_prefix (r->base, "http:") && *err && strstr ((*err)->msg, "HTTP status 400"))
+      if (ib_str_has_prefix (r->base, "http:") && pe && strstr (pe->msg, "HTTP status 400"))
         {
           /* Go's TLS servers answer plain HTTP with 400 */
-          ib_error_free (err);
+          ib_error_free (&pe);
           return ib_error_set (err, EPROTO,
                                "%s answered plain HTTP with 400 Bad Request: it probably speaks "
                                "HTTPS (loopback registries use plain HTTP unless they have "
                                "certs.d files, --cert-dir or --tls-verify)",
                                r->host);
         }
-      return -1;
+      return ib_error_propagate (err, &pe);
     }
   cleanup_free char *cur = registry_rebase_url (r, url);
   bool own = true;

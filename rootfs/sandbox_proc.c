@@ -78,7 +78,7 @@ child_fail (int fd, int code, int errnum, const char *fmt, ...)
 static void __attribute__ ((noreturn))
 child_fail_err (int fd, int code, ib_error_t *err)
 {
-  child_fail (fd, code, 0, "%s", (*err)->msg);
+  child_fail (fd, code, 0, "%s", err && *err ? (*err)->msg : "failed");
 }
 
 /* --- signals ------------------------------------------------------------- */

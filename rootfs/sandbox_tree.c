@@ -253,11 +253,7 @@ readonly_path (const char *rootfs, const char *rel, ib_error_t *err)
       return ib_error_sys (err, errno, "sandbox: read-only /%s", rel);
     }
   if (mount (path, path, NULL, MS_BIND | MS_REC, NULL) < 0 || remount_ro (path, true, err) < 0)
-    {
-      if (*err == NULL)
-        ib_error_sys (err, errno, "sandbox: read-only /%s", rel);
-      return -1;
-    }
+    return ib_error_sys (err, errno, "sandbox: read-only /%s", rel); /* keeps remount_ro's */
   return 0;
 }
 

@@ -635,14 +635,16 @@ apply_whiteout (struct unpack *u, const char *name, const char *dir, const char 
   if (!opaque && (*victim == '\0' || strcmp (victim, ".") == 0 || strcmp (victim, "..") == 0))
     return ib_error_set (err, EINVAL, "entry %s: invalid whiteout name", name);
 
-  cleanup_close int dfd = resolve_dir (u, dir, opaque, err);
+  ib_error_t re = NULL;
+  cleanup_close int dfd = resolve_dir (u, dir, opaque, &re);
   if (dfd < 0)
     {
-      if (!opaque && ((*err)->status == ENOENT || (*err)->status == ENOTDIR))
+      if (!opaque && (re->status == ENOENT || re->status == ENOTDIR))
         {
-          ib_error_free (err); /* nothing there to delete */
+          ib_error_free (&re); /* nothing there to delete */
           return 0;
         }
+      ib_error_propagate (err, &re);
       return ib_error_prefix (err, "entry %s", name);
     }
   struct stat dst;

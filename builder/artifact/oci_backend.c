@@ -122,12 +122,15 @@ ib_art_pull_oci (ib_artifact_opts_t *o, ib_store_t *store, const char *key, cons
   int ret = ib_registry_new (&ref, &r, err);
   if (ret == 0)
     {
-      ret = ib_registry_get_manifest (r, ref.repository, tag, &data, &len, NULL, NULL, err);
-      if (ret < 0 && (*err)->status == ENOENT)
+      ib_error_t ge = NULL;
+      ret = ib_registry_get_manifest (r, ref.repository, tag, &data, &len, NULL, NULL, &ge);
+      if (ret < 0 && ge->status != ENOENT)
+        ib_error_propagate (err, &ge);
+      else if (ret < 0)
         {
           /* say what the commit has, if anything: readable tags
            * "COMMIT_LIBTYPE_OS_VARIANT" (ib_artifact_oci_tag) */
-          ib_error_free (err);
+          ib_error_free (&ge);
           cleanup_strv char **tags = NULL;
           cleanup_strv char **found = NULL;
           cleanup_free char *start = xasprintf ("%s_", o->id.commit);

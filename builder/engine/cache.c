@@ -406,8 +406,7 @@ ib_cache_put (ib_store_t *store, const char *key, json_t *config, const ib_descr
   if (ib_write_all (fd, text, strlen (text), path, err) < 0 || fchmod (fd, 0644) < 0
       || fsync (fd) < 0)
     {
-      if (*err == NULL)
-        ib_error_sys (err, errno, "write %s", tmp);
+      ib_error_sys (err, errno, "write %s", tmp); /* keeps ib_write_all's error */
       close (fd);
       unlink (tmp);
       return ib_error_prefix (err, "build cache");
