@@ -328,6 +328,29 @@ ib_store_cache_mount_dir (ib_store_t *s, const char *id, bool create, char **pat
 }
 
 int
+ib_store_cache_mount_lock (ib_store_t *s, const char *id, bool wait, ib_error_t *err)
+{
+  cleanup_free char *dir = NULL;
+  if (ib_store_cache_mount_dir (s, id, false, &dir, NULL, err) < 0)
+    return -1;
+  cleanup_free char *lp = xasprintf ("%s.lock", dir);
+  int fd = open (lp, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0)
+    return ib_error_sys (err, errno, "cache mount %s: lock %s", id, lp);
+  while (flock (fd, LOCK_EX | (wait ? 0 : LOCK_NB)) < 0)
+    {
+      int e = errno;
+      if (e == EINTR)
+        continue;
+      close (fd);
+      if (e == EWOULDBLOCK && !wait)
+        return ib_error_set (err, e, "cache mount %s is in use", id);
+      return ib_error_sys (err, e, "cache mount %s: lock %s", id, lp);
+    }
+  return fd;
+}
+
+int
 ib_store_commit_blob_hashed (ib_store_t *s, const char *tmp_path, const char *digest,
                              ib_error_t *err)
 {

@@ -89,9 +89,6 @@ int ib_store_tmp_file (ib_store_t *s, const char *prefix, char **path, ib_error_
 /* A new empty temp directory under <root>/tmp; caller frees the path. */
 int ib_store_tmp_dir (ib_store_t *s, const char *prefix, char **path, ib_error_t *err);
 
-/* Move a finished temp file into blobs/.  Its sha256 is computed here; when
- * `expected` is not NULL and differs, the file is deleted and an error
- * "digest mismatch" returned.  out_digest/out_size may be NULL. */
 /* Directory of the cache mount `id` (RUN --mount=type=cache): kept across
  * builds under <root>/cache/mounts/<first 32 hex of sha256(id)>, with the
  * id written beside it in "<dir>.id".  With `create` the directory is made
@@ -99,6 +96,16 @@ int ib_store_tmp_dir (ib_store_t *s, const char *prefix, char **path, ib_error_t
  * path is only computed.  *path is owned by the caller. */
 int ib_store_cache_mount_dir (ib_store_t *s, const char *id, bool create, char **path,
                               bool *created, ib_error_t *err);
+/* Take the cache mount `id`'s lock (RUN --mount=type=cache,sharing=locked):
+ * an exclusive flock on "<dir>.lock" beside its directory, made when
+ * missing.  Without `wait` a lock held elsewhere fails with EWOULDBLOCK
+ * ("cache mount ID is in use"); with it, blocks until granted.  Returns the open fd
+ * (O_CLOEXEC): the lock is held until it is closed.  Errors name the id
+ * and the lock file. */
+int ib_store_cache_mount_lock (ib_store_t *s, const char *id, bool wait, ib_error_t *err);
+/* Move a finished temp file into blobs/.  Its sha256 is computed here; when
+ * `expected` is not NULL and differs, the file is deleted and an error
+ * "digest mismatch" returned.  out_digest/out_size may be NULL. */
 int ib_store_commit_blob (ib_store_t *s, const char *tmp_path, const char *expected,
                           char out_digest[IB_DIGEST_LEN], uint64_t *out_size, ib_error_t *err);
 /* Like ib_store_commit_blob for a caller that hashed the bytes while

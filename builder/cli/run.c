@@ -2,9 +2,8 @@
  * directory, with docker run's options. */
 #include "builder/cli/cli.h"
 #include "builder/engine/fsops.h"
-#include "builder/engine/mountspec.h"
+#include "builder/engine/runspec.h"
 #include "common/util.h"
-#include "rootfs/gpu.h"
 #include "rootfs/overlay.h"
 
 #include <errno.h>
@@ -42,6 +41,18 @@ read_env_file (const char *path, char ***env, ib_error_t *err)
   return 0;
 }
 
+/* A bind mount's source for `imgbuild run` (ib_run_bind_fn): the host path. */
+static int
+host_bind_source (void *ctx, const ib_mount_spec_t *ms, const char *shown, ib_run_mounts_t *res,
+                  char **source, ib_error_t *err)
+{
+  (void) ctx, (void) shown, (void) res;
+  *source = realpath (ms->source, NULL);
+  if (*source == NULL)
+    return ib_error_sys (err, errno, "mount source %s", ms->source);
+  return 0;
+}
+
 int
 cmd_run (int argc, char **argv, int *exit_status, ib_error_t *err)
 {
@@ -56,10 +67,9 @@ cmd_run (int argc, char **argv, int *exit_status, ib_error_t *err)
     { NULL, 0, NULL, 0 },
   };
   bool want_tty = false;
-  cleanup_strv char **extra_env = NULL, **devices = NULL, **cdi_dirs = NULL;
+  cleanup_strv char **extra_env = NULL, **cdi_dirs = NULL;
   const char *workdir = NULL, *rootfs = NULL, *network = NULL, *user = NULL, *entrypoint = NULL;
-  ib_mount_spec_t *specs = NULL;
-  size_t n_specs = 0;
+  ib_run_spec_t spec = { 0 };
   int c;
   optind = 0; /* 0: GNU getopt re-reads the optstring's ordering flag */
   while ((c = getopt_long (argc, argv, "+e:w:u:v:ti", opts, NULL)) != -1)
@@ -74,7 +84,7 @@ cmd_run (int argc, char **argv, int *exit_status, ib_error_t *err)
         case 'r': rootfs = optarg; continue;
         case 'n': network = optarg; continue;
         case 'u': user = optarg; continue;
-        case 'D': ib_strv_push (&devices, optarg); continue;
+        case 'D': ib_strv_push (&spec.devices, optarg); continue;
         case 'S': ib_strv_push (&cdi_dirs, optarg); continue;
         case 'P': entrypoint = optarg; continue;
         case 't': want_tty = true; continue;
@@ -94,8 +104,8 @@ cmd_run (int argc, char **argv, int *exit_status, ib_error_t *err)
         usage_error ("run: --mount=%s: from= is for recipes; give a host path as source=", optarg);
       if (ms.type == IB_MSPEC_BIND && ms.source == NULL)
         usage_error ("run: --mount=%s: source= is missing", optarg);
-      specs = xrealloc (specs, sizeof *specs * (n_specs + 1));
-      specs[n_specs++] = ms;
+      cleanup_free char *shown = xasprintf ("%s%s", c == 'v' ? "-v " : c == 'T' ? "--tmpfs " : "--mount=", optarg);
+      ib_run_spec_add_mount (&spec, &ms, shown);
     }
   const char *image = NULL;
   if (rootfs == NULL)
@@ -108,6 +118,7 @@ cmd_run (int argc, char **argv, int *exit_status, ib_error_t *err)
     optind++;
   if (network && strcmp (network, "host") && strcmp (network, "none"))
     usage_error ("run: --network takes host or none, got '%s'", network);
+  spec.network = network && strcmp (network, "none") == 0 ? IB_RUN_NET_NONE : IB_RUN_NET_DEFAULT;
   if (want_tty && !isatty (STDIN_FILENO))
     usage_error ("%s", "run: -t: stdin is not a terminal");
   /* on a terminal the command gets a pty of its own, relayed: the
@@ -135,7 +146,8 @@ cmd_run (int argc, char **argv, int *exit_status, ib_error_t *err)
   int ret = -1;
   json_t *config = NULL;
   cleanup_free char *tmp_rootfs = NULL;
-  cleanup_strv char **cmd = NULL, **env = NULL, **mount_strings = NULL;
+  cleanup_strv char **cmd = NULL, **env = NULL;
+  ib_run_mounts_t mounts = { 0 };
   if (image)
     {
       if (ib_store_tmp_dir (store, "run", &tmp_rootfs, err) < 0)
@@ -185,104 +197,30 @@ cmd_run (int argc, char **argv, int *exit_status, ib_error_t *err)
       ib_error_set (err, EINVAL, "run: no command given and the image has no Entrypoint or Cmd");
       goto out;
     }
-  /* Mounts: host paths for binds (Docker's semantics: writable unless ro),
-   * the store's cache directories, tmpfs. */
-  ib_mount_t *mounts = xmalloc (sizeof *mounts * (n_specs + 1));
-  for (size_t k = 0; k < n_specs; k++)
-    {
-      ib_mount_spec_t *ms = &specs[k];
-      if (ms->target[0] != '/')
-        {
-          /* as docker run: no working directory to resolve it against yet */
-          ib_error_set (err, EINVAL, "run: mount target %s: must be an absolute path", ms->target);
-          free (mounts);
-          goto out;
-        }
-      mounts[k] = (ib_mount_t){ .target = ms->target, .readonly = ms->readonly };
-      if (ms->type == IB_MSPEC_TMPFS)
-        {
-          mounts[k].type = IB_MOUNT_TMPFS;
-          char *data = ms->size ? xasprintf ("size=%s,mode=1777", ms->size) : xstrdup ("mode=1777");
-          ib_strv_push (&mount_strings, data);
-          mounts[k].data = mount_strings[ib_strv_len (mount_strings) - 1];
-          free (data);
-        }
-      else if (ms->type == IB_MSPEC_BIND)
-        {
-          char *real = realpath (ms->source, NULL);
-          if (real == NULL)
-            {
-              ib_error_sys (err, errno, "run: mount source %s", ms->source);
-              free (mounts);
-              goto out;
-            }
-          ib_strv_push (&mount_strings, real);
-          free (real);
-          mounts[k].type = IB_MOUNT_BIND;
-          mounts[k].source = mount_strings[ib_strv_len (mount_strings) - 1];
-        }
-      else
-        {
-          char *dir = NULL;
-          bool created = false;
-          if (ib_store_cache_mount_dir (store, ms->id ? ms->id : ms->target, true, &dir, &created,
-                                        err)
-              < 0)
-            {
-              free (mounts);
-              goto out;
-            }
-          if (created && (chmod (dir, ms->mode) < 0 || chown (dir, ms->uid, ms->gid) < 0))
-            ib_warn ("cache directory %s: %s", dir, strerror (errno));
-          ib_strv_push (&mount_strings, dir);
-          free (dir);
-          mounts[k].type = IB_MOUNT_BIND;
-          mounts[k].source = mount_strings[ib_strv_len (mount_strings) - 1];
-        }
-    }
-  /* Devices: CDI specs or NVIDIA discovery (rootfs/gpu.h). */
-  ib_gpu_edits_t gpu = { 0 };
-  if (devices)
-    {
-      if (ib_gpu_resolve_all (devices, cdi_dirs, env, &gpu, err) < 0)
-        {
-          free (mounts);
-          goto out;
-        }
-      mounts = xrealloc (mounts, sizeof *mounts * (n_specs + gpu.n_mounts + 1));
-      for (size_t k = 0; k < gpu.n_mounts; k++)
-        mounts[n_specs + k] = gpu.mounts[k];
-      for (char **kv = gpu.env; kv && *kv; kv++)
-        ib_strv_push (&env, *kv);
-    }
   uid_t uid = 0;
   gid_t gid = 0;
   const char *u = user ? user : json_string_value (json_object_get (cc, "User"));
   if (u && *u && ib_lookup_user (rootfs, u, &uid, &gid, err) < 0)
+    goto out;
+  /* Mounts (docker run's: binds are host paths, writable unless ro; the
+   * store's cache directories; tmpfs) and devices, as RUN's */
+  const char *wd = workdir ? workdir : json_string_value (json_object_get (cc, "WorkingDir"));
+  ib_run_env_t ro = { .store = store, .bind_writable = true, .bind = host_bind_source,
+                      .cdi_spec_dirs = cdi_dirs };
+  ib_sandbox_opts_t so = { .rootfs = rootfs, .argv = cmd, .cwd = wd && *wd ? wd : "/",
+                           .uid = uid, .gid = gid, .keep_stdin = true, .tty = tty,
+                           .provide_etc_files = true };
+  if (ib_run_spec_sandbox (&spec, &ro, &env, &so, &mounts, err) < 0)
     {
-      ib_gpu_edits_free (&gpu);
-      free (mounts);
+      ib_error_prefix (err, "run");
       goto out;
     }
-  ib_env_default_home (&env, rootfs, uid); /* as runc: HOME from the image's /etc/passwd */
-  const char *wd = workdir ? workdir : json_string_value (json_object_get (cc, "WorkingDir"));
-  ib_sandbox_opts_t so = { .rootfs = rootfs, .argv = cmd, .env = env,
-                           .cwd = wd && *wd ? wd : "/", .uid = uid, .gid = gid,
-                           .network_none = network && strcmp (network, "none") == 0,
-                           .keep_stdin = true, .tty = tty, .provide_etc_files = true,
-                           .mounts = mounts, .n_mounts = n_specs + gpu.n_mounts,
-                           .symlinks = gpu.symlinks, .n_symlinks = gpu.n_symlinks,
-                           .ldconfig = gpu.ldconfig, .ldconfig_dirs = gpu.ldconfig_dirs };
-  int sr = ib_sandbox_run (&so, exit_status, err);
-  free (mounts);
-  ib_gpu_edits_free (&gpu);
-  if (sr < 0)
+  if (ib_sandbox_run (&so, exit_status, err) < 0)
     goto out;
   ret = 0;
 out:
-  for (size_t k = 0; k < n_specs; k++)
-    ib_mount_spec_clear (&specs[k]);
-  free (specs);
+  ib_run_mounts_free (&mounts);
+  ib_run_spec_clear (&spec);
   if (tmp_rootfs)
     {
       ib_error_t e2 = NULL;

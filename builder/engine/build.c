@@ -3,7 +3,7 @@
  * write the outputs. */
 #include "builder/engine/engine.h"
 #include "builder/engine/cache_io.h"
-#include "builder/engine/mountspec.h"
+#include "builder/engine/runspec.h"
 #include "rootfs/overlay.h"
 
 #include <errno.h>
@@ -68,28 +68,14 @@ mark_dep (build_t *b, size_t i, const char *dep, bool index_ok, ib_error_t *err)
 static int
 mark_mount_deps (build_t *b, size_t i, const ib_instr_t *in, ib_error_t *err)
 {
-  cleanup_strv char **vals = ib_instr_flag_values (in, "mount");
-  for (char **v = vals; *v; v++)
-    {
-      cleanup_free char *x = NULL;
-      ib_error_t e2 = NULL;
-      if (expand (b, NULL, *v, &x, &e2) < 0)
-        {
-          ib_error_free (&e2);
-          continue;
-        }
-      ib_mount_spec_t ms;
-      if (ib_mount_spec_parse (x, &ms, &e2) < 0)
-        {
-          ib_error_free (&e2);
-          continue;
-        }
-      int r = ms.from ? mark_dep (b, i, ms.from, true, err) : 0;
-      ib_mount_spec_clear (&ms);
-      if (r < 0)
-        return -1;
-    }
-  return 0;
+  ib_run_spec_t spec;
+  run_spec (b, NULL, in, true, &spec, NULL);
+  int r = 0;
+  for (size_t k = 0; r == 0 && k < spec.n_mounts; k++)
+    if (spec.mounts[k].from)
+      r = mark_dep (b, i, spec.mounts[k].from, true, err);
+  ib_run_spec_clear (&spec);
+  return r;
 }
 
 void

@@ -217,6 +217,11 @@ const char *config_string (json_t *config, const char *key);
 int do_run (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err);
 stage_state_t *earlier_stage (build_t *b, stage_state_t *st, const char *name);
 void key_str (ib_buf_t *t, const char *what, const char *s);
+/* RUN's flags typed (ib_run_spec_from_instr), expanded in st's scope, or
+ * the global ARGs' when st is NULL; lenient: see there */
+struct ib_run_spec;
+int run_spec (build_t *b, stage_state_t *st, const ib_instr_t *in, bool lenient,
+              struct ib_run_spec *spec, ib_error_t *err);
 
 /* stage.c */
 void add_history (build_t *b, stage_state_t *st, const char *created_by, bool empty_layer);

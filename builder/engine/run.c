@@ -2,8 +2,7 @@
  * the sandbox it runs in, and the tree kept after a failure. */
 #include "builder/engine/engine.h"
 #include "builder/engine/fsops.h"
-#include "builder/engine/mountspec.h"
-#include "rootfs/gpu.h"
+#include "builder/engine/runspec.h"
 #include "rootfs/overlay.h"
 #include "rootfs/treecopy.h"
 
@@ -81,45 +80,6 @@ resolve_user (stage_state_t *st, uid_t *uid, gid_t *gid, ib_error_t *err)
   return ib_lookup_user (st->rootfs, user, uid, gid, err);
 }
 
-/* The mounts of one RUN (--mount), resolved to host paths. */
-typedef struct run_mounts
-{
-  ib_mount_t *v;
-  size_t n;
-  char **strings;   /* owned by this struct */
-  char **copies;    /* rw bind copies, removed afterwards */
-  int *locks;       /* flock()ed cache lock fds */
-  size_t n_locks;
-} run_mounts_t;
-
-static const char *
-rm_keep (run_mounts_t *r, char *s)
-{
-  size_t n = ib_strv_len (r->strings);
-  r->strings = xrealloc (r->strings, sizeof (char *) * (n + 2));
-  r->strings[n] = s;
-  r->strings[n + 1] = NULL;
-  return s;
-}
-
-static void
-run_mounts_free (run_mounts_t *r)
-{
-  for (char **c = r->copies; c && *c; c++)
-    {
-      ib_error_t e = NULL;
-      if (ib_rm_rf (*c, &e) < 0)
-        ib_error_report (&e);
-    }
-  ib_strv_free (r->copies);
-  for (size_t i = 0; i < r->n_locks; i++)
-    close (r->locks[i]);
-  free (r->locks);
-  ib_strv_free (r->strings);
-  free (r->v);
-  memset (r, 0, sizeof *r);
-}
-
 /* Does `filter` leave out anything below directory `dir` (`rel`: its path
  * relative to the walked source, "" for the source)?  A walk of names
  * only; unreadable directories count as nothing left out. */
@@ -150,160 +110,71 @@ filter_leaves_out (const char *dir, const char *rel, const ib_path_filter_t *fil
   return found;
 }
 
-static int
-run_mount_one (build_t *b, stage_state_t *st, const char *flag, run_mounts_t *r,
-               ib_error_t *err)
+/* The host source of a RUN --mount=type=bind (ib_run_bind_fn): in the
+ * build context, or in the earlier stage from= names; a copy when the
+ * mount is rw (its writes are discarded) or when .dockerignore leaves out
+ * some of it. */
+typedef struct bind_ctx
 {
-  cleanup_free char *value = NULL;
-  if (expand (b, st, flag, &value, err) < 0)
-    return -1;
-  ib_mount_spec_t ms;
-  if (ib_mount_spec_parse (value, &ms, err) < 0)
-    return -1;
-  /* A relative target is under the working directory, as in BuildKit */
-  const char *wd = config_string (st->config, "WorkingDir");
-  cleanup_free char *joined = ms.target[0] == '/' ? xstrdup (ms.target)
-                                                 : ib_path_join (wd && *wd ? wd : "/", ms.target);
-  char *target = ib_path_clean_abs (joined);
-  ib_mount_t m = { .target = rm_keep (r, target), .readonly = ms.readonly };
-  int ret = -1;
-  if (ms.type == IB_MSPEC_TMPFS)
-    {
-      m.type = IB_MOUNT_TMPFS;
-      m.data = rm_keep (r, ms.size ? xasprintf ("size=%s,mode=1777", ms.size)
-                                   : xstrdup ("mode=1777"));
-    }
-  else if (ms.type == IB_MSPEC_BIND)
-    {
-      const char *root = b->context;
-      if (ms.from)
-        {
-          int idx = stage_index (b, ms.from);
-          if (idx < 0 && strspn (ms.from, "0123456789") == strlen (ms.from))
-            idx = atoi (ms.from);
-          if (idx < 0 || (size_t) idx >= (size_t) (st - b->stages))
-            {
-              ib_error_set (err, ENOENT,
-                            "--mount=%s: from=%s: no earlier stage of that name (images in "
-                            "from= are not supported yet)",
-                            value, ms.from);
-              goto out;
-            }
-          root = b->stages[idx].rootfs;
-        }
-      cleanup_free char *src = NULL;
-      if (ib_root_resolve (root, ms.source ? ms.source : ".", true, &src, err) < 0)
-        {
-          ib_error_prefix (err, "--mount=%s", value);
-          goto out;
-        }
-      struct stat sst;
-      if (stat (src, &sst) < 0)
-        {
-          ib_error_sys (err, errno, "--mount=%s: source %s", value, ms.source ? ms.source : ".");
-          goto out;
-        }
-      /* From the context, what .dockerignore leaves out is not there (the
-       * context BuildKit receives lacks it): the mount shows a filtered copy
-       * when the source holds any such name. */
-      const char *crel = ms.from ? NULL : src + strlen (root);
-      while (crel && *crel == '/')
-        crel++;
-      ib_path_filter_t filter = { .ignore = b->ignore, .ignore_base = crel };
-      bool filtered = false;
-      if (crel && !ib_ignore_empty (b->ignore))
-        {
-          if (*crel && ib_ignore_excluded (b->ignore, crel))
-            {
-              ib_error_set (err, ENOENT, "--mount=%s: source %s is excluded by .dockerignore",
-                            value, ms.source ? ms.source : ".");
-              goto out;
-            }
-          filtered = S_ISDIR (sst.st_mode) && filter_leaves_out (src, "", &filter);
-        }
-      if (ms.rw || filtered)
-        {
-          /* BuildKit: writes to a bind mount are discarded; they go to a
-           * copy made for this step. */
-          cleanup_free char *tmp = NULL;
-          if (ib_store_tmp_dir (b->store, "bind", &tmp, err) < 0)
-            goto out;
-          ib_strv_push (&r->copies, tmp);
-          cleanup_free char *dst = ib_path_join (tmp, "src");
-          ib_copy_opts_t co = { .chmod = -1, .filter = &filter };
-          if ((filtered ? ib_copy_into (src, dst, true, &co, err) : ib_copy_tree (src, dst, err)) < 0)
-            {
-              ib_error_prefix (err, "--mount=%s: copy the source", value);
-              goto out;
-            }
-          free (src);
-          src = steal_pointer (&dst);
-        }
-      m.type = IB_MOUNT_BIND;
-      m.readonly = !ms.rw;
-      m.source = rm_keep (r, steal_pointer (&src));
-    }
-  else
-    {
-      const char *id = ms.id ? ms.id : ms.target;
-      char *dir = NULL;
-      bool created = false;
-      if (ib_store_cache_mount_dir (b->store, id, true, &dir, &created, err) < 0)
-        goto out;
-      rm_keep (r, dir);
-      if (created && (chmod (dir, ms.mode) < 0 || chown (dir, ms.uid, ms.gid) < 0))
-        {
-          ib_error_sys (err, errno, "--mount=%s: cache directory %s", value, dir);
-          goto out;
-        }
-      if (ms.sharing && strcmp (ms.sharing, "shared") != 0)
-        {
-          /* locked (and private, which imgbuild treats as locked): one step
-           * at a time uses the cache; the others wait. */
-          cleanup_free char *lp = xasprintf ("%s.lock", dir);
-          int fd = open (lp, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-          if (fd < 0)
-            {
-              ib_error_sys (err, errno, "--mount=%s: lock %s", value, lp);
-              goto out;
-            }
-          r->locks = xrealloc (r->locks, sizeof (int) * (r->n_locks + 1));
-          r->locks[r->n_locks++] = fd;
-          if (flock (fd, LOCK_EX | LOCK_NB) < 0)
-            {
-              ib_info ("waiting for the cache mount %s (sharing=%s)", id, ms.sharing);
-              while (flock (fd, LOCK_EX) < 0)
-                if (errno != EINTR)
-                  {
-                    ib_error_sys (err, errno, "--mount=%s: lock %s", value, lp);
-                    goto out;
-                  }
-            }
-        }
-      m.type = IB_MOUNT_BIND;
-      m.source = dir;
-    }
-  r->v = xrealloc (r->v, sizeof *r->v * (r->n + 1));
-  r->v[r->n++] = m;
-  ret = 0;
-out:
-  ib_mount_spec_clear (&ms);
-  return ret;
-}
+  build_t *b;
+  stage_state_t *st;
+} bind_ctx_t;
 
-/* Set "K=V" in an environment vector, replacing an earlier K. */
-static void
-env_set (char ***env, const char *kv)
+static int
+run_bind_source (void *ctx, const ib_mount_spec_t *ms, const char *shown, ib_run_mounts_t *r,
+                 char **out, ib_error_t *err)
 {
-  size_t kl = strcspn (kv, "=");
-  for (char **e = *env; e && *e; e++)
-    if (strncmp (*e, kv, kl) == 0 && (*e)[kl] == '=')
-      {
-        free (*e);
-        *e = xstrdup (kv);
-        return;
-      }
-  ib_strv_push (env, kv);
+  build_t *b = ((bind_ctx_t *) ctx)->b;
+  stage_state_t *st = ((bind_ctx_t *) ctx)->st;
+  const char *root = b->context;
+  if (ms->from)
+    {
+      stage_state_t *from = earlier_stage (b, st, ms->from);
+      if (from == NULL)
+        return ib_error_set (err, ENOENT,
+                             "%s: from=%s: no earlier stage of that name (images in from= are "
+                             "not supported yet)",
+                             shown, ms->from);
+      root = from->rootfs;
+    }
+  cleanup_free char *src = NULL;
+  if (ib_root_resolve (root, ms->source ? ms->source : ".", true, &src, err) < 0)
+    return ib_error_prefix (err, "%s", shown);
+  struct stat sst;
+  if (stat (src, &sst) < 0)
+    return ib_error_sys (err, errno, "%s: source %s", shown, ms->source ? ms->source : ".");
+  /* From the context, what .dockerignore leaves out is not there (the
+   * context BuildKit receives lacks it): the mount shows a filtered copy
+   * when the source holds any such name. */
+  const char *crel = ms->from ? NULL : src + strlen (root);
+  while (crel && *crel == '/')
+    crel++;
+  ib_path_filter_t filter = { .ignore = b->ignore, .ignore_base = crel };
+  bool filtered = false;
+  if (crel && !ib_ignore_empty (b->ignore))
+    {
+      if (*crel && ib_ignore_excluded (b->ignore, crel))
+        return ib_error_set (err, ENOENT, "%s: source %s is excluded by .dockerignore", shown,
+                             ms->source ? ms->source : ".");
+      filtered = S_ISDIR (sst.st_mode) && filter_leaves_out (src, "", &filter);
+    }
+  if (ms->rw || filtered)
+    {
+      /* BuildKit: writes to a bind mount are discarded; they go to a copy
+       * made for this step. */
+      char *tmp = NULL;
+      if (ib_store_tmp_dir (b->store, "bind", &tmp, err) < 0)
+        return -1;
+      cleanup_free char *dst = ib_path_join (tmp, "src");
+      ib_run_mounts_keep_copy (r, tmp);
+      ib_copy_opts_t co = { .chmod = -1, .filter = &filter };
+      if ((filtered ? ib_copy_into (src, dst, true, &co, err) : ib_copy_tree (src, dst, err)) < 0)
+        return ib_error_prefix (err, "%s: copy the source", shown);
+      free (src);
+      src = steal_pointer (&dst);
+    }
+  *out = steal_pointer (&src);
+  return 0;
 }
 
 /* An earlier stage named (or numbered) `name`, or NULL. */
@@ -327,43 +198,30 @@ key_str (ib_buf_t *t, const char *what, const char *s)
 /* The key text of a RUN (see builder/cache.h): the command, its flags
  * expanded, the content of context bind mounts, the identity of stages it
  * mounts, every ARG in scope (its environment), the build's devices and
- * the layer format.  Malformed --mount values are left for the step to
- * report. */
-static int
-run_key_text (build_t *b, stage_state_t *st, const ib_instr_t *in, char **argv, char **out,
-              ib_error_t *err)
+ * the layer format. */
+static char *
+run_key_text (build_t *b, stage_state_t *st, const ib_instr_t *in, char **argv,
+              const ib_run_spec_t *spec)
 {
   ib_buf_t t = { 0 };
   ib_buf_printf (&t, "RUN %s\n", in->json_form ? "exec" : "shell");
   for (char **a = argv; *a; a++)
     key_str (&t, "argv", *a);
   key_str (&t, "text", in->text ? in->text : "");
-  for (char **f = in->flags; f && *f; f++)
+  size_t k = 0; /* spec->mounts[k]: the next --mount among the flags */
+  for (char **f = spec->flags; f && *f; f++)
     {
-      cleanup_free char *x = NULL;
-      if (expand (b, st, *f, &x, err) < 0)
-        {
-          ib_buf_free (&t);
-          return -1;
-        }
-      key_str (&t, "flag", x);
-      if (!ib_str_has_prefix (x, "--mount="))
+      key_str (&t, "flag", *f);
+      if (!ib_str_has_prefix (*f, "--mount="))
         continue;
-      ib_mount_spec_t ms;
-      ib_error_t e2 = NULL;
-      if (ib_mount_spec_parse (x + 8, &ms, &e2) < 0)
+      const ib_mount_spec_t *ms = &spec->mounts[k++];
+      if (ms->type == IB_MSPEC_BIND && ms->from == NULL)
+        key_context_path (b, &t, ms->source ? ms->source : ".", NULL);
+      else if (ms->type == IB_MSPEC_BIND)
         {
-          ib_error_free (&e2);
-          continue;
-        }
-      if (ms.type == IB_MSPEC_BIND && ms.from == NULL)
-        key_context_path (b, &t, ms.source ? ms.source : ".", NULL);
-      else if (ms.type == IB_MSPEC_BIND)
-        {
-          stage_state_t *src = earlier_stage (b, st, ms.from);
+          stage_state_t *src = earlier_stage (b, st, ms->from);
           ib_buf_printf (&t, "stage %s\n", src ? src->key : "none");
         }
-      ib_mount_spec_clear (&ms);
     }
   for (size_t i = 0; i < st->args.n; i++)
     {
@@ -373,32 +231,44 @@ run_key_text (build_t *b, stage_state_t *st, const ib_instr_t *in, char **argv, 
   for (char **d = b->opts->devices; d && *d; d++)
     key_str (&t, "device", *d);
   key_layer_format (b, &t);
-  *out = ib_buf_steal (&t);
-  return 0;
+  return ib_buf_steal (&t);
 }
 
 /* RUN --mount=type=bind,from=STAGE reads STAGE's tree: make it. */
 static int
-ensure_mount_sources (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err)
+ensure_mount_sources (build_t *b, stage_state_t *st, const ib_run_spec_t *spec, ib_error_t *err)
 {
-  cleanup_strv char **vals = ib_instr_flag_values (in, "mount");
-  for (char **v = vals; *v; v++)
+  for (size_t k = 0; k < spec->n_mounts; k++)
     {
-      cleanup_free char *x = NULL;
-      ib_error_t e2 = NULL;
-      ib_mount_spec_t ms;
-      if (expand (b, st, *v, &x, &e2) < 0 || ib_mount_spec_parse (x, &ms, &e2) < 0)
-        {
-          ib_error_free (&e2); /* reported by run_mount_one */
-          continue;
-        }
-      stage_state_t *src = ms.type == IB_MSPEC_BIND && ms.from ? earlier_stage (b, st, ms.from)
-                                                                : NULL;
-      ib_mount_spec_clear (&ms);
+      const ib_mount_spec_t *ms = &spec->mounts[k];
+      stage_state_t *src = ms->type == IB_MSPEC_BIND && ms->from ? earlier_stage (b, st, ms->from)
+                                                                  : NULL;
       if (src && ensure_rootfs (b, src, err) < 0)
         return -1;
     }
   return 0;
+}
+
+/* ib_run_expand_fn over the stage's scope (the global ARGs when st is NULL) */
+typedef struct expand_ctx
+{
+  build_t *b;
+  stage_state_t *st;
+} expand_ctx_t;
+
+static int
+expand_in (void *ctx, const char *word, char **out, ib_error_t *err)
+{
+  expand_ctx_t *c = ctx;
+  return expand (c->b, c->st, word, out, err);
+}
+
+int
+run_spec (build_t *b, stage_state_t *st, const ib_instr_t *in, bool lenient, ib_run_spec_t *spec,
+          ib_error_t *err)
+{
+  expand_ctx_t c = { b, st };
+  return ib_run_spec_from_instr (in, expand_in, &c, lenient, spec, err);
 }
 
 /* --keep-on-failure / --debug-shell: the tree of the failed RUN (with
@@ -463,24 +333,22 @@ keep_failed_tree (build_t *b, stage_state_t *st, char **env, const char *cwd, ui
   prog_resume (b);
 }
 
+static int run_step (build_t *b, stage_state_t *st, const ib_instr_t *in,
+                     const ib_run_spec_t *spec, ib_error_t *err);
+
 int
 do_run (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err)
 {
-  const char *net = ib_instr_flag (in, "network");
-  for (char **f = in->flags; f && *f; f++)
-    if (ib_str_has_prefix (*f, "--security="))
-      {
-        if (strcmp (*f, "--security=sandbox") != 0)
-          return ib_error_set (err, ENOTSUP,
-                               "%s is not supported: imgbuild never gives a step more than its "
-                               "sandbox (use --security=sandbox, the default)",
-                               *f);
-      }
-    else if (!ib_str_has_prefix (*f, "--network=") && !ib_str_has_prefix (*f, "--mount=")
-             && !ib_str_has_prefix (*f, "--device="))
-      return ib_error_set (err, ENOTSUP, "%s is not supported yet", *f);
-  if (net && strcmp (net, "host") != 0 && strcmp (net, "none") != 0 && strcmp (net, "default") != 0)
-    return ib_error_set (err, EINVAL, "--network=%s: expected host, none or default", net);
+  ib_run_spec_t spec;
+  int ret = run_spec (b, st, in, false, &spec, err) < 0 ? -1 : run_step (b, st, in, &spec, err);
+  ib_run_spec_clear (&spec);
+  return ret;
+}
+
+static int
+run_step (build_t *b, stage_state_t *st, const ib_instr_t *in, const ib_run_spec_t *spec,
+          ib_error_t *err)
+{
   if (st->foreign)
     {
       const char *os, *arch, *variant;
@@ -526,9 +394,7 @@ do_run (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err)
     }
   char key[IB_DIGEST_LEN];
   {
-    cleanup_free char *text = NULL;
-    if (run_key_text (b, st, in, argv, &text, err) < 0)
-      return -1;
+    cleanup_free char *text = run_key_text (b, st, in, argv, spec);
     ib_cache_key (st->key, text, key);
   }
   if (cache_lookup (b, st, key))
@@ -537,7 +403,7 @@ do_run (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err)
       return 0;
     }
   step_line (b, st, "RUN", shown, false, true);
-  if (ensure_rootfs (b, st, err) < 0 || ensure_mount_sources (b, st, in, err) < 0)
+  if (ensure_rootfs (b, st, err) < 0 || ensure_mount_sources (b, st, spec, err) < 0)
     return -1;
 
   cleanup_strv char **env = run_env (b, st);
@@ -545,101 +411,65 @@ do_run (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err)
   gid_t gid;
   if (resolve_user (st, &uid, &gid, err) < 0)
     return -1;
-  run_mounts_t mounts = { 0 };
-  cleanup_strv char **mount_flags = ib_instr_flag_values (in, "mount");
-  for (char **f = mount_flags; *f; f++)
-    if (run_mount_one (b, st, *f, &mounts, err) < 0)
-      {
-        run_mounts_free (&mounts);
-        return -1;
-      }
+  /* the heredoc script (RUN <<EOF with "#!"): a file of its own */
+  ib_run_mounts_t mounts = { 0 };
+  ib_mount_t script_mount = { 0 };
+  cleanup_free char *script_file = NULL;
   if (script)
     {
       char *dir = NULL;
       if (ib_store_tmp_dir (b->store, "heredoc", &dir, err) < 0)
+        return -1;
+      script_file = ib_path_join (dir, "script");
+      ib_run_mounts_keep_copy (&mounts, dir); /* removed with the mounts */
+      if (ib_write_file_atomic (script_file, script->content, strlen (script->content), 0755,
+                                err)
+          < 0)
         {
-          run_mounts_free (&mounts);
+          ib_run_mounts_free (&mounts);
           return -1;
         }
-      ib_strv_push (&mounts.copies, dir); /* removed with the mounts */
-      char *file = ib_path_join (dir, "script");
-      free (dir);
-      rm_keep (&mounts, file);
-      if (ib_write_file_atomic (file, script->content, strlen (script->content), 0755, err) < 0)
-        {
-          run_mounts_free (&mounts);
-          return -1;
-        }
-      ib_mount_t m = { .type = IB_MOUNT_BIND, .source = file,
-                       .target = rm_keep (&mounts, xstrdup (script_path)), .readonly = true };
-      mounts.v = xrealloc (mounts.v, sizeof *mounts.v * (mounts.n + 1));
-      mounts.v[mounts.n++] = m;
+      script_mount = (ib_mount_t){ .type = IB_MOUNT_BIND, .source = script_file,
+                                   .target = script_path, .readonly = true };
     }
-  /* Devices (CDI, NVIDIA discovery): the build's --device, then the
-   * step's; their mounts follow the step's own. */
-  ib_gpu_edits_t gpu = { 0 };
-  cleanup_strv char **dev_flags = ib_instr_flag_values (in, "device");
+  /* The build's --device, then the step's */
+  ib_run_spec_t all = *spec;
   cleanup_strv char **devices = ib_strv_dup (b->opts->devices);
-  for (char **f = dev_flags; *f; f++)
-    {
-      cleanup_free char *x = NULL;
-      if (expand (b, st, *f, &x, err) < 0)
-        {
-          run_mounts_free (&mounts);
-          return -1;
-        }
-      ib_strv_push (&devices, x);
-    }
-  if (devices && *devices)
-    {
-      cleanup_strv char **step_env = run_env (b, st);
-      if (ib_gpu_resolve_all (devices, b->opts->cdi_spec_dirs, step_env, &gpu, err) < 0)
-        {
-          run_mounts_free (&mounts);
-          return -1;
-        }
-      for (size_t k = 0; k < gpu.n_mounts; k++)
-        {
-          mounts.v = xrealloc (mounts.v, sizeof *mounts.v * (mounts.n + 1));
-          mounts.v[mounts.n++] = gpu.mounts[k];
-        }
-    }
-  for (char **kv = gpu.env; kv && *kv; kv++)
-    env_set (&env, *kv);
-  ib_env_default_home (&env, st->rootfs, uid); /* as runc, so Docker, BuildKit, buildah */
-  step_scan_t before = { 0 };
-  if (step_scan_begin (st, &before, err) < 0)
-    {
-      run_mounts_free (&mounts);
-      ib_gpu_edits_free (&gpu);
-      return -1;
-    }
+  for (char **d = spec->devices; d && *d; d++)
+    ib_strv_push (&devices, *d);
+  all.devices = devices;
   const char *wd = config_string (st->config, "WorkingDir");
   cleanup_free char *tail = NULL;
+  bind_ctx_t bc = { b, st };
+  ib_run_env_t ro = { .store = b->store, .cwd = wd && *wd ? wd : "/", .bind = run_bind_source,
+                      .bind_ctx = &bc, .extra = script ? &script_mount : NULL,
+                      .n_extra = script ? 1 : 0, .cdi_spec_dirs = b->opts->cdi_spec_dirs };
   ib_sandbox_opts_t so = {
     .rootfs = st->rootfs,
     .argv = argv,
-    .env = env,
-    .cwd = wd && *wd ? wd : "/",
+    .cwd = ro.cwd,
     .uid = uid,
     .gid = gid,
-    .network_none = net && strcmp (net, "none") == 0,
     .tail_lines = TAIL_LINES,
     .tail = &tail,
     .provide_etc_files = true, /* DNS in images without /etc/resolv.conf */
-    .mounts = mounts.v,
-    .n_mounts = mounts.n,
-    .symlinks = gpu.symlinks,
-    .n_symlinks = gpu.n_symlinks,
-    .ldconfig = gpu.ldconfig,
-    .ldconfig_dirs = gpu.ldconfig_dirs,
     .output_fn = b->prog ? step_output : NULL,
     .output_ud = b,
   };
+  if (ib_run_spec_sandbox (&all, &ro, &env, &so, &mounts, err) < 0)
+    {
+      ib_run_mounts_free (&mounts);
+      return -1;
+    }
+  step_scan_t before = { 0 };
+  if (step_scan_begin (st, &before, err) < 0)
+    {
+      ib_run_mounts_free (&mounts);
+      return -1;
+    }
   int status = 0;
   int sr = ib_sandbox_run (&so, &status, err);
-  run_mounts_free (&mounts);
-  ib_gpu_edits_free (&gpu);
+  ib_run_mounts_free (&mounts);
   if (sr < 0)
     {
       step_scan_free (&before);

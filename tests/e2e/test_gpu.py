@@ -121,6 +121,20 @@ def test_discovery_selection(gstore, grootfs, fake, device, visible, caps, gpus,
     assert got == sorted(libs.split()), r.out
 
 
+def test_device_env_replaces_the_callers_not_added_twice(gstore, grootfs, fake):
+    """A CDI device's variables replace the same names from -e or the image
+    in `imgbuild run`, as in RUN (one resolution of a step's devices) and as
+    CDI's own spec editing does: the command's environment holds each name
+    once."""
+    r = imgbuild("run", "--cdi-spec-dir", fake / "cdi", "-e", "NVIDIA_VISIBLE_DEVICES=1",
+                 "-e", "FROM_CDI=no", "--device",
+                 "nvidia.com/gpu=GPU-22222222-2222-2222-2222-222222222222", "--rootfs", grootfs,
+                 "--", "env", store=gstore)  # env itself: a shell would merge the names
+    assert r.rc == 0, r
+    got = [v for v in r.out.splitlines() if v.split("=")[0] in ("NVIDIA_VISIBLE_DEVICES", "FROM_CDI")]
+    assert sorted(got) == ["FROM_CDI=yes", "NVIDIA_VISIBLE_DEVICES=void"], r
+
+
 def test_cdi_yaml_spec(gstore, grootfs, fake):
     before = tree_digest(grootfs)
     r = run_probe(gstore, grootfs, fake, "nvidia.com/gpu=GPU-22222222-2222-2222-2222-222222222222",

@@ -202,3 +202,75 @@ int main (int argc, char **argv) {
     with tarfile.open(Path(mstore) / "blobs/sha256" / layers[2]) as t:
         assert t.extractfile("out").read().decode() == \
             "- dev-null=1 proc-self=1\n/dev/pipes/EOF dev-null=1 proc-self=1\n"
+
+
+def test_locked_cache_mount_is_one_user_at_a_time_in_run_and_build(mstore, rootfs, base_image,
+                                                                   tmp_path):
+    """sharing=locked: `imgbuild run` and a build's RUN take the same lock
+    (one implementation of the mounts for both): the second user waits,
+    says so, and runs only after the first has ended."""
+    import subprocess
+    import threading
+    import time
+    from conftest import IMGBUILD
+    sig = tmp_path / "sig"
+    sig.mkdir()
+    sig.chmod(0o777)
+    mount = "type=cache,id=locked-one,target=/c,sharing=locked"
+    # whatever happens, every holder is let go after a minute
+    timer = threading.Timer(60, lambda: [(sig / f"go-{t}").touch() for t in ("run1", "run2")])
+    timer.start()
+
+    def hold(tag):
+        """`imgbuild run` with the cache mount, holding it until /sig/go-TAG."""
+        return subprocess.Popen(
+            [str(IMGBUILD), "--store", str(mstore), "run", "-v", f"{sig}:/sig", "--mount", mount,
+             "--rootfs", str(rootfs), "--", "sh", "-c",
+             f"echo {tag}-start >> /c/log; touch /sig/{tag}; "
+             f"while [ ! -e /sig/go-{tag} ]; do sleep 0.05; done; echo {tag}-end >> /c/log"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def wait_for(path):
+        for _ in range(1200):
+            if path.exists():
+                return
+            time.sleep(0.05)
+        raise AssertionError(f"{path} never appeared")
+
+    def wait_line(proc, text):
+        """stderr lines of proc up to the one holding text (all of them if none does)."""
+        seen = []
+        for line in proc.stderr:
+            seen.append(line)
+            if text in line:
+                break
+        return "".join(seen)
+
+    waiting = "waiting for the cache mount locked-one (sharing=locked)"
+    try:
+        first = hold("run1")
+        wait_for(sig / "run1")
+        # a second `imgbuild run` waits for the first
+        second = hold("run2")
+        assert waiting in wait_line(second, waiting)
+        assert not (sig / "run2").exists()
+        (sig / "go-run1").touch()
+        assert first.wait(60) == 0
+        wait_for(sig / "run2")
+        # a build's RUN waits for an `imgbuild run`
+        out = tmp_path / "out"
+        recipe = write(tmp_path / "r.recipe", f"FROM {base_image}\n"
+                       f"RUN --mount={mount} cp /c/log /log\nOUTPUT type=local,dest={out}\n")
+        build = subprocess.Popen([str(IMGBUILD), "--store", str(mstore), "build", str(recipe)],
+                                 cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                 text=True)
+        err = wait_line(build, waiting)
+        assert waiting in err, err
+        (sig / "go-run2").touch()
+        assert second.wait(60) == 0
+        assert build.wait(600) == 0, err + build.stderr.read()
+        assert (out / "log").read_text() == "run1-start\nrun1-end\nrun2-start\nrun2-end\n"
+    finally:
+        timer.cancel()
+        for t in ("run1", "run2"):
+            (sig / f"go-{t}").touch()

@@ -377,6 +377,61 @@ test_lock (void **state)
   ib_store_close (s);
 }
 
+/* A cache mount's lock (sharing=locked): one holder at a time; a second
+ * open of the lock stands for another step.  Also the error convention's
+ * NULL (ignore) and ib_error_propagate. */
+static void
+test_cache_mount_lock (void **state)
+{
+  ib_store_t *s = open_store (*state);
+  ib_error_t err = NULL;
+  cleanup_free char *dir = NULL;
+  bool created = false;
+  assert_int_equal (ib_store_cache_mount_dir (s, "/root/.ccache", true, &dir, &created, &err), 0);
+  assert_true (created);
+  int a = ib_store_cache_mount_lock (s, "/root/.ccache", false, &err);
+  assert_true (a >= 0);
+  /* the lock file lies beside the directory, not in it (the step sees the directory) */
+  cleanup_free char *lp = xasprintf ("%s.lock", dir);
+  struct stat sb;
+  assert_int_equal (stat (lp, &sb), 0);
+  assert_int_equal (count_entries (dir), 0);
+  assert_int_equal (ib_store_cache_mount_lock (s, "/root/.ccache", false, &err), -1);
+  assert_int_equal (err->status, EWOULDBLOCK);
+  assert_string_equal (err->msg, "cache mount /root/.ccache is in use");
+  ib_error_free (&err);
+  /* another id is another lock */
+  int c = ib_store_cache_mount_lock (s, "other", false, &err);
+  assert_true (c >= 0);
+  /* ignored (NULL): the same failure, no error made */
+  assert_int_equal (ib_store_cache_mount_lock (s, "/root/.ccache", false, NULL), -1);
+  close (a);
+  int b = ib_store_cache_mount_lock (s, "/root/.ccache", false, &err);
+  assert_true (b >= 0);
+  close (b);
+  close (c);
+  assert_int_equal (ib_store_cache_mount_lock (s, "", true, &err), -1);
+  assert_int_equal (err->status, EINVAL);
+
+  /* propagate: taken into an empty err, dropped into NULL or a kept first one */
+  ib_error_t from = NULL, to = NULL;
+  ib_error_set (&from, ENOENT, "second");
+  assert_int_equal (ib_error_propagate (&err, &from), -1);
+  assert_null (from);
+  assert_string_equal (err->msg, "cache mount: empty id"); /* the first is kept */
+  ib_error_set (&from, ENOENT, "moved");
+  ib_error_propagate (&to, &from);
+  assert_null (from);
+  assert_string_equal (to->msg, "moved");
+  assert_int_equal (to->status, ENOENT);
+  ib_error_set (&from, ENOENT, "dropped");
+  ib_error_propagate (NULL, &from);
+  assert_null (from);
+  ib_error_free (&to);
+  ib_error_free (&err);
+  ib_store_close (s);
+}
+
 /* The layout's one door: each area's path as docs/design.md and the
  * other tools (skopeo's oci: transport for blobs/) expect it. */
 static void
@@ -453,6 +508,7 @@ main (void)
     cmocka_unit_test_setup_teardown (test_commit, setup, teardown),
     cmocka_unit_test_setup_teardown (test_tags, setup, teardown),
     cmocka_unit_test_setup_teardown (test_lock, setup, teardown),
+    cmocka_unit_test_setup_teardown (test_cache_mount_lock, setup, teardown),
     cmocka_unit_test_setup_teardown (test_paths, setup, teardown),
     cmocka_unit_test (test_default_root),
   };
