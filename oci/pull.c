@@ -292,13 +292,11 @@ resolve_manifest (ib_registry_t *r, ib_store_t *store, const ib_ref_t *ref, cons
    * before) is read there: verified, and no request; one larger than a
    * config may be (a manifest naming a layer as its config) is left to
    * get_small_blob, which refuses it before reading a byte */
-  ib_error_t se = NULL;
   if (store == NULL || (*m)->config.size > CONFIG_MAX
       || !ib_store_has_blob (store, (*m)->config.digest)
-      || ib_store_read_blob (store, (*m)->config.digest, &config, &config_len, &se) < 0
+      || ib_store_read_blob (store, (*m)->config.digest, &config, &config_len, NULL) < 0
       || (int64_t) config_len != (*m)->config.size)
     {
-      ib_error_free (&se);
       free (config);
       config = NULL;
       if (get_small_blob (r, ref->repository, &(*m)->config, &config, &config_len, err) < 0)

@@ -312,9 +312,7 @@ ib_store_cache_mount_dir (ib_store_t *s, const char *id, bool create, char **pat
             *created = true;
           /* what the directory is for, for `imgbuild prune` and people */
           cleanup_free char *idf = xasprintf ("%s.id", p);
-          ib_error_t e2 = NULL;
-          if (ib_write_file_atomic (idf, id, strlen (id), 0644, &e2) < 0)
-            ib_error_free (&e2);
+          ib_write_file_atomic (idf, id, strlen (id), 0644, NULL);
         }
       else if (errno != EEXIST)
         {
@@ -686,8 +684,7 @@ ib_store_resolve (ib_store_t *s, const char *name, ib_descriptor_t *out, ib_erro
       return 0;
   }
   ib_ref_t ref;
-  ib_error_t perr = NULL;
-  if (ib_ref_parse (name, &ref, &perr) == 0)
+  if (ib_ref_parse (name, &ref, NULL) == 0)
     {
       cleanup_free char *full = ib_ref_string (&ref);
       ib_ref_free (&ref);
@@ -698,7 +695,6 @@ ib_store_resolve (ib_store_t *s, const char *name, ib_descriptor_t *out, ib_erro
           return 0;
       }
     }
-  ib_error_free (&perr);
   return ib_error_set (err, ENOENT, "image %s not found in store %s", name, s->root);
 }
 

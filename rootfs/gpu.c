@@ -542,10 +542,8 @@ list_gpus (const char *root, size_t *n)
             continue;
           cleanup_free char *info = xasprintf ("%s/%s/information", pd, de->d_name);
           cleanup_free char *data = NULL;
-          ib_error_t e = NULL;
-          if (ib_read_file (info, &data, NULL, &e) < 0)
+          if (ib_read_file (info, &data, NULL, NULL) < 0)
             {
-              ib_error_free (&e);
               continue;
             }
           struct gpu g = { .minor = -1 };

@@ -60,10 +60,8 @@ ovl_read_lowers (const char *ovl, char ***out)
 {
   cleanup_free char *lfile = ib_path_join (ovl, "lowers");
   cleanup_free char *ltext = NULL;
-  ib_error_t e = NULL;
-  if (ib_read_file (lfile, &ltext, NULL, &e) < 0)
+  if (ib_read_file (lfile, &ltext, NULL, NULL) < 0)
     {
-      ib_error_free (&e);
       return false;
     }
   char *save = NULL;
@@ -212,7 +210,6 @@ ib_rootfs_overlay_from (const char *src, const char *dest, ib_error_t *err)
     return 0;
   cleanup_strv char **lowers = NULL;
   ovl_lowers (src, &lowers);
-  ib_error_t e = NULL;
   if (!ovl_fits (dest, lowers))
     {
       ib_debug ("%s: not stacked on %s (paths or depth): copying", dest, src);
@@ -230,8 +227,7 @@ ib_rootfs_overlay_from (const char *src, const char *dest, ib_error_t *err)
       || (mkdir (dest, 0755) < 0 && errno != EEXIST))
     {
       int en = errno;
-      if (ib_rm_rf (ovl, &e) < 0)
-        ib_error_free (&e);
+      ib_rm_rf (ovl, NULL);
       return ib_error_sys (err, en, "overlay %s: create %s", dest, ovl);
     }
   /* The merged root takes the upper directory's owner, mode and times:
@@ -248,8 +244,7 @@ ib_rootfs_overlay_from (const char *src, const char *dest, ib_error_t *err)
       ib_debug ("overlayfs not used: %s lacks user xattrs (%s): rootfs trees are copied", upper,
                 strerror (errno));
       overlay_state = -1;
-      if (ib_rm_rf (ovl, &e) < 0)
-        ib_error_free (&e);
+      ib_rm_rf (ovl, NULL);
       rmdir (dest);
       return 0;
     }
@@ -258,8 +253,7 @@ ib_rootfs_overlay_from (const char *src, const char *dest, ib_error_t *err)
     {
       ib_debug ("overlayfs is not usable here (%s): rootfs trees are copied", strerror (errno));
       overlay_state = -1;
-      if (ib_rm_rf (ovl, &e) < 0)
-        ib_error_free (&e);
+      ib_rm_rf (ovl, NULL);
       rmdir (dest); /* the caller copies into it: it must not exist */
       return 0;
     }
@@ -273,9 +267,7 @@ ib_rootfs_overlay_from (const char *src, const char *dest, ib_error_t *err)
   ib_buf_free (&lb);
   if (r < 0)
     {
-      ib_error_t e2 = NULL;
-      if (ib_rootfs_remove (dest, &e2) < 0)
-        ib_error_free (&e2);
+      ib_rootfs_remove (dest, NULL);
       return ib_error_prefix (err, "overlay %s", dest);
     }
   ib_debug ("%s: overlay on %zu lower layer(s), top %s", dest, ib_strv_len (lowers), lowers[0]);
@@ -346,10 +338,8 @@ rfs_layered_snapshot_ok (const char *snap)
   cleanup_free char *up = ib_path_join (ovl, "upper");
   cleanup_free char *lfile = ib_path_join (ovl, "lowers");
   cleanup_free char *ltext = NULL;
-  ib_error_t e = NULL;
-  if (!rfs_is_dir (up) || ib_read_file (lfile, &ltext, NULL, &e) < 0)
+  if (!rfs_is_dir (up) || ib_read_file (lfile, &ltext, NULL, NULL) < 0)
     {
-      ib_error_free (&e);
       return false;
     }
   char *save = NULL;
@@ -418,8 +408,7 @@ ib_rootfs_freeze (ib_store_t *store, const char *dest, const char *chain_hex, ib
   int um_errno = errno;
   if (r < 0 || um < 0)
     {
-      if (ib_rm_rf (tmpl, &e) < 0)
-        ib_error_free (&e);
+      ib_rm_rf (tmpl, NULL);
       if (r < 0)
         return -1;
       /* still in use (EBUSY): the tree stays mounted as it is, unfrozen */
@@ -434,8 +423,7 @@ ib_rootfs_freeze (ib_store_t *store, const char *dest, const char *chain_hex, ib
       int en = errno;
       if (access (tup, F_OK) == 0 && rename (tup, upper) < 0)
         return ib_error_sys (err, errno, "freeze %s: put back %s", dest, upper);
-      if (ib_rm_rf (tmpl, &e) < 0)
-        ib_error_free (&e);
+      ib_rm_rf (tmpl, NULL);
       cleanup_free char *work = ib_path_join (ovl, "work");
       if (ib_rm_rf (work, err) < 0 || mkdir (work, 0700) < 0 || ovl_mount (dest, lowers + 1) < 0)
         return ib_error_sys (err, errno, "freeze %s: mount again", dest);

@@ -55,11 +55,7 @@ record_snapshot (ib_store_t *store, const char *dest, const char *snap)
     goto fail;
   return;
 fail_rm:
-  {
-    ib_error_t e2 = NULL;
-    if (ib_rm_rf (tmpl, &e2) < 0)
-      ib_error_free (&e2);
-  }
+  ib_rm_rf (tmpl, NULL); /* the error to report is the one above */
 fail:
   ib_warn ("snapshot not recorded: %s", err ? err->msg : "unknown error");
   ib_error_free (&err);
@@ -76,11 +72,9 @@ keep_snapshot (ib_store_t *store, const char *dest, const char *snap, ib_error_t
   if (rfs_is_dir (snap))
     return 0;
   cleanup_free char *snaps = ib_store_path (store, IB_STORE_SNAPSHOTS, NULL);
-  ib_error_t e = NULL;
   if (!rfs_overlay_usable () || ib_rootfs_is_overlay (dest)
-      || ib_mkdir_p (snaps, 0700, &e) < 0 || rename (dest, snap) < 0)
+      || ib_mkdir_p (snaps, 0700, NULL) < 0 || rename (dest, snap) < 0)
     {
-      ib_error_free (&e);
       record_snapshot (store, dest, snap);
       return 0;
     }
@@ -154,9 +148,7 @@ again:
                           i, layer_digests[i], diff_ids[i], got);
       if (r < 0)
         {
-          ib_error_t e2 = NULL;
-          if (ib_rootfs_remove (dest, &e2) < 0)
-            ib_error_free (&e2);
+          ib_rootfs_remove (dest, NULL);
           return ib_error_prefix (err, "prepare %s", dest);
         }
     }
@@ -200,9 +192,7 @@ pull_read (void *ud, void *buf, size_t len, ib_error_t *err)
 static void
 remove_quietly (const char *path)
 {
-  ib_error_t e = NULL;
-  if (ib_rm_rf (path, &e) < 0)
-    ib_error_free (&e);
+  ib_rm_rf (path, NULL);
 }
 
 int

@@ -320,11 +320,9 @@ static void
 saved_file_take (struct saved_file *f, const char *path)
 {
   f->path = xstrdup (path);
-  ib_error_t e = NULL;
   if (lstat (path, &f->st) == 0 && S_ISREG (f->st.st_mode)
-      && ib_read_file (path, &f->data, &f->len, &e) == 0)
+      && ib_read_file (path, &f->data, &f->len, NULL) == 0)
     f->had = true;
-  ib_error_free (&e);
 }
 
 static void

@@ -294,9 +294,7 @@ copy_tree (const char *src, const char *dst, bool keep_links, ib_error_t *err)
   rfs_hmap_free (&c.links, true);
   if (ret < 0)
     {
-      ib_error_t e2 = NULL;
-      if (ib_rm_rf (dst, &e2) < 0)
-        ib_error_free (&e2);
+      ib_rm_rf (dst, NULL);
       return ib_error_prefix (err, "copy tree %s to %s", src, dst);
     }
   return 0;

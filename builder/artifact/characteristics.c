@@ -329,13 +329,11 @@ ib_artifact_probe_variant (const char *lib, char **out, ib_error_t *err)
     {
       char *const argv[] = { (char *) "nvcc", (char *) "--version", NULL };
       int st;
-      ib_error_t e = NULL;
-      if (run_capture (argv, &nvcc, &st, &e) < 0 || !WIFEXITED (st) || WEXITSTATUS (st) != 0)
+      if (run_capture (argv, &nvcc, &st, NULL) < 0 || !WIFEXITED (st) || WEXITSTATUS (st) != 0)
         {
           free (nvcc);
           nvcc = NULL;
         }
-      ib_error_free (&e);
     }
   int ret = ib_artifact_variant_from_features (f, n, nvcc, out, err);
   ib_lib_features_free (f, n);

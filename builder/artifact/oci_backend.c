@@ -134,8 +134,7 @@ ib_art_pull_oci (ib_artifact_opts_t *o, ib_store_t *store, const char *key, cons
           cleanup_strv char **tags = NULL;
           cleanup_strv char **found = NULL;
           cleanup_free char *start = xasprintf ("%s_", o->id.commit);
-          ib_error_t e2 = NULL;
-          if (ib_registry_list_tags (r, ref.repository, &tags, &e2) == 0)
+          if (ib_registry_list_tags (r, ref.repository, &tags, NULL) == 0)
             for (size_t i = 0; tags[i]; i++)
               {
                 if (!ib_str_has_prefix (tags[i], start))
@@ -148,7 +147,6 @@ ib_art_pull_oci (ib_artifact_opts_t *o, ib_store_t *store, const char *key, cons
                 if (parts == 3)
                   ib_art_add_distinct (&found, t);
               }
-          ib_error_free (&e2);
           cleanup_free char *hint = ib_art_stored_hint (o->id.commit, found);
           ret = ib_error_set (err, ENOENT, "no artifact found for %s in %s (no tag %s)%s", key,
                               o->repository, tag, hint);

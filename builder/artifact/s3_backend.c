@@ -80,8 +80,7 @@ ib_art_pull_s3 (ib_artifact_opts_t *o, const char *key, const char *tmp, art_fil
       cleanup_free char *commit_prefix = xasprintf ("%s%s/", base, o->id.commit);
       cleanup_strv char **others = NULL;
       cleanup_strv char **found = NULL;
-      ib_error_t e2 = NULL;
-      if (ib_s3_list (s, commit_prefix, &others, &e2) == 0)
+      if (ib_s3_list (s, commit_prefix, &others, NULL) == 0)
         for (size_t i = 0; others[i]; i++)
           {
             const char *rest = others[i] + strlen (commit_prefix);
@@ -94,7 +93,6 @@ ib_art_pull_s3 (ib_artifact_opts_t *o, const char *key, const char *tmp, art_fil
                 ib_art_add_distinct (&found, t);
               }
           }
-      ib_error_free (&e2);
       cleanup_free char *hint = ib_art_stored_hint (o->id.commit, found);
       ret = ib_error_set (err, ENOENT, "no artifact found for %s in %s (no key starts with "
                           "s3://%s/%s)%s", key, o->repository, bucket, prefix, hint);

@@ -85,10 +85,8 @@ static const char *
 platform_option (const char *arg)
 {
   cleanup_free char *os = NULL, *arch = NULL, *variant = NULL;
-  ib_error_t perr = NULL;
-  if (ib_platform_parse (arg, &os, &arch, &variant, &perr) < 0)
+  if (ib_platform_parse (arg, &os, &arch, &variant, NULL) < 0)
     {
-      ib_error_free (&perr);
       usage_error ("--platform: expected OS/ARCH[/VARIANT], got '%s'", arg);
     }
   return arg;

@@ -91,12 +91,10 @@ cmd_pull (int argc, char **argv, ib_error_t *err)
           creds = optarg;
           continue;
         }
-      ib_error_t perr = NULL;
       free (os), free (arch), free (variant);
       os = arch = variant = NULL;
-      if (c != 'p' || ib_platform_parse (optarg, &os, &arch, &variant, &perr) < 0)
+      if (c != 'p' || ib_platform_parse (optarg, &os, &arch, &variant, NULL) < 0)
         {
-          ib_error_free (&perr);
           usage_error ("pull: --platform takes OS/ARCH[/VARIANT], got '%s'", optarg ? optarg : "");
         }
     }
@@ -243,10 +241,8 @@ cmd_prune (int argc, char **argv, ib_error_t *err)
   ib_store_t *store = NULL;
   if (ib_store_open (cli_store_dir ? cli_store_dir : def, &store, err) < 0)
     return -1;
-  ib_error_t busy = NULL;
-  if (ib_store_gc_lock (store, true, false, &busy) < 0)
+  if (ib_store_gc_lock (store, true, false, NULL) < 0)
     {
-      ib_error_free (&busy);
       ib_info ("prune: waiting for the builds, pulls and runs using %s to end", store->root);
       if (ib_store_gc_lock (store, true, true, err) < 0)
         {

@@ -105,10 +105,8 @@ ib_cache_memo_open (ib_store_t *store)
   m->path = ib_store_path (store, IB_STORE_CACHE, "filehash.bin");
   cleanup_free char *data = NULL;
   size_t len = 0;
-  ib_error_t e = NULL;
-  if (ib_read_file (m->path, &data, &len, &e) < 0)
+  if (ib_read_file (m->path, &data, &len, NULL) < 0)
     {
-      ib_error_free (&e);
       return m;
     }
   for (size_t off = 0; off + MEMO_REC <= len; off += MEMO_REC)
@@ -130,11 +128,9 @@ ib_cache_memo_close (ib_cache_memo_t *m)
     {
       cleanup_free char *dir = xstrdup (m->path);
       *strrchr (dir, '/') = '\0';
-      ib_error_t e = NULL;
-      int fd = ib_mkdir_p (dir, 0700, &e) == 0
+      int fd = ib_mkdir_p (dir, 0700, NULL) == 0
                    ? open (m->path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644)
                    : -1;
-      ib_error_free (&e);
       if (fd >= 0)
         {
           /* one write: whole records, appended atomically */
@@ -336,10 +332,8 @@ ib_cache_get (ib_store_t *store, const char *key, json_t **config, ib_descriptor
   cleanup_free char *path = record_path (store, key);
   cleanup_free char *data = NULL;
   size_t len = 0;
-  ib_error_t e = NULL;
-  if (ib_read_file (path, &data, &len, &e) < 0)
+  if (ib_read_file (path, &data, &len, NULL) < 0)
     {
-      ib_error_free (&e);
       return 0;
     }
   json_t *rec = json_loadb (data, len, 0, NULL);

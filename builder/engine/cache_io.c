@@ -403,9 +403,7 @@ export_local (ib_store_t *store, const char *dir, json_t *layers, const char *co
     ret = replace_dir (tmp, dest, parent, err);
   if (ret < 0)
     {
-      ib_error_t e = NULL;
-      ib_rm_rf (tmp, &e);
-      ib_error_free (&e);
+      ib_rm_rf (tmp, NULL);
       return -1;
     }
   return 0;

@@ -282,11 +282,10 @@ platform_args (build_t *b)
   const char *os, *arch, *variant;
   ib_host_platform (&os, &arch, &variant);
   cleanup_free char *tos = NULL, *tarch = NULL, *tvariant = NULL;
-  ib_error_t e = NULL;
   if (b->opts->platform == NULL
-      || ib_platform_parse (b->opts->platform, &tos, &tarch, &tvariant, &e) < 0)
+      || ib_platform_parse (b->opts->platform, &tos, &tarch, &tvariant, NULL) < 0)
     {
-      ib_error_free (&e); /* checked by the CLI */
+      /* checked by the CLI */
       tos = xstrdup (os), tarch = xstrdup (arch), tvariant = variant ? xstrdup (variant) : NULL;
     }
   const char *sides[2][4] = { { "BUILD", os, arch, variant }, { "TARGET", tos, tarch, tvariant } };

@@ -431,11 +431,7 @@ do_copy (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err)
   }
 out:
   if (hdoc_dir)
-    {
-      ib_error_t e2 = NULL;
-      if (ib_rm_rf (hdoc_dir, &e2) < 0)
-        ib_error_free (&e2);
-    }
+    ib_rm_rf (hdoc_dir, NULL); /* a temp directory: best effort */
   step_scan_free (&before);
 out_urls:
   for (char **u = url_files; u && *u; u++)

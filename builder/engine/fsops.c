@@ -276,10 +276,8 @@ lookup_db (const char *root, const char *file, const char *name, long *id, long 
   /* resolved in the root: an image's /etc/passwd may be a symlink */
   cleanup_free char *rel = xasprintf ("/etc/%s", file);
   cleanup_free char *path = NULL;
-  ib_error_t e = NULL;
-  if (ib_root_resolve (root, rel, true, &path, &e) < 0)
+  if (ib_root_resolve (root, rel, true, &path, NULL) < 0)
     {
-      ib_error_free (&e);
       return -1;
     }
   cleanup_file FILE *f = fopen (path, "re");
@@ -320,9 +318,7 @@ char *
 ib_lookup_home (const char *root, uid_t uid)
 {
   cleanup_free char *path = NULL;
-  ib_error_t e = NULL;
-  if (ib_root_resolve (root, "/etc/passwd", true, &path, &e) < 0)
-    ib_error_free (&e);
+  ib_root_resolve (root, "/etc/passwd", true, &path, NULL);
   cleanup_file FILE *f = path ? fopen (path, "re") : NULL;
   char *line = NULL, *home = NULL;
   size_t cap = 0;

@@ -170,9 +170,8 @@ add_layer_job (build_t *b, stage_state_t *st, raw_start_ctx_t *c, char **tar, ui
   unsigned char v[8];
   for (int i = 0; i < 8; i++)
     v[i] = (unsigned char) (len >> (8 * i));
-  ib_error_t e = NULL;
-  if (ib_write_pipe (c->ctl_fd, v, sizeof v, "compressor", &e) < 0)
-    ib_error_free (&e); /* the child died: join_layers reports it */
+  /* a failure: the child died, and join_layers reports it */
+  ib_write_pipe (c->ctl_fd, v, sizeof v, "compressor", NULL);
   close (c->ctl_fd);
   b->jobs = xrealloc (b->jobs, (b->n_jobs + 1) * sizeof *b->jobs);
   layer_job_t *j = &b->jobs[b->n_jobs++];
@@ -477,10 +476,7 @@ commit_layer (build_t *b, stage_state_t *st, step_scan_t *ss, const char *create
    * this step (the edit loop) mounts it instead of unpacking the layers. */
   {
     cleanup_strv char **diff_ids = NULL;
-    ib_error_t e = NULL;
-    if (ib_config_diff_ids (st->config, &diff_ids, &e) < 0)
-      ib_error_free (&e);
-    else
+    if (ib_config_diff_ids (st->config, &diff_ids, NULL) == 0)
       {
         char chain[IB_DIGEST_LEN];
         ib_chain_id (diff_ids, ib_strv_len (diff_ids) - 1, chain);

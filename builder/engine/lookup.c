@@ -32,9 +32,7 @@ set_result_key (stage_state_t *st, const char *key)
 {
   ib_buf_t t = { 0 };
   cleanup_strv char **diff_ids = NULL;
-  ib_error_t e = NULL;
-  if (ib_config_diff_ids (st->config, &diff_ids, &e) < 0)
-    ib_error_free (&e); /* none: FROM scratch */
+  ib_config_diff_ids (st->config, &diff_ids, NULL); /* none: FROM scratch */
   for (char **d = diff_ids; d && *d; d++)
     ib_buf_printf (&t, "diff_id %s\n", *d);
   cleanup_free char *text = ib_buf_steal (&t);
@@ -134,10 +132,8 @@ void
 key_context_path (build_t *b, ib_buf_t *t, const char *path, const ib_ignore_t *excl)
 {
   cleanup_free char *host = NULL;
-  ib_error_t e = NULL;
-  if (ib_root_resolve (b->context, path, true, &host, &e) < 0 || access (host, F_OK) < 0)
+  if (ib_root_resolve (b->context, path, true, &host, NULL) < 0 || access (host, F_OK) < 0)
     {
-      ib_error_free (&e);
       ib_buf_printf (t, "context %s missing\n", path);
       return;
     }
@@ -149,11 +145,10 @@ key_context_path (build_t *b, ib_buf_t *t, const char *path, const ib_ignore_t *
   while (*rel == '/')
     rel++;
   ib_path_filter_t filter = { .ignore = b->ignore, .ignore_base = rel, .exclude = excl };
-  if (ib_cache_hash_path_memo (host, b->memo, &filter, h, NULL, &e) < 0)
+  if (ib_cache_hash_path_memo (host, b->memo, &filter, h, NULL, NULL) < 0)
     {
       /* unreadable: the step fails when it runs, so no record has this key */
       ib_buf_printf (t, "context %s unreadable\n", path);
-      ib_error_free (&e);
       ib_sha256_free (h);
     }
   else

@@ -34,15 +34,14 @@ stage_child (build_t *b, stage_state_t *st, int wfd, int evfd)
   for (size_t i = 0; i < b->n_stages; i++)
     {
       stage_state_t *o = &b->stages[i];
-      ib_error_t e = NULL;
       char *dir = NULL;
-      if (o != st && o->built && !o->rootfs_ready && ib_store_tmp_dir (b->store, "stage", &dir, &e) == 0)
+      if (o != st && o->built && !o->rootfs_ready
+          && ib_store_tmp_dir (b->store, "stage", &dir, NULL) == 0)
         {
           free (o->rootfs);
           o->rootfs = dir;
           ib_strv_push (&private, dir);
         }
-      ib_error_free (&e);
     }
   /* JSON: each stage's process emits its own step events (one line per
    * write, ids "[stage i/n] ..." unique across stages).  TTY: the same
@@ -83,15 +82,11 @@ stage_child (build_t *b, stage_state_t *st, int wfd, int evfd)
       json_object_set_new (o, "status", json_integer (e->status));
     }
   char *text = json_dumps (o, JSON_COMPACT);
-  ib_error_t we = NULL;
-  ib_write_all (wfd, text, strlen (text), "result", &we);
+  /* a failed write leaves the parent without a result: it reports that */
+  ib_write_all (wfd, text, strlen (text), "result", NULL);
   close (wfd);
   for (char **p = private; p && *p; p++)
-    {
-      ib_error_t re = NULL;
-      if (ib_rootfs_remove (*p, &re) < 0)
-        ib_error_free (&re);
-    }
+    ib_rootfs_remove (*p, NULL); /* temp trees: best effort */
   ib_cache_memo_close (b->memo);
   fflush (NULL);
   _exit (r == 0 ? 0 : 1);
@@ -206,10 +201,9 @@ pull_shared_bases (build_t *b, ib_error_t *err)
       if (!st->needed)
         continue;
       cleanup_free char *image = NULL, *want = NULL, *os = NULL, *arch = NULL, *variant = NULL;
-      ib_error_t e = NULL;
-      if (from_target (b, &st->def->instrs[0], &image, &want, &os, &arch, &variant, &e) < 0)
+      if (from_target (b, &st->def->instrs[0], &image, &want, &os, &arch, &variant, NULL) < 0)
         {
-          ib_error_free (&e); /* the stage reports it */
+          /* the stage reports it */
           continue;
         }
       int idx = stage_index (b, image);
@@ -227,9 +221,8 @@ pull_shared_bases (build_t *b, ib_error_t *err)
       ib_descriptor_t desc = { 0 };
       ib_manifest_t *m = NULL;
       json_t *config = NULL;
-      bool stored = ib_store_load_image (b->store, image, &desc, &m, &config, &e) == 0
+      bool stored = ib_store_load_image (b->store, image, &desc, &m, &config, NULL) == 0
                     && config_serves (config, os, arch, variant);
-      ib_error_free (&e);
       ib_descriptor_clear (&desc);
       ib_manifest_free (m);
       json_decref (config);

@@ -148,18 +148,16 @@ mark_manifest (ib_store_t *store, const char *digest, strset_t *live, strset_t *
       cleanup_free char *cdata = NULL;
       size_t clen = 0;
       json_t *config = NULL;
-      ib_error_t e2 = NULL;
       cleanup_strv char **diff_ids = NULL;
-      if (ib_store_has_blob (store, cd) && ib_store_read_blob (store, cd, &cdata, &clen, &e2) == 0
-          && ib_config_parse (cdata, clen, &config, &e2) == 0
-          && ib_config_diff_ids (config, &diff_ids, &e2) == 0)
+      if (ib_store_has_blob (store, cd) && ib_store_read_blob (store, cd, &cdata, &clen, NULL) == 0
+          && ib_config_parse (cdata, clen, &config, NULL) == 0
+          && ib_config_diff_ids (config, &diff_ids, NULL) == 0)
         for (size_t k = 0; diff_ids && diff_ids[k]; k++)
           {
             char chain[IB_DIGEST_LEN];
             ib_chain_id (diff_ids, k, chain);
             set_add (chains, ib_digest_hex (chain));
           }
-      ib_error_free (&e2);
       json_decref (config);
     }
   json_array_foreach (json_object_get (doc, "layers"), i, e)
@@ -224,10 +222,8 @@ ib_prune (ib_store_t *store, const ib_prune_opts_t *opts, ib_prune_result_t *res
       /* kept: the layers it names stay */
       cleanup_free char *data = NULL;
       size_t len = 0;
-      ib_error_t e2 = NULL;
-      if (ib_read_file (p, &data, &len, &e2) < 0)
+      if (ib_read_file (p, &data, &len, NULL) < 0)
         {
-          ib_error_free (&e2);
           continue;
         }
       json_t *rec = json_loadb (data, len, 0, NULL);
@@ -235,15 +231,13 @@ ib_prune (ib_store_t *store, const ib_prune_opts_t *opts, ib_prune_result_t *res
       json_t *l;
       /* the snapshots a build made from cached steps stay with the cache */
       cleanup_strv char **diff_ids = NULL;
-      ib_error_t e3 = NULL;
-      if (ib_config_diff_ids (json_object_get (rec, "config"), &diff_ids, &e3) == 0)
+      if (ib_config_diff_ids (json_object_get (rec, "config"), &diff_ids, NULL) == 0)
         for (size_t k = 0; diff_ids && diff_ids[k]; k++)
           {
             char chain[IB_DIGEST_LEN];
             ib_chain_id (diff_ids, k, chain);
             set_add (&chains, ib_digest_hex (chain));
           }
-      ib_error_free (&e3);
       json_array_foreach (json_object_get (rec, "layers"), i, l)
       {
         const char *d = json_string_value (json_object_get (l, "digest"));

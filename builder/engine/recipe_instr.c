@@ -286,11 +286,9 @@ heredoc_word (struct parser *p, const char *w, size_t off, ib_heredoc_t *h)
     return 0;
 
   char *name = NULL;
-  ib_error_t e = NULL;
   cleanup_free char *ex = excerpt (w);
-  if (unquote (s, '\\', &name, &e) < 0)
+  if (unquote (s, '\\', &name, NULL) < 0)
     {
-      ib_error_free (&e);
       return perr_at (p, off, "expected a closing quote in the heredoc delimiter, got '%s'", ex);
     }
   if (name[0] == '\0')
@@ -466,15 +464,13 @@ value_pair (struct parser *p, ib_instr_t *in, const char *rawkey, size_t koff,
             const char *rawval, size_t voff)
 {
   char *key = NULL, *value = NULL;
-  ib_error_t e = NULL;
 
-  if (unquote (rawkey, p->esc, &key, &e) < 0
-      || (rawval && unquote (rawval, p->esc, &value, &e) < 0))
+  if (unquote (rawkey, p->esc, &key, NULL) < 0
+      || (rawval && unquote (rawval, p->esc, &value, NULL) < 0))
     {
       /* Without expansion the only failure is an unterminated quote. */
       bool in_value = key != NULL;
       cleanup_free char *ex = excerpt (in_value ? rawval : rawkey);
-      ib_error_free (&e);
       free (key);
       return perr_at (p, p->text_off + (in_value ? voff : koff),
                       "expected a closing quote in %s %s, got '%s'", in->keyword,

@@ -75,12 +75,10 @@ ib_run_spec_from_instr (const ib_instr_t *in, ib_run_expand_fn expand, void *ctx
       if (lenient && !mount && !device)
         continue;
       cleanup_free char *x = NULL;
-      ib_error_t e2 = NULL;
-      if (expand (ctx, *f, &x, lenient ? &e2 : err) < 0)
+      if (expand (ctx, *f, &x, lenient ? NULL : err) < 0)
         {
           if (!lenient)
             return -1;
-          ib_error_free (&e2);
           continue;
         }
       if (!lenient)
@@ -90,11 +88,10 @@ ib_run_spec_from_instr (const ib_instr_t *in, ib_run_expand_fn expand, void *ctx
       if (!mount)
         continue;
       ib_mount_spec_t ms;
-      if (ib_mount_spec_parse (x + strlen ("--mount="), &ms, lenient ? &e2 : err) < 0)
+      if (ib_mount_spec_parse (x + strlen ("--mount="), &ms, lenient ? NULL : err) < 0)
         {
           if (!lenient)
             return -1;
-          ib_error_free (&e2);
           continue;
         }
       ib_run_spec_add_mount (out, &ms, x);

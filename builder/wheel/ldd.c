@@ -180,10 +180,8 @@ parse_ld_so_conf (const char *file, const char *sysroot, char ***out, int depth)
     return;
   char *text = NULL;
   size_t len;
-  ib_error_t e = NULL;
-  if (ib_read_file (file, &text, &len, &e) < 0)
+  if (ib_read_file (file, &text, &len, NULL) < 0)
     {
-      ib_error_free (&e);
       return;
     }
   char *save = NULL;
