@@ -38,9 +38,9 @@ $(BIN)/imgbuild: $(CLI_OBJ) $(BUILD)/libimgbuild.a
 	@mkdir -p $(BIN)
 	$(CC) $(IB_CFLAGS) $(CFLAGS) -o $@ $^ $(LDFLAGS) $(LDLIBS)
 
-$(BUILD)/tests/%: tests/unit/%.c $(BUILD)/libimgbuild.a
+$(BUILD)/tests/%: tests/unit/%.c tests/unit/unit.h $(BUILD)/libimgbuild.a
 	@mkdir -p $(dir $@)
-	$(CC) $(IB_CFLAGS) $(CFLAGS) -o $@ $^ $(LDFLAGS) $(LDLIBS) -lcmocka
+	$(CC) $(IB_CFLAGS) $(CFLAGS) -o $@ $< $(BUILD)/libimgbuild.a $(LDFLAGS) $(LDLIBS) -lcmocka
 
 deps:
 	bash tests/install-deps.sh

@@ -37,6 +37,21 @@ parse_json (const char *data, size_t len, const char *what, ib_error_t *err)
   return j;
 }
 
+/* A manifest's JSON object; schema 1 refused (ENOTSUP, SCHEMA1_MSG). */
+static json_t *
+parse_manifest_json (const char *data, size_t len, ib_error_t *err)
+{
+  json_t *j = parse_json (data, len, "manifest", err);
+  json_t *sv = json_object_get (j, "schemaVersion");
+  if (json_is_integer (sv) && json_integer_value (sv) == 1)
+    {
+      json_decref (j);
+      ib_error_set (err, ENOTSUP, "%s", SCHEMA1_MSG);
+      return NULL;
+    }
+  return j;
+}
+
 static bool
 is_schema1 (const char *mt)
 {
@@ -71,12 +86,9 @@ int
 ib_doc_kind (const char *data, size_t len, const char *content_type, ib_doc_kind_t *kind,
              ib_error_t *err)
 {
-  cleanup_json json_t *j = parse_json (data, len, "manifest", err);
+  cleanup_json json_t *j = parse_manifest_json (data, len, err);
   if (j == NULL)
     return -1;
-  json_t *sv = json_object_get (j, "schemaVersion");
-  if (json_is_integer (sv) && json_integer_value (sv) == 1)
-    return ib_error_set (err, ENOTSUP, "%s", SCHEMA1_MSG);
   const char *mt = json_string_value (json_object_get (j, "mediaType"));
   cleanup_free char *ct = bare_content_type (content_type);
   if (mt == NULL && ct && strcmp (ct, "application/json") != 0
@@ -175,12 +187,10 @@ int
 ib_manifest_parse (const char *data, size_t len, ib_manifest_t **out, ib_error_t *err)
 {
   *out = NULL;
-  cleanup_json json_t *j = parse_json (data, len, "manifest", err);
+  cleanup_json json_t *j = parse_manifest_json (data, len, err);
   if (j == NULL)
     return -1;
   json_t *sv = json_object_get (j, "schemaVersion");
-  if (json_is_integer (sv) && json_integer_value (sv) == 1)
-    return ib_error_set (err, ENOTSUP, "%s", SCHEMA1_MSG);
   if (!json_is_integer (sv) || json_integer_value (sv) != 2)
     return ib_error_set (err, EINVAL, "manifest: schemaVersion is not 2");
   const char *mt = json_string_value (json_object_get (j, "mediaType"));

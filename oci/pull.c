@@ -197,19 +197,11 @@ get_small_blob (ib_registry_t *r, const char *repo, const ib_descriptor_t *d, ch
   if (d->size > CONFIG_MAX)
     return ib_error_set (err, EFBIG, "blob %s: %lld bytes, more than the %d allowed for an "
                          "image config", d->digest, (long long) d->size, CONFIG_MAX);
-  cleanup_free char *scope = registry_pull_scope (repo);
-  cleanup_free char *url = xasprintf ("%s/v2/%s/blobs/%s", r->base, repo, d->digest);
   xfer_t x;
-  xfer_init (&x, "GET");
-  x.scope = scope;
-  x.body_max = CONFIG_MAX;
-  int ret = registry_do (r, &x, url, err);
-  if (ret == 0 && x.status != 200)
-    ret = http_status_error (&x, err);
+  char got[IB_DIGEST_LEN];
+  int ret = registry_get_small (r, repo, "blobs", d->digest, NULL, CONFIG_MAX, &x, got, err);
   if (ret == 0)
     {
-      char got[IB_DIGEST_LEN];
-      ib_digest_buf (x.resp.data ? x.resp.data : "", x.resp.len, got);
       if (strcmp (got, d->digest) != 0)
         ret = ib_error_set (err, EINVAL, "digest mismatch (the bytes received hash to %s)", got);
       else if ((int64_t) x.resp.len != d->size)

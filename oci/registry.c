@@ -293,6 +293,26 @@ registry_push_scope (const char *repo)
   return xasprintf ("repository:%s:pull,push", repo);
 }
 
+int
+registry_get_small (ib_registry_t *r, const char *repo, const char *kind, const char *reference,
+                    const char *accept, size_t max, xfer_t *x, char got[IB_DIGEST_LEN],
+                    ib_error_t *err)
+{
+  cleanup_free char *scope = registry_pull_scope (repo);
+  cleanup_free char *url = xasprintf ("%s/v2/%s/%s/%s", r->base, repo, kind, reference);
+  xfer_init (x, "GET");
+  x->accept = accept;
+  x->scope = scope;
+  x->body_max = max;
+  int ret = registry_do (r, x, url, err);
+  if (ret == 0 && x->status != 200)
+    ret = http_status_error (x, err);
+  if (ret == 0)
+    ib_digest_buf (x->resp.data ? x->resp.data : "", x->resp.len, got);
+  x->scope = NULL; /* freed on return */
+  return ret;
+}
+
 /* ---------- manifests ---------- */
 
 int
@@ -303,20 +323,12 @@ ib_registry_get_manifest (ib_registry_t *r, const char *repo, const char *refere
   *data = NULL;
   if (content_type)
     *content_type = NULL;
-  cleanup_free char *scope = registry_pull_scope (repo);
-  cleanup_free char *url = xasprintf ("%s/v2/%s/manifests/%s", r->base, repo, reference);
   xfer_t x;
-  xfer_init (&x, "GET");
-  x.accept = IB_MANIFEST_ACCEPT;
-  x.scope = scope;
-  x.body_max = MANIFEST_MAX;
-  int ret = registry_do (r, &x, url, err);
-  if (ret == 0 && x.status != 200)
-    ret = http_status_error (&x, err);
+  char got[IB_DIGEST_LEN];
+  int ret = registry_get_small (r, repo, "manifests", reference, IB_MANIFEST_ACCEPT, MANIFEST_MAX,
+                                &x, got, err);
   if (ret == 0)
     {
-      char got[IB_DIGEST_LEN];
-      ib_digest_buf (x.resp.data ? x.resp.data : "", x.resp.len, got);
       if (ib_digest_valid (reference) && strcmp (got, reference) != 0)
         ret = ib_error_set (err, EINVAL, "manifest %s: digest mismatch (the bytes received hash "
                             "to %s)", reference, got);

@@ -175,6 +175,15 @@ int registry_do (ib_registry_t *r, xfer_t *x, const char *url, ib_error_t *err);
 /* "repository:REPO:pull" / "repository:REPO:pull,push"; caller frees. */
 char *registry_pull_scope (const char *repo);
 char *registry_push_scope (const char *repo);
+/* GET a small document (a manifest, an image config) whole into memory:
+ * <base>/v2/<repo>/<kind>/<reference> with the pull scope, `accept`
+ * (may be NULL), at most `max` bytes; an answer other than 200 is an
+ * error (http_status_error).  On success x->resp holds the bytes and
+ * `got` their sha256 digest ("sha256:<hex>"), for the caller to check;
+ * *x (xfer_init'ed here) is the caller's to xfer_free, also on failure. */
+int registry_get_small (ib_registry_t *r, const char *repo, const char *kind,
+                        const char *reference, const char *accept, size_t max, xfer_t *x,
+                        char got[IB_DIGEST_LEN], ib_error_t *err);
 
 /* ---------- pull.c, push.c ---------- */
 

@@ -199,6 +199,28 @@ open_dir_stream (int dfd, const char *what, const char *rel, ib_error_t *err)
   return d;
 }
 
+/* The next entry of `d` other than "." and "..", whose path under the
+ * scanned root (rel/NAME, or NAME at the top) `ex` does not exclude;
+ * *crel gets that path (caller frees).  NULL at the end of `d`. */
+static struct dirent *
+next_entry (DIR *d, const char *rel, char *const *ex, char **crel)
+{
+  struct dirent *de;
+  while ((de = readdir (d)) != NULL)
+    {
+      if (strcmp (de->d_name, ".") == 0 || strcmp (de->d_name, "..") == 0)
+        continue;
+      char *c = *rel ? xasprintf ("%s/%s", rel, de->d_name) : xstrdup (de->d_name);
+      if (!excluded (ex, c))
+        {
+          *crel = c;
+          return de;
+        }
+      free (c);
+    }
+  return NULL;
+}
+
 static int
 scan_dir (ib_fs_scan_t *s, int dfd, const char *rel, char *const *ex, ib_error_t *err)
 {
@@ -207,14 +229,11 @@ scan_dir (ib_fs_scan_t *s, int dfd, const char *rel, char *const *ex, ib_error_t
     return -1;
   int ret = 0;
   struct dirent *de;
-  while (ret == 0 && (de = readdir (d)) != NULL)
+  char *next_rel = NULL;
+  while (ret == 0 && (de = next_entry (d, rel, ex, &next_rel)) != NULL)
     {
+      cleanup_free char *crel = next_rel;
       const char *name = de->d_name;
-      if (strcmp (name, ".") == 0 || strcmp (name, "..") == 0)
-        continue;
-      cleanup_free char *crel = *rel ? xasprintf ("%s/%s", rel, name) : xstrdup (name);
-      if (excluded (ex, crel))
-        continue;
       struct stat st;
       if (fstatat (dfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
         {
@@ -311,14 +330,11 @@ scan_upper (ib_fs_scan_t *before, ib_fs_scan_t *cur, int ufd, int mfd, int lfd, 
     return -1;
   int ret = 0;
   struct dirent *de;
-  while (ret == 0 && (de = readdir (d)) != NULL)
+  char *next_rel = NULL;
+  while (ret == 0 && (de = next_entry (d, rel, ex, &next_rel)) != NULL)
     {
+      cleanup_free char *crel = next_rel;
       const char *name = de->d_name;
-      if (strcmp (name, ".") == 0 || strcmp (name, "..") == 0)
-        continue;
-      cleanup_free char *crel = *rel ? xasprintf ("%s/%s", rel, name) : xstrdup (name);
-      if (excluded (ex, crel))
-        continue;
       struct stat ust, mst, lst;
       if (fstatat (ufd, name, &ust, AT_SYMLINK_NOFOLLOW) < 0)
         {

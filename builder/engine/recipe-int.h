@@ -10,6 +10,7 @@
 #include "builder/engine/recipe.h"
 #include "common/util.h"
 
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
 
@@ -122,6 +123,8 @@ void grow_for (void *v, size_t n, size_t size);
 void instr_add_kv (ib_instr_t *in, char *key, char *value, char *raw);
 void instr_clear (ib_instr_t *in);
 void mask_controls (char *s);
+/* vasprintf with control characters masked (mask_controls); caller frees */
+char *vformat_masked (const char *fmt, va_list ap);
 int perr (struct parser *p, int line, const char *fmt, ...) __attribute__ ((format (printf, 3, 4)));
 int perr_at (struct parser *p, size_t off, const char *fmt, ...) __attribute__ ((format (printf, 3, 4)));
 char ** strv_new (void);

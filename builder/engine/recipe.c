@@ -113,17 +113,23 @@ strv_new (void)
 }
 
 
+char *
+vformat_masked (const char *fmt, va_list ap)
+{
+  char *msg = NULL;
+  if (vasprintf (&msg, fmt, ap) < 0)
+    abort ();
+  mask_controls (msg);
+  return msg;
+}
+
 int
 perr (struct parser *p, int line, const char *fmt, ...)
 {
-  cleanup_free char *msg = NULL;
   va_list ap;
-
   va_start (ap, fmt);
-  if (vasprintf (&msg, fmt, ap) < 0)
-    abort ();
+  cleanup_free char *msg = vformat_masked (fmt, ap);
   va_end (ap);
-  mask_controls (msg);
   return ib_error_set (p->err, EINVAL, "%s:%d: %s", p->path, line, msg);
 }
 
@@ -150,15 +156,11 @@ pos_of (const struct parser *p, size_t off, int *line, int *col)
 int
 perr_at (struct parser *p, size_t off, const char *fmt, ...)
 {
-  cleanup_free char *msg = NULL;
-  va_list ap;
   int line, col;
-
+  va_list ap;
   va_start (ap, fmt);
-  if (vasprintf (&msg, fmt, ap) < 0)
-    abort ();
+  cleanup_free char *msg = vformat_masked (fmt, ap);
   va_end (ap);
-  mask_controls (msg);
   pos_of (p, off, &line, &col);
   return ib_error_set (p->err, EINVAL, "%s:%d:%d: %s", p->path, line, col, msg);
 }

@@ -39,15 +39,11 @@ lex_fail (struct lex *l, const char *fmt, ...) __attribute__ ((format (printf, 2
 static int
 lex_fail (struct lex *l, const char *fmt, ...)
 {
-  cleanup_free char *msg = NULL;
   cleanup_free char *ex = excerpt (l->word);
   va_list ap;
-
   va_start (ap, fmt);
-  if (vasprintf (&msg, fmt, ap) < 0)
-    abort ();
+  cleanup_free char *msg = vformat_masked (fmt, ap);
   va_end (ap);
-  mask_controls (msg);
   return ib_error_set (l->err, EINVAL, "expand '%s': %s", ex, msg);
 }
 

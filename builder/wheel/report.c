@@ -9,6 +9,17 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The keys of `m`, sorted (strcmp); NULL when it is empty.  Caller frees. */
+static char **
+sorted_keys (const smap_t *m)
+{
+  char **keys = NULL;
+  for (size_t i = 0; i < m->n; i++)
+    ib_strv_push (&keys, m->e[i].key);
+  ibw_strv_sort (keys);
+  return keys;
+}
+
 /* printp(): a blank line, then `text` wrapped at 70 columns (Python's
  * textwrap.wrap without breaking long words or at hyphens). */
 static void
@@ -143,10 +154,7 @@ ib_wheel_audit_show (const ib_wheel_audit_t *a)
                                             "following shared library dependencies will need "
                                             "to be eliminated:", p[k].name);
           printp (&b, t);
-          cleanup_strv char **names = NULL;
-          for (size_t i = 0; i < r->libs.n; i++)
-            ib_strv_push (&names, r->libs.e[i].key);
-          ibw_strv_sort (names);
+          cleanup_strv char **names = sorted_keys (&r->libs);
           ib_buf_t l = { 0 };
           for (size_t i = 0; names[i]; i++)
             ib_buf_printf (&l, "%s%s", i ? ", " : "", names[i]);
@@ -159,10 +167,7 @@ ib_wheel_audit_show (const ib_wheel_audit_t *a)
                                             "following black-listed symbol dependencies will "
                                             "need to be eliminated:", p[k].name);
           printp (&b, t);
-          cleanup_strv char **keys = NULL;
-          for (size_t i = 0; i < r->blacklist.n; i++)
-            ib_strv_push (&keys, r->blacklist.e[i].key);
-          ibw_strv_sort (keys);
+          cleanup_strv char **keys = sorted_keys (&r->blacklist);
           for (size_t i = 0; keys[i]; i++)
             {
               ib_buf_t l = { 0 };
@@ -195,10 +200,7 @@ ib_wheel_audit_json (const ib_wheel_audit_t *a)
   if (a->pure)
     return json_pack ("{s:i, s:s, s:b}", "version", 1, "wheel", a->wheel, "pure", 1);
   json_t *vs = json_object ();
-  cleanup_strv char **keys = NULL;
-  for (size_t i = 0; i < a->versioned.n; i++)
-    ib_strv_push (&keys, a->versioned.e[i].key);
-  ibw_strv_sort (keys);
+  cleanup_strv char **keys = sorted_keys (&a->versioned);
   for (size_t i = 0; keys && keys[i]; i++)
     json_object_set_new (vs, keys[i], sorted_strings (ibw_smap_find (&a->versioned, keys[i])->vals));
   json_t *libs = json_object ();
@@ -214,9 +216,7 @@ ib_wheel_audit_json (const ib_wheel_audit_t *a)
       json_t *e = json_object ();
       if (r->libs.n)
         {
-          cleanup_strv char **names = NULL;
-          for (size_t i = 0; i < r->libs.n; i++)
-            ib_strv_push (&names, r->libs.e[i].key);
+          cleanup_strv char **names = sorted_keys (&r->libs);
           json_object_set_new (e, "libs_to_eliminate", sorted_strings (names));
         }
       if (r->blacklist.n)
@@ -253,10 +253,7 @@ ibw_unmet_reasons (const ib_wheel_audit_t *a, size_t req)
     {
       ib_buf_printf (&b, "versioned symbols need %s (", a->pol[a->sym].name);
       bool first = true;
-      cleanup_strv char **keys = NULL;
-      for (size_t i = 0; i < a->versioned.n; i++)
-        ib_strv_push (&keys, a->versioned.e[i].key);
-      ibw_strv_sort (keys);
+      cleanup_strv char **keys = sorted_keys (&a->versioned);
       for (size_t i = 0; keys && keys[i]; i++)
         {
           cleanup_strv char **vals = ib_strv_dup (ibw_smap_find (&a->versioned, keys[i])->vals);
@@ -279,10 +276,7 @@ ibw_unmet_reasons (const ib_wheel_audit_t *a, size_t req)
   if (r->libs.n)
     {
       ib_buf_printf (&b, "%sexternal libraries off its whitelist:", b.len ? "; " : "");
-      cleanup_strv char **names = NULL;
-      for (size_t i = 0; i < r->libs.n; i++)
-        ib_strv_push (&names, r->libs.e[i].key);
-      ibw_strv_sort (names);
+      cleanup_strv char **names = sorted_keys (&r->libs);
       for (size_t i = 0; names[i]; i++)
         ib_buf_printf (&b, "%s %s", i ? "," : "", names[i]);
     }

@@ -12,6 +12,8 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "tests/unit/unit.h"
+
 #include "builder/artifact/artifact.h"
 #include "builder/artifact/s3.h"
 #include "common/util.h"
@@ -24,26 +26,6 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-static int
-setup (void **state)
-{
-  char *dir = xstrdup ("/tmp/ib-test-artifact-XXXXXX");
-  if (mkdtemp (dir) == NULL)
-    return -1;
-  *state = dir;
-  return 0;
-}
-
-static int
-teardown (void **state)
-{
-  ib_error_t err = NULL;
-  ib_rm_rf (*state, &err);
-  ib_error_free (&err);
-  free (*state);
-  return 0;
-}
 
 static void
 write_text (const char *dir, const char *name, const char *text)
@@ -629,13 +611,13 @@ main (void)
   const struct CMUnitTest tests[] = {
     cmocka_unit_test (test_key_prefix),
     cmocka_unit_test (test_id_check),
-    cmocka_unit_test_setup_teardown (test_commit_precedence, setup, teardown),
+    unit_test_in_tmpdir (test_commit_precedence),
     cmocka_unit_test (test_os_release_values),
-    cmocka_unit_test_setup_teardown (test_probe_os, setup, teardown),
+    unit_test_in_tmpdir (test_probe_os),
     cmocka_unit_test (test_nvcc_version),
     cmocka_unit_test (test_variant_from_features),
-    cmocka_unit_test_setup_teardown (test_lib_features_errors, setup, teardown),
-    cmocka_unit_test_setup_teardown (test_expand_paths, setup, teardown),
+    unit_test_in_tmpdir (test_lib_features_errors),
+    unit_test_in_tmpdir (test_expand_paths),
     cmocka_unit_test (test_meta),
     cmocka_unit_test (test_oci_tag),
     cmocka_unit_test (test_rel_path_ok),

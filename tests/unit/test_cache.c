@@ -6,6 +6,8 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "tests/unit/unit.h"
+
 #include "builder/engine/cache.h"
 #include "common/util.h"
 
@@ -17,26 +19,6 @@
 #include <sys/stat.h>
 #include <sys/time.h>
 #include <unistd.h>
-
-static int
-setup (void **state)
-{
-  char *dir = xstrdup ("/tmp/ib-test-cache-XXXXXX");
-  if (mkdtemp (dir) == NULL)
-    return -1;
-  *state = dir;
-  return 0;
-}
-
-static int
-teardown (void **state)
-{
-  ib_error_t err = NULL;
-  ib_rm_rf (*state, &err);
-  ib_error_free (&err);
-  free (*state);
-  return 0;
-}
 
 static void
 put (const char *dir, const char *name, const char *text, mode_t mode)
@@ -336,11 +318,11 @@ int
 main (void)
 {
   const struct CMUnitTest tests[] = {
-    cmocka_unit_test_setup_teardown (test_hash_sees_content_mode_names_links, setup, teardown),
-    cmocka_unit_test_setup_teardown (test_hash_file_vs_dir_and_errors, setup, teardown),
+    unit_test_in_tmpdir (test_hash_sees_content_mode_names_links),
+    unit_test_in_tmpdir (test_hash_file_vs_dir_and_errors),
     cmocka_unit_test (test_key_depends_on_parent_and_text),
-    cmocka_unit_test_setup_teardown (test_record_roundtrip_and_misses, setup, teardown),
-    cmocka_unit_test_setup_teardown (test_memo_same_digests_and_sees_changes, setup, teardown),
+    unit_test_in_tmpdir (test_record_roundtrip_and_misses),
+    unit_test_in_tmpdir (test_memo_same_digests_and_sees_changes),
   };
   return cmocka_run_group_tests (tests, NULL, NULL);
 }

@@ -7,6 +7,8 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "tests/unit/unit.h"
+
 #include "builder/engine/cache.h"
 #include "builder/engine/cache_io.h"
 #include "common/util.h"
@@ -18,26 +20,6 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-static int
-setup (void **state)
-{
-  char *dir = xstrdup ("/tmp/ib-test-cache-io-XXXXXX");
-  if (mkdtemp (dir) == NULL)
-    return -1;
-  *state = dir;
-  return 0;
-}
-
-static int
-teardown (void **state)
-{
-  ib_error_t err = NULL;
-  ib_rm_rf (*state, &err);
-  ib_error_free (&err);
-  free (*state);
-  return 0;
-}
 
 static ib_store_t *
 open_store (const char *dir, const char *name)
@@ -432,13 +414,12 @@ main (void)
 {
   ib_verbosity = 0;
   const struct CMUnitTest tests[] = {
-    cmocka_unit_test_setup_teardown (test_local_export_then_import, setup, teardown),
-    cmocka_unit_test_setup_teardown (test_export_refuses_to_replace_another_directory, setup,
-                                     teardown),
-    cmocka_unit_test_setup_teardown (test_spec_errors, setup, teardown),
-    cmocka_unit_test_setup_teardown (test_missing_source_is_a_warning, setup, teardown),
-    cmocka_unit_test_setup_teardown (test_tampered_blob_fails_naming_it, setup, teardown),
-    cmocka_unit_test_setup_teardown (test_missing_blob_skips_its_records, setup, teardown),
+    unit_test_in_tmpdir (test_local_export_then_import),
+    unit_test_in_tmpdir (test_export_refuses_to_replace_another_directory),
+    unit_test_in_tmpdir (test_spec_errors),
+    unit_test_in_tmpdir (test_missing_source_is_a_warning),
+    unit_test_in_tmpdir (test_tampered_blob_fails_naming_it),
+    unit_test_in_tmpdir (test_missing_blob_skips_its_records),
   };
   return cmocka_run_group_tests (tests, NULL, NULL);
 }

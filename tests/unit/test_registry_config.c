@@ -8,6 +8,8 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "tests/unit/unit.h"
+
 #include "common/util.h"
 #include "oci/certs.h"
 #include "oci/digest.h"
@@ -20,26 +22,6 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-static int
-setup_dir (void **state)
-{
-  char *dir = xstrdup ("/tmp/ib-test-regconf-XXXXXX");
-  if (mkdtemp (dir) == NULL)
-    return -1;
-  *state = dir;
-  return 0;
-}
-
-static int
-teardown_dir (void **state)
-{
-  ib_error_t err = NULL;
-  ib_rm_rf (*state, &err);
-  ib_error_free (&err);
-  free (*state);
-  return 0;
-}
 
 static ib_regconf_t *
 parse_ok (const char *text)
@@ -552,8 +534,8 @@ main (void)
     cmocka_unit_test (test_parse_size),
     cmocka_unit_test (test_parse_seconds),
     cmocka_unit_test (test_net_limits),
-    cmocka_unit_test_setup_teardown (test_certs, setup_dir, teardown_dir),
-    cmocka_unit_test_setup_teardown (test_blob_sources, setup_dir, teardown_dir),
+    unit_test_in_tmpdir (test_certs),
+    unit_test_in_tmpdir (test_blob_sources),
   };
   return cmocka_run_group_tests (tests, NULL, NULL);
 }

@@ -5,6 +5,8 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "tests/unit/unit.h"
+
 #include "common/util.h"
 #include "oci/manifest.h"
 #include "oci/store.h"
@@ -20,26 +22,6 @@
 #include <unistd.h>
 
 #define HELLO_DIGEST "sha256:2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824"
-
-static int
-setup (void **state)
-{
-  char *dir = xstrdup ("/tmp/ib-test-store-XXXXXX");
-  if (mkdtemp (dir) == NULL)
-    return -1;
-  *state = dir;
-  return 0;
-}
-
-static int
-teardown (void **state)
-{
-  ib_error_t err = NULL;
-  ib_rm_rf (*state, &err);
-  ib_error_free (&err);
-  free (*state);
-  return 0;
-}
 
 static ib_store_t *
 open_store (const char *dir)
@@ -503,13 +485,13 @@ int
 main (void)
 {
   const struct CMUnitTest tests[] = {
-    cmocka_unit_test_setup_teardown (test_open, setup, teardown),
-    cmocka_unit_test_setup_teardown (test_blobs, setup, teardown),
-    cmocka_unit_test_setup_teardown (test_commit, setup, teardown),
-    cmocka_unit_test_setup_teardown (test_tags, setup, teardown),
-    cmocka_unit_test_setup_teardown (test_lock, setup, teardown),
-    cmocka_unit_test_setup_teardown (test_cache_mount_lock, setup, teardown),
-    cmocka_unit_test_setup_teardown (test_paths, setup, teardown),
+    unit_test_in_tmpdir (test_open),
+    unit_test_in_tmpdir (test_blobs),
+    unit_test_in_tmpdir (test_commit),
+    unit_test_in_tmpdir (test_tags),
+    unit_test_in_tmpdir (test_lock),
+    unit_test_in_tmpdir (test_cache_mount_lock),
+    unit_test_in_tmpdir (test_paths),
     cmocka_unit_test (test_default_root),
   };
   return cmocka_run_group_tests (tests, NULL, NULL);
