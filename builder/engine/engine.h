@@ -186,6 +186,7 @@ void step_output (void *ud, const char *data, size_t len);
 int from_target (build_t *b, const ib_instr_t *in, char **image, char **want, char **os, char **arch,
                  char **variant, ib_error_t *err);
 int stage_index (build_t *b, const char *name);
+stage_state_t *earlier_stage (build_t *b, stage_state_t *st, const char *name);
 bool config_serves (json_t *config, const char *os, const char *arch, const char *variant);
 int do_from (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err);
 int ensure_rootfs (build_t *b, stage_state_t *st, ib_error_t *err);
@@ -202,6 +203,7 @@ int cache_lookup (build_t *b, stage_state_t *st, const char *key);
 void cache_record (build_t *b, stage_state_t *st, const char *key);
 void key_context_path (build_t *b, ib_buf_t *t, const char *path, const ib_ignore_t *excl);
 void key_layer_format (build_t *b, ib_buf_t *t);
+void key_str (ib_buf_t *t, const char *what, const char *s);
 
 /* outputs.c */
 const char *kv_get (const ib_instr_t *in, const char *key);
@@ -213,10 +215,7 @@ int store_stage_image (build_t *b, stage_state_t *st, ib_error_t *err);
 int run_stages_parallel (build_t *b, size_t jobs, ib_error_t *err);
 
 /* run.c */
-const char *config_string (json_t *config, const char *key);
 int do_run (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err);
-stage_state_t *earlier_stage (build_t *b, stage_state_t *st, const char *name);
-void key_str (ib_buf_t *t, const char *what, const char *s);
 /* RUN's flags typed (ib_run_spec_from_instr), expanded in st's scope, or
  * the global ARGs' when st is NULL; lenient: see there */
 struct ib_run_spec;
@@ -229,6 +228,7 @@ void add_history_at (build_t *b, stage_state_t *st, const char *created_by, bool
 const char *config_env_get (json_t *config, const char *name);
 void config_env_set (json_t *config, const char *name, const char *value);
 json_t *config_section (json_t *config);
+const char *config_string (json_t *config, const char *key);
 char *created_now (build_t *b);
 char escape_char (build_t *b);
 int expand (build_t *b, stage_state_t *st, const char *word, char **out, ib_error_t *err);

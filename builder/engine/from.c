@@ -22,6 +22,18 @@ stage_index (build_t *b, const char *name)
   return -1;
 }
 
+/* An earlier stage named (or numbered) `name`, or NULL. */
+stage_state_t *
+earlier_stage (build_t *b, stage_state_t *st, const char *name)
+{
+  int idx = stage_index (b, name);
+  if (idx < 0 && *name && strspn (name, "0123456789") == strlen (name))
+    idx = atoi (name);
+  if (idx < 0 || (size_t) idx >= (size_t) (st - b->stages))
+    return NULL;
+  return &b->stages[idx];
+}
+
 /* Is the stored image's config for a platform that serves os/arch/variant
  * (ib_platform_rank)?  A config that names none (scratch builds of other
  * tools) counts as serving any. */

@@ -126,6 +126,12 @@ key_layer_format (build_t *b, ib_buf_t *t)
                  (long long) b->sde, ib_userns_mode_name (b->userns));
 }
 
+void
+key_str (ib_buf_t *t, const char *what, const char *s)
+{
+  ib_buf_printf (t, "%s %zu:%s\n", what, strlen (s), s);
+}
+
 /* The content of a build context path, for a key: "context PATH sha256:..."
  * or "context PATH missing" (the step reports that when it runs). */
 void

@@ -63,12 +63,6 @@ run_env (build_t *b, stage_state_t *st)
   return env;
 }
 
-const char *
-config_string (json_t *config, const char *key)
-{
-  return json_string_value (json_object_get (config_section (config), key));
-}
-
 static int
 resolve_user (stage_state_t *st, uid_t *uid, gid_t *gid, ib_error_t *err)
 {
@@ -175,24 +169,6 @@ run_bind_source (void *ctx, const ib_mount_spec_t *ms, const char *shown, ib_run
     }
   *out = steal_pointer (&src);
   return 0;
-}
-
-/* An earlier stage named (or numbered) `name`, or NULL. */
-stage_state_t *
-earlier_stage (build_t *b, stage_state_t *st, const char *name)
-{
-  int idx = stage_index (b, name);
-  if (idx < 0 && *name && strspn (name, "0123456789") == strlen (name))
-    idx = atoi (name);
-  if (idx < 0 || (size_t) idx >= (size_t) (st - b->stages))
-    return NULL;
-  return &b->stages[idx];
-}
-
-void
-key_str (ib_buf_t *t, const char *what, const char *s)
-{
-  ib_buf_printf (t, "%s %zu:%s\n", what, strlen (s), s);
 }
 
 /* The key text of a RUN (see builder/cache.h): the command, its flags

@@ -217,6 +217,12 @@ config_section (json_t *config)
   return c;
 }
 
+const char *
+config_string (json_t *config, const char *key)
+{
+  return json_string_value (json_object_get (config_section (config), key));
+}
+
 void
 config_env_set (json_t *config, const char *name, const char *value)
 {
