@@ -432,6 +432,14 @@ lex_run (const char *word, char escape, int mode, ib_lookup_fn lookup, void *ctx
       ib_buf_free (&b);
       return -1;
     }
+  /* lex_check_size looks after each variable; the text written after the
+   * last one can still cross the limit (by at most the word's length) */
+  if (b.len > l.max)
+    {
+      ib_buf_free (&b);
+      return lex_fail (&l, "the expansion is longer than %zu bytes (the limit of an expanded "
+                       "word)", l.max);
+    }
   *out = ib_buf_steal (&b);
   return 0;
 }
