@@ -161,6 +161,33 @@ ib_strv_push (char ***v, const char *s)
   (*v)[n + 1] = NULL;
 }
 
+int
+ib_cmp_strp (const void *a, const void *b)
+{
+  return strcmp (*(char *const *) a, *(char *const *) b);
+}
+
+void
+ib_strv_sort (char **v)
+{
+  if (v)
+    qsort (v, ib_strv_len (v), sizeof *v, ib_cmp_strp);
+}
+
+void
+ib_env_set (char ***env, const char *kv)
+{
+  size_t kl = strcspn (kv, "=");
+  for (char **e = *env; e && *e; e++)
+    if (strncmp (*e, kv, kl) == 0 && (*e)[kl] == '=')
+      {
+        free (*e);
+        *e = xstrdup (kv);
+        return;
+      }
+  ib_strv_push (env, kv);
+}
+
 void
 ib_strv_builder_take (ib_strv_builder_t *b, char *s)
 {

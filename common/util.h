@@ -52,7 +52,13 @@ void ib_buf_free (ib_buf_t *b);
 /* NULL-terminated string vectors. */
 size_t ib_strv_len (char *const *v);
 bool ib_strv_has (char *const *v, const char *s); /* an element equal to s (v may be NULL) */
+void ib_strv_sort (char **v);                      /* by strcmp, in place; NULL ok */
+int ib_cmp_strp (const void *a, const void *b);    /* qsort / bsearch over char * */
 void ib_strv_push (char ***v, const char *s);   /* copies s */
+/* Set "K=V" (copied) in an environment vector: it replaces the entry of
+ * the same name K, else goes at the end (execve's envp: one entry per
+ * name, as runc and CDI's spec edits make it). */
+void ib_env_set (char ***env, const char *kv);
 void ib_strv_free (char **v);
 char **ib_strv_dup (char *const *v);
 

@@ -165,11 +165,22 @@ ib_auth_search_path (void)
   if (e && *e)
     ib_strv_push (&v, e);
   pthread_mutex_unlock (&settings_lock);
-  if ((e = getenv ("XDG_RUNTIME_DIR")) && *e)
-    {
-      cleanup_free char *p = xasprintf ("%s/containers/auth.json", e);
+  {
+    cleanup_free char *p = (e = getenv ("XDG_RUNTIME_DIR")) && *e
+                               ? xasprintf ("%s/containers/auth.json", e)
+                               : xasprintf ("/run/containers/%u/auth.json", (unsigned) getuid ());
+    ib_strv_push (&v, p);
+  }
+  const char *home = getenv ("HOME");
+  {
+    cleanup_free char *p = NULL;
+    if ((e = getenv ("XDG_CONFIG_HOME")) && *e)
+      p = xasprintf ("%s/containers/auth.json", e);
+    else if (home && *home)
+      p = xasprintf ("%s/.config/containers/auth.json", home);
+    if (p)
       ib_strv_push (&v, p);
-    }
+  }
   cleanup_free char *p = NULL;
   if ((e = getenv ("DOCKER_CONFIG")) && *e)
     p = xasprintf ("%s/config.json", e);

@@ -47,10 +47,17 @@ bool ib_auth_creds_empty (const ib_auth_creds_t *c);
 void ib_auth_set_authfile (const char *path);
 void ib_auth_set_override (const char *registry, const char *user, const char *password);
 
-/* The auth files searched, in order (first file with an entry wins):
- * --authfile or $REGISTRY_AUTH_FILE, $XDG_RUNTIME_DIR/containers/auth.json,
- * $DOCKER_CONFIG/config.json or else ~/.docker/config.json.  Unset
- * variables are skipped.  Caller frees the vector. */
+/* The auth files searched, in order (first file with an entry wins), as
+ * containers-auth.json(5) reads them (podman, skopeo, buildah) and then
+ * docker's:
+ *  1. --authfile, else $REGISTRY_AUTH_FILE;
+ *  2. $XDG_RUNTIME_DIR/containers/auth.json, or /run/containers/UID/auth.json
+ *     when XDG_RUNTIME_DIR is unset (what `podman login` writes);
+ *  3. $XDG_CONFIG_HOME/containers/auth.json, XDG_CONFIG_HOME defaulting to
+ *     ~/.config;
+ *  4. $DOCKER_CONFIG/config.json, else ~/.docker/config.json.
+ * Entries that need an unset variable (HOME) are skipped; missing files
+ * are skipped by the lookup.  Caller frees the vector. */
 char **ib_auth_search_path (void);
 
 /* The file `imgbuild login` writes: --authfile, else $REGISTRY_AUTH_FILE,

@@ -5,6 +5,7 @@
 #include "common/util.h"
 
 #include <ctype.h>
+#include <dirent.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -769,8 +770,47 @@ ib_regconf_parse (const char *path, const char *text, ib_regconf_t **out, ib_err
       ib_regconf_free (cp.c);
       return -1;
     }
+  for (size_t i = 0; i < cp.c->n_entries; i++)
+    cp.c->entries[i].path = xstrdup (path);
   *out = cp.c;
   return 0;
+}
+
+static void
+entry_clear (ib_reg_entry_t *e)
+{
+  free (e->prefix);
+  free (e->location);
+  free (e->path);
+  for (size_t k = 0; k < e->n_mirrors; k++)
+    free (e->mirrors[k].location);
+  free (e->mirrors);
+  memset (e, 0, sizeof *e);
+}
+
+void
+ib_regconf_merge (ib_regconf_t **into, ib_regconf_t *from)
+{
+  if (*into == NULL)
+    {
+      *into = from;
+      return;
+    }
+  ib_regconf_t *c = *into;
+  for (size_t i = 0; i < from->n_entries; i++)
+    {
+      ib_reg_entry_t *e = &from->entries[i];
+      size_t k = 0;
+      while (k < c->n_entries && strcmp (c->entries[k].prefix, e->prefix) != 0)
+        k++;
+      if (k == c->n_entries)
+        c->entries = xrealloc (c->entries, (++c->n_entries) * sizeof *c->entries);
+      else
+        entry_clear (&c->entries[k]);
+      c->entries[k] = *e;
+      memset (e, 0, sizeof *e);
+    }
+  ib_regconf_free (from);
 }
 
 int
@@ -792,14 +832,7 @@ ib_regconf_free (ib_regconf_t *c)
   if (c == NULL)
     return;
   for (size_t i = 0; i < c->n_entries; i++)
-    {
-      ib_reg_entry_t *e = &c->entries[i];
-      free (e->prefix);
-      free (e->location);
-      for (size_t k = 0; k < e->n_mirrors; k++)
-        free (e->mirrors[k].location);
-      free (e->mirrors);
-    }
+    entry_clear (&c->entries[i]);
   free (c->entries);
   free (c->path);
   free (c);
@@ -852,8 +885,8 @@ add_source (ib_reg_source_t **out, size_t *n, const ib_reg_entry_t *e, const cha
     full = xstrdup (name);
   char *slash = strchr (full, '/');
   if (slash == NULL || slash[1] == '\0' || slash == full)
-    return ib_error_set (err, EINVAL, "%s:%d: %s rewritten to %s names no repository", path,
-                         e ? e->line : 0, name, full);
+    return ib_error_set (err, EINVAL, "%s:%d: %s rewritten to %s names no repository",
+                         e && e->path ? e->path : path, e ? e->line : 0, name, full);
   *out = xrealloc (*out, (*n + 1) * sizeof **out);
   ib_reg_source_t *s = &(*out)[(*n)++];
   s->registry = xstrndup (full, (size_t) (slash - full));
@@ -964,6 +997,61 @@ ib_regconf_set_conf_path (const char *path)
   opt_conf_path = xstrdup (path);
 }
 
+/* The *.conf files of `dir` (a registries.conf.d), sorted by name. */
+static char **
+drop_in_names (const char *dir)
+{
+  char **names = NULL;
+  DIR *d = opendir (dir);
+  if (d == NULL)
+    return NULL;
+  struct dirent *de;
+  while ((de = readdir (d)) != NULL)
+    {
+      size_t n = strlen (de->d_name);
+      if (de->d_name[0] != '.' && n > 5 && strcmp (de->d_name + n - 5, ".conf") == 0)
+        ib_strv_push (&names, de->d_name);
+    }
+  closedir (d);
+  ib_strv_sort (names);
+  return names;
+}
+
+char **
+ib_regconf_default_files (const char *sys_root)
+{
+  char **files = NULL;
+  const char *xdg = getenv ("XDG_CONFIG_HOME"), *home = getenv ("HOME");
+  cleanup_free char *cfg = xdg && *xdg ? xstrdup (xdg)
+                           : home && *home ? xasprintf ("%s/.config", home)
+                                           : NULL;
+  cleanup_free char *own = cfg ? xasprintf ("%s/imgbuild/registries.conf", cfg) : NULL;
+  cleanup_free char *user = cfg ? xasprintf ("%s/containers/registries.conf", cfg) : NULL;
+  cleanup_free char *sys = xasprintf ("%s/etc/containers/registries.conf", sys_root);
+  const char *main_file = own && access (own, F_OK) == 0     ? own
+                          : user && access (user, F_OK) == 0 ? user
+                          : access (sys, F_OK) == 0          ? sys
+                                                             : NULL;
+  if (main_file)
+    ib_strv_push (&files, main_file);
+  cleanup_free char *sys_d = xasprintf ("%s.d", sys);
+  cleanup_free char *user_d = user ? xasprintf ("%s.d", user) : NULL;
+  cleanup_strv char **sys_names = drop_in_names (sys_d);
+  cleanup_strv char **user_names = user_d ? drop_in_names (user_d) : NULL;
+  for (char **n = sys_names; n && *n; n++)
+    if (!ib_strv_has (user_names, *n))
+      {
+        cleanup_free char *p = ib_path_join (sys_d, *n);
+        ib_strv_push (&files, p);
+      }
+  for (char **n = user_names; n && *n; n++)
+    {
+      cleanup_free char *p = ib_path_join (user_d, *n);
+      ib_strv_push (&files, p);
+    }
+  return files;
+}
+
 static int
 load_conf (ib_regconf_t **out, ib_error_t *err)
 {
@@ -976,28 +1064,27 @@ load_conf (ib_regconf_t **out, ib_error_t *err)
       ib_debug ("registries configuration: %s", p);
       return ib_regconf_load (p, out, err);
     }
-  cleanup_free char *user = NULL;
-  const char *xdg = getenv ("XDG_CONFIG_HOME"), *home = getenv ("HOME");
-  if (xdg && *xdg)
-    user = xasprintf ("%s/imgbuild/registries.conf", xdg);
-  else if (home && *home)
-    user = xasprintf ("%s/.config/imgbuild/registries.conf", home);
-  if (user && access (user, F_OK) == 0)
+  /* a broken file under /etc is skipped (with a debug line): it is the
+   * machine's, and podman may read it differently; the user's own fail */
+  cleanup_strv char **files = ib_regconf_default_files ("");
+  for (char **f = files; f && *f; f++)
     {
-      ib_debug ("registries configuration: %s", user);
-      return ib_regconf_load (user, out, err);
-    }
-  static const char sys[] = "/etc/containers/registries.conf";
-  if (access (sys, F_OK) == 0)
-    {
+      ib_regconf_t *c = NULL;
       ib_error_t e = NULL;
-      if (ib_regconf_load (sys, out, &e) < 0)
+      if (ib_regconf_load (*f, &c, &e) < 0)
         {
-          ib_debug ("registries configuration %s not used: %s", sys, e->msg);
+          if (!ib_str_has_prefix (*f, "/etc/"))
+            {
+              ib_regconf_free (*out);
+              *out = NULL;
+              return ib_error_propagate (err, &e);
+            }
+          ib_debug ("registries configuration %s not used: %s", *f, e->msg);
           ib_error_free (&e);
-          return 0;
+          continue;
         }
-      ib_debug ("registries configuration: %s", sys);
+      ib_debug ("registries configuration: %s", *f);
+      ib_regconf_merge (out, c);
     }
   return 0;
 }

@@ -45,6 +45,7 @@ typedef struct ib_reg_entry
   ib_reg_mirror_t *mirrors;
   size_t n_mirrors;
   int line; /* line of its [[registry]] header, for messages */
+  char *path; /* the file it was read from (a drop-in's, after ib_regconf_merge) */
 } ib_reg_entry_t;
 
 typedef struct ib_regconf
@@ -64,6 +65,24 @@ int ib_regconf_parse (const char *path, const char *text, ib_regconf_t **out, ib
 /* Read and parse a file (ib_regconf_parse's errors, or errno of the read). */
 int ib_regconf_load (const char *path, ib_regconf_t **out, ib_error_t *err);
 void ib_regconf_free (ib_regconf_t *c);
+
+/* Add the configuration `from` (taken: freed here) to *into (NULL: *into
+ * becomes `from`), as containers-registries.conf(5) reads a drop-in
+ * file: an entry whose prefix *into already has replaces that entry (in
+ * its place), the others go at the end. */
+void ib_regconf_merge (ib_regconf_t **into, ib_regconf_t *from);
+
+/* The registries configuration files read when neither --registries-conf
+ * nor $IMGBUILD_REGISTRIES_CONF names one, in order: the main file, the
+ * first that exists of $XDG_CONFIG_HOME/imgbuild/registries.conf,
+ * $XDG_CONFIG_HOME/containers/registries.conf (XDG_CONFIG_HOME defaulting
+ * to ~/.config) and /etc/containers/registries.conf; then the drop-ins,
+ * the *.conf files of /etc/containers/registries.conf.d and then of
+ * $XDG_CONFIG_HOME/containers/registries.conf.d, each directory in name
+ * order, a user drop-in replacing a system one of the same name (podman's
+ * reading).  `sys_root` ("" normally; a test's tree) is put before the
+ * /etc paths.  Caller frees. */
+char **ib_regconf_default_files (const char *sys_root);
 
 /* The entry whose prefix matches `name` ("registry/repository") best:
  * the longest prefix equal to name or followed in it by '/'; a wildcard

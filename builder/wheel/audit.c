@@ -46,12 +46,12 @@ external_refs (ib_wheel_audit_t *a, tree_t *t, ib_error_t *err)
               if (sym && (strcmp (sym, "*") == 0
                           || (t->info->undef
                               && bsearch (&sym, t->info->undef, ib_strv_len (t->info->undef),
-                                          sizeof (char *), ibw_cmp_strp))))
+                                          sizeof (char *), ib_cmp_strp))))
                 ibw_strv_add_unique (&ibw_smap_get (&r->blacklist, key)->vals, sym);
             }
         }
       for (size_t i = 0; i < r->blacklist.n; i++)
-        ibw_strv_sort (r->blacklist.e[i].vals);
+        ib_strv_sort (r->blacklist.e[i].vals);
       /* get_req_external: the closure over needed libraries off the whitelist */
       cleanup_strv char **todo = NULL, **reqs = NULL;
       for (size_t i = 0; t->needed && t->needed[i]; i++)
@@ -250,7 +250,7 @@ ib_wheel_audit (ib_wheel_t *w, const ib_wheel_audit_opts_t *opts, ib_wheel_audit
   cleanup_strv char **needed_libs = NULL;
   if (ibw_walk (w->dir, NULL, false, ibw_walk_push, &files, err) < 0)
     goto out;
-  ibw_strv_sort (files);
+  ib_strv_sort (files);
   for (size_t i = 0; files && files[i]; i++)
     {
       if (ib_str_has_suffix (files[i], ".py"))
@@ -382,7 +382,7 @@ ib_wheel_audit (ib_wheel_t *w, const ib_wheel_audit_opts_t *opts, ib_wheel_audit
     }
   for (size_t k = 1; k < a->npol; k++)
     for (size_t j = 0; j < a->refs[k].blacklist.n; j++)
-      ibw_strv_sort (a->refs[k].blacklist.e[j].vals);
+      ib_strv_sort (a->refs[k].blacklist.e[j].vals);
   /* symbol policy: per policy, the wheel's versions plus those of the
    * external libraries that policy would graft */
   size_t best = 0;

@@ -246,7 +246,7 @@ ibw_elf_read (const char *path, const char *modname, elf_info_t **out, ib_error_
       ib_strv_free (i->rpath);
       i->rpath = NULL;
     }
-  ibw_strv_sort (i->undef);
+  ib_strv_sort (i->undef);
   elf_end (e);
   *out = i;
   return 0;

@@ -166,7 +166,7 @@ retag (ib_wheel_t *w, char *const *abis, const char *remove, char **new_base, ib
     for (char *t = strtok_r (c, ".", &save); t; t = strtok_r (NULL, ".", &save))
       had_any |= strcmp (t, "any") == 0;
   }
-  ibw_strv_sort (plats);
+  ib_strv_sort (plats);
   ib_buf_t pb = { 0 };
   for (size_t i = 0; plats[i]; i++)
     ib_buf_printf (&pb, "%s%s", i ? "." : "", plats[i]);

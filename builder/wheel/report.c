@@ -16,7 +16,7 @@ sorted_keys (const smap_t *m)
   char **keys = NULL;
   for (size_t i = 0; i < m->n; i++)
     ib_strv_push (&keys, m->e[i].key);
-  ibw_strv_sort (keys);
+  ib_strv_sort (keys);
   return keys;
 }
 
@@ -117,7 +117,7 @@ ib_wheel_audit_show (const ib_wheel_audit_t *a)
       for (size_t i = 0; i < a->versioned.n; i++)
         {
           cleanup_strv char **v = ib_strv_dup (a->versioned.e[i].vals);
-          ibw_strv_sort (v);
+          ib_strv_sort (v);
           ib_buf_printf (&t, "%s%s with versions {", i ? ", " : "", a->versioned.e[i].key);
           for (size_t k = 0; v && v[k]; k++)
             ib_buf_printf (&t, "%s'%s'", k ? ", " : "", v[k]);
@@ -187,7 +187,7 @@ static json_t *
 sorted_strings (char *const *v)
 {
   cleanup_strv char **c = ib_strv_dup (v);
-  ibw_strv_sort (c);
+  ib_strv_sort (c);
   json_t *arr = json_array ();
   for (size_t i = 0; c && c[i]; i++)
     json_array_append_new (arr, json_string (c[i]));
@@ -257,7 +257,7 @@ ibw_unmet_reasons (const ib_wheel_audit_t *a, size_t req)
       for (size_t i = 0; keys && keys[i]; i++)
         {
           cleanup_strv char **vals = ib_strv_dup (ibw_smap_find (&a->versioned, keys[i])->vals);
-          ibw_strv_sort (vals);
+          ib_strv_sort (vals);
           for (size_t j = 0; vals && vals[j]; j++)
             {
               const char *us = strchr (vals[j], '_');
@@ -286,7 +286,7 @@ ibw_unmet_reasons (const ib_wheel_audit_t *a, size_t req)
       for (size_t i = 0; i < r->blacklist.n; i++)
         {
           cleanup_strv char **syms = ib_strv_dup (r->blacklist.e[i].vals);
-          ibw_strv_sort (syms);
+          ib_strv_sort (syms);
           for (size_t j = 0; syms && syms[j]; j++)
             ib_buf_printf (&b, "%s %s %s", i || j ? "," : "", r->blacklist.e[i].key, syms[j]);
         }

@@ -22,19 +22,6 @@ ibw_strv_add_unique (char ***v, const char *s)
     ib_strv_push (v, s);
 }
 
-int
-ibw_cmp_strp (const void *a, const void *b)
-{
-  return strcmp (*(char *const *) a, *(char *const *) b);
-}
-
-void
-ibw_strv_sort (char **v)
-{
-  if (v)
-    qsort (v, ib_strv_len (v), sizeof *v, ibw_cmp_strp);
-}
-
 /* ---- the string map ------------------------------------------------------ */
 
 smap_ent_t *

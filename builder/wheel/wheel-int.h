@@ -36,8 +36,6 @@
 /* ---- support.c: small containers, the walk ------------------------------- */
 
 void ibw_strv_add_unique (char ***v, const char *s);
-int ibw_cmp_strp (const void *a, const void *b); /* qsort / bsearch over char * */
-void ibw_strv_sort (char **v);                    /* NULL ok */
 
 /* An insertion-ordered map from a string to a string vector. */
 typedef struct smap_ent

@@ -132,7 +132,8 @@ exit 1
     return log
 
 
-SOURCES = ["registry_auth_file", "xdg_runtime_dir", "docker_config", "home_docker_url_key",
+SOURCES = ["registry_auth_file", "xdg_runtime_dir", "xdg_config_home", "docker_config",
+           "home_docker_url_key",
            "cred_helper", "creds_store", "authfile_option", "creds_option"]
 
 
@@ -147,6 +148,9 @@ def configure(source, host, tmp_path, monkeypatch, password=PASSWORD):
                             f"{host}/private": {"auth": b64(f"{USER}:{password}")}}}
         write_json(tmp_path / "xdg/containers/auth.json", scoped)
         monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path / "xdg"))
+    elif source == "xdg_config_home":
+        # containers-auth.json(5)'s second place: ~/.config/containers/auth.json
+        write_json(tmp_path / "home/.config/containers/auth.json", auth)
     elif source == "docker_config":
         write_json(tmp_path / "dc/config.json", auth)
         monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path / "dc"))
@@ -166,6 +170,21 @@ def configure(source, host, tmp_path, monkeypatch, password=PASSWORD):
     elif source == "creds_option":
         return ["--creds", f"{USER}:{password}"]
     return []
+
+
+def test_skopeo_login_then_imgbuild_pull(basic_registry, tmp_path, monkeypatch):
+    """A CI script's `skopeo login` (podman's code: containers/image) writes
+    $XDG_RUNTIME_DIR/containers/auth.json; imgbuild pull then just works."""
+    host = basic_registry
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path / "run"))
+    (tmp_path / "run").mkdir(mode=0o700)
+    p = subprocess.run(["skopeo", "login", "--tls-verify=false", "-u", USER, "--password-stdin",
+                        host], input=PASSWORD, capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    assert (tmp_path / "run/containers/auth.json").exists()
+    r = imgbuild("pull", f"{host}/private/tiny:1", store=tmp_path / "s")
+    assert r.rc == 0, r
+    assert stored_layers(tmp_path / "s", f"{host}/private/tiny:1") == remote_layers(host, "private/tiny:1")
 
 
 def stored_layers(store, name):

@@ -148,3 +148,35 @@ blocked = true
     r = imgbuild("pull", "--registries-conf", tmp_path / "missing.conf", f"{registry}/debian:bookworm",
                  store=tmp_path / "s4")
     assert r.rc == 1 and "missing.conf" in r.err, r
+
+
+def test_a_drop_in_in_the_users_registries_conf_d_is_used(registry, base_image, tmp_path):
+    """podman's reading: ~/.config/containers/registries.conf.d/*.conf add
+    to (and, for the same prefix, replace) the main file's entries."""
+    home = tmp_path / "home"
+    conf(home, f"""
+[[registry]]
+prefix = "docker.io/library"
+location = "docker.io/library"
+blocked = true
+""", ".config/containers/registries.conf")
+    conf(home, f"""
+[[registry]]
+prefix = "docker.io/library"
+location = "docker.io/library"
+
+[[registry.mirror]]
+location = "{registry}"
+""", ".config/containers/registries.conf.d/50-mirror.conf")
+    conf(home, "not TOML at all [", ".config/containers/registries.conf.d/README")
+    store = tmp_path / "s"
+    env = {"HOME": str(home), "XDG_CONFIG_HOME": "", "IMGBUILD_REGISTRIES_CONF": ""}
+    r = imgbuild("pull", "debian:bookworm", store=store, env=env)
+    assert r.rc == 0, r
+    assert f"from mirror {registry}/debian" in r.err, r
+    assert source_of(store, "docker.io/library/debian:bookworm") == f"{registry}/debian"
+    # a broken user drop-in is an error naming it
+    bad = conf(home, "[[registry]]\nprefix = 'x.io'\ninsecure = yes\n",
+               ".config/containers/registries.conf.d/60-bad.conf")
+    r = imgbuild("pull", "debian:bookworm", store=tmp_path / "s2", env=env)
+    assert r.rc == 1 and f"{bad}:3:" in r.err, r

@@ -57,6 +57,7 @@ setup (void **state)
   unsetenv ("REGISTRY_AUTH_FILE");
   unsetenv ("XDG_RUNTIME_DIR");
   unsetenv ("DOCKER_CONFIG");
+  unsetenv ("XDG_CONFIG_HOME");
   cleanup_free char *home = tpath ("home");
   setenv ("HOME", home, 1);
   ib_auth_set_authfile (NULL);
@@ -244,6 +245,49 @@ test_lookup_order (void **state)
   unsetenv ("XDG_RUNTIME_DIR");
   cleanup_free char *d3 = ib_auth_default_file (&err);
   assert_string_equal (d3, home);
+}
+
+/* The search path is containers-auth.json(5)'s, then docker's. */
+static void
+test_search_path (void **state)
+{
+  (void) state;
+  cleanup_free char *home = tpath ("home");
+  cleanup_strv char **v = ib_auth_search_path ();
+  cleanup_free char *run = xasprintf ("/run/containers/%u/auth.json", (unsigned) getuid ());
+  cleanup_free char *cfg = xasprintf ("%s/.config/containers/auth.json", home);
+  cleanup_free char *dk = xasprintf ("%s/.docker/config.json", home);
+  assert_int_equal (ib_strv_len (v), 3);
+  assert_string_equal (v[0], run); /* podman login's file without XDG_RUNTIME_DIR */
+  assert_string_equal (v[1], cfg);
+  assert_string_equal (v[2], dk);
+  ib_strv_free (v);
+  setenv ("REGISTRY_AUTH_FILE", "/a.json", 1);
+  setenv ("XDG_RUNTIME_DIR", "/xdg", 1);
+  setenv ("XDG_CONFIG_HOME", "/cfg", 1);
+  setenv ("DOCKER_CONFIG", "/dc", 1);
+  v = ib_auth_search_path ();
+  const char *want[] = { "/a.json", "/xdg/containers/auth.json", "/cfg/containers/auth.json",
+                         "/dc/config.json", NULL };
+  for (size_t i = 0; want[i]; i++)
+    assert_string_equal (v[i], want[i]);
+  assert_null (v[4]);
+  unsetenv ("REGISTRY_AUTH_FILE");
+  unsetenv ("XDG_RUNTIME_DIR");
+  unsetenv ("XDG_CONFIG_HOME");
+  unsetenv ("DOCKER_CONFIG");
+
+  /* credentials in ~/.config/containers/auth.json are found */
+  ib_strv_free (v);
+  v = NULL;
+  cleanup_free char *f = write_tmp ("home/.config/containers/auth.json",
+                                    "{\"auths\": {\"c.io\": {\"auth\": \"" B64_TESTER "\"}}}");
+  (void) f;
+  ib_error_t err = NULL;
+  ib_auth_creds_t c;
+  assert_int_equal (ib_auth_find ("c.io", "x", &c, &err), 0);
+  assert_string_equal (c.username, "tester");
+  ib_auth_creds_clear (&c);
 }
 
 /* A fake docker-credential-fake: logs "ACTION INPUT" lines to $FAKE_LOG,
@@ -466,6 +510,7 @@ main (void)
     cmocka_unit_test_setup_teardown (test_file_entries_most_specific_wins, setup, teardown),
     cmocka_unit_test_setup_teardown (test_file_errors, setup, teardown),
     cmocka_unit_test_setup_teardown (test_lookup_order, setup, teardown),
+    cmocka_unit_test_setup_teardown (test_search_path, setup, teardown),
     cmocka_unit_test_setup_teardown (test_cred_helpers, setup, teardown),
     cmocka_unit_test_setup_teardown (test_creds_store, setup, teardown),
     cmocka_unit_test_setup_teardown (test_store_and_remove, setup, teardown),

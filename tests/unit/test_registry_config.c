@@ -523,6 +523,95 @@ test_blob_sources (void **state)
   ib_store_close (s);
 }
 
+static void
+put_file (const char *dir, const char *rel, const char *text)
+{
+  cleanup_free char *p = ib_path_join (dir, rel);
+  cleanup_free char *d = xstrdup (p);
+  *strrchr (d, '/') = '\0';
+  ib_error_t err = NULL;
+  assert_int_equal (ib_mkdir_p (d, 0700, &err), 0);
+  assert_int_equal (ib_write_file_atomic (p, text, strlen (text), 0644, &err), 0);
+}
+
+/* containers-registries.conf(5)'s files: a main file, then the drop-ins
+ * of the system's and the user's registries.conf.d (a user one replacing
+ * the system one of its name), merged by prefix. */
+static void
+test_drop_ins (void **state)
+{
+  const char *root = *state;
+  cleanup_free char *home = ib_path_join (root, "home");
+  cleanup_free char *saved_home = xstrdup (getenv ("HOME"));
+  cleanup_free char *saved_xdg = getenv ("XDG_CONFIG_HOME") ? xstrdup (getenv ("XDG_CONFIG_HOME"))
+                                                            : NULL;
+  setenv ("HOME", home, 1);
+  unsetenv ("XDG_CONFIG_HOME");
+  cleanup_strv char **none = ib_regconf_default_files (root);
+  assert_null (none);
+
+  put_file (root, "etc/containers/registries.conf",
+            "[[registry]]\nprefix = \"a.io\"\nlocation = \"sys-main.io\"\n");
+  put_file (root, "etc/containers/registries.conf.d/10-b.conf",
+            "[[registry]]\nprefix = \"b.io\"\nlocation = \"sys-b.io\"\n");
+  put_file (root, "etc/containers/registries.conf.d/20-a.conf",
+            "[[registry]]\nprefix = \"a.io\"\nlocation = \"sys-dropin.io\"\n");
+  put_file (root, "etc/containers/registries.conf.d/30-c.conf",
+            "[[registry]]\nprefix = \"c.io\"\nlocation = \"sys-c.io\"\n");
+  put_file (root, "etc/containers/registries.conf.d/notes.txt", "not a drop-in\n");
+  put_file (home, ".config/containers/registries.conf.d/30-c.conf",
+            "[[registry]]\nprefix = \"c.io\"\nlocation = \"user-c.io\"\n");
+  put_file (home, ".config/containers/registries.conf.d/40-d.conf",
+            "[[registry]]\nprefix = \"d.io\"\nlocation = \"user-d.io\"\n");
+  cleanup_strv char **files = ib_regconf_default_files (root);
+  const char *want[] = { "etc/containers/registries.conf",
+                         "etc/containers/registries.conf.d/10-b.conf",
+                         "etc/containers/registries.conf.d/20-a.conf",
+                         "home/.config/containers/registries.conf.d/30-c.conf",
+                         "home/.config/containers/registries.conf.d/40-d.conf", NULL };
+  for (size_t i = 0; want[i]; i++)
+    {
+      cleanup_free char *p = ib_path_join (root, want[i]);
+      assert_non_null (files[i]);
+      assert_string_equal (files[i], p);
+    }
+  assert_null (files[5]);
+
+  ib_regconf_t *all = NULL;
+  for (char **f = files; *f; f++)
+    {
+      ib_regconf_t *c = NULL;
+      ib_error_t err = NULL;
+      assert_int_equal (ib_regconf_load (*f, &c, &err), 0);
+      ib_regconf_merge (&all, c);
+    }
+  const char *loc[][3] = { { "a.io/x", "sys-dropin.io", "20-a.conf" },
+                           { "b.io/x", "sys-b.io", "10-b.conf" },
+                           { "c.io/x", "user-c.io", "home/.config" },
+                           { "d.io/x", "user-d.io", "40-d.conf" } };
+  assert_int_equal (all->n_entries, 4);
+  for (size_t i = 0; i < 4; i++)
+    {
+      const ib_reg_entry_t *e = ib_regconf_match (all, loc[i][0]);
+      assert_non_null (e);
+      assert_string_equal (e->location, loc[i][1]);
+      assert_non_null (strstr (e->path, loc[i][2])); /* messages name the drop-in */
+    }
+  ib_regconf_free (all);
+
+  /* the user's containers/registries.conf is the main file when it exists,
+   * and imgbuild's own before it */
+  put_file (home, ".config/containers/registries.conf", "");
+  cleanup_strv char **f2 = ib_regconf_default_files (root);
+  assert_non_null (strstr (f2[0], "home/.config/containers/registries.conf"));
+  put_file (home, ".config/imgbuild/registries.conf", "");
+  cleanup_strv char **f3 = ib_regconf_default_files (root);
+  assert_non_null (strstr (f3[0], "home/.config/imgbuild/registries.conf"));
+  setenv ("HOME", saved_home, 1);
+  if (saved_xdg)
+    setenv ("XDG_CONFIG_HOME", saved_xdg, 1);
+}
+
 int
 main (void)
 {
@@ -536,6 +625,7 @@ main (void)
     cmocka_unit_test (test_net_limits),
     unit_test_in_tmpdir (test_certs),
     unit_test_in_tmpdir (test_blob_sources),
+    unit_test_in_tmpdir (test_drop_ins),
   };
   return cmocka_run_group_tests (tests, NULL, NULL);
 }
