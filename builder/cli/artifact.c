@@ -13,7 +13,7 @@ cmd_artifact (int argc, char **argv, ib_error_t *err)
 {
   enum
   {
-    OPT_REPOSITORY = 0x200,
+    OPT_REPOSITORY = 0x300,
     OPT_BUCKET,
     OPT_S3_ENDPOINT,
     OPT_GIT_SHA,
@@ -39,6 +39,7 @@ cmd_artifact (int argc, char **argv, ib_error_t *err)
     { "dependencies", required_argument, NULL, OPT_DEPENDENCIES },
     { "destination", required_argument, NULL, OPT_DESTINATION },
     REGISTRY_OPTIONS,
+    GLOBAL_OPTIONS,
     { NULL, 0, NULL, 0 },
   };
   if (argc < 2 || (strcmp (argv[1], "push") != 0 && strcmp (argv[1], "pull") != 0))
@@ -90,7 +91,7 @@ cmd_artifact (int argc, char **argv, ib_error_t *err)
         case OPT_DEPENDENCIES: ib_strv_push (&deps, optarg); last_list = &deps; continue;
         case OPT_DESTINATION: o.destination = optarg; break;
         default:
-          if (registry_option (c, optarg))
+          if (registry_option (c, optarg) || global_option (c, optarg, "artifact"))
             break;
           usage_error ("%s", "artifact: bad option");
         }

@@ -3,14 +3,17 @@
 #include "builder/engine/build.h"
 #include "builder/cli/cli.h"
 #include "builder/engine/matrix.h"
+#include "builder/engine/recipe.h"
 #include "builder/engine/plan.h"
 #include "builder/wheel/wheel.h"
 #include "common/util.h"
+#include "oci/ref.h"
 #include "rootfs/overlay.h"
 
 #include <dirent.h>
 #include <errno.h>
 #include <getopt.h>
+#include <unistd.h>
 #include <string.h>
 #include <sys/stat.h>
 
@@ -191,6 +194,85 @@ build_matrix (ib_store_t *store, const ib_build_opts_t *base, const ib_matrix_t 
   return 0;
 }
 
+/* The recipe and the context of `build` and `plan`, from -f FILE and the
+ * operand, as docker build and buildah bud take them:
+ *  - the operand is a directory: the build context; the recipe is -f FILE
+ *    (as given: relative to the current directory), else the context's
+ *    Dockerfile, else its Containerfile;
+ *  - the operand is a file: the recipe (imgbuild's form: the context is
+ *    its directory, or --context DIR); -f with it is a usage error;
+ *  - no operand: -f FILE is the recipe (its directory the context);
+ *  - -f -: the recipe is read from stdin (*text, caller frees) and named
+ *    "stdin" in messages; it needs a context operand.
+ * A missing operand or recipe is a usage error naming it. */
+static void
+recipe_and_context (const char *cmd, const char *file, const char *operand, const char **recipe,
+                    const char **context, char **text)
+{
+  struct stat st;
+  *text = NULL;
+  *recipe = file;
+  if (operand && stat (operand, &st) == 0 && S_ISDIR (st.st_mode))
+    {
+      *context = operand;
+      if (file == NULL)
+        {
+          static char *found; /* lives as long as the command */
+          const char *names[] = { "Dockerfile", "Containerfile" };
+          for (size_t i = 0; i < 2 && *recipe == NULL; i++)
+            {
+              free (found);
+              found = ib_path_join (operand, names[i]);
+              if (access (found, F_OK) == 0)
+                *recipe = found;
+            }
+          if (*recipe == NULL)
+            {
+              cleanup_free char *m = xasprintf ("%s: no Dockerfile or Containerfile in %s (give "
+                                                "-f FILE)", cmd, operand);
+              usage_error ("%s", m);
+            }
+        }
+    }
+  else if (operand && file)
+    {
+      cleanup_free char *m = xasprintf ("%s: the build context %s %s", cmd, operand,
+                                        access (operand, F_OK) == 0 ? "is not a directory"
+                                                                    : "does not exist");
+      usage_error ("%s", m);
+    }
+  else if (operand && access (operand, F_OK) < 0)
+    {
+      cleanup_free char *m = xasprintf ("%s: %s: no such recipe file or context directory", cmd,
+                                        operand);
+      usage_error ("%s", m);
+    }
+  else if (operand)
+    *recipe = operand;
+  if (*recipe == NULL)
+    {
+      cleanup_free char *m = xasprintf ("%s: missing RECIPE (a file, or a context directory "
+                                        "with a Dockerfile)", cmd);
+      usage_error ("%s", m);
+    }
+  if (strcmp (*recipe, "-") == 0)
+    {
+      if (*context == NULL)
+        {
+          cleanup_free char *m = xasprintf ("%s: -f - reads the recipe from stdin: give the "
+                                            "context directory too", cmd);
+          usage_error ("%s", m);
+        }
+      ib_error_t e = NULL;
+      if (ib_read_file_max ("/dev/stdin", IB_RECIPE_MAX, "recipe", text, NULL, &e) < 0)
+        {
+          cleanup_free char *m = xasprintf ("%s: -f -: %s", cmd, e->msg);
+          usage_error ("%s", m);
+        }
+      *recipe = "stdin";
+    }
+}
+
 int
 cmd_build (int argc, char **argv, ib_error_t *err)
 {
@@ -208,7 +290,8 @@ cmd_build (int argc, char **argv, ib_error_t *err)
     { "annotation", required_argument, NULL, 'A' }, { "jobs", required_argument, NULL, 'j' },
     { "platform", required_argument, NULL, 'P' },  { "matrix", required_argument, NULL, 'M' },
     { "fail-fast", no_argument, NULL, 'X' },
-    REGISTRY_OPTIONS,                              { NULL, 0, NULL, 0 },
+    REGISTRY_OPTIONS,                              GLOBAL_OPTIONS,
+    { NULL, 0, NULL, 0 },
   };
   cleanup_strv char **args = NULL, **outputs = NULL, **tags = NULL, **devices = NULL,
                     **cdi_dirs = NULL, **no_cache_filter = NULL, **cache_from = NULL,
@@ -223,7 +306,7 @@ cmd_build (int argc, char **argv, ib_error_t *err)
   int c;
   optind = 0; /* 0: GNU getopt re-reads the optstring's ordering flag */
   int jobs = 1;
-  while ((c = getopt_long (argc, argv, "t:o:f:j:", opts, NULL)) != -1)
+  while ((c = getopt_long (argc, argv, "t:o:f:j:q", opts, NULL)) != -1)
     switch (c)
       {
       case 'a': ib_strv_push (&args, optarg); break;
@@ -273,23 +356,28 @@ cmd_build (int argc, char **argv, ib_error_t *err)
           break;
         }
       default:
-        if (!registry_option (c, optarg))
+        if (!registry_option (c, optarg) && !global_option (c, optarg, "build"))
           exit (2);
       }
-  const char *recipe = file;
-  if (optind < argc)
+  if (optind + 1 < argc)
+    usage_error ("build: unexpected argument '%s'", argv[optind + 1]);
+  const char *recipe = NULL;
+  cleanup_free char *recipe_text = NULL;
+  recipe_and_context ("build", file, optind < argc ? argv[optind] : NULL, &recipe, &context,
+                      &recipe_text);
+  /* a bad -t is the command line's fault: said before anything is built */
+  for (char **t = tags; t && *t; t++)
     {
-      struct stat st;
-      if (file && stat (argv[optind], &st) == 0 && S_ISDIR (st.st_mode))
-        context = argv[optind]; /* imgbuild build -f RECIPE CONTEXT, as docker build */
-      else
-        recipe = argv[optind];
-      optind++;
+      ib_ref_t ref;
+      ib_error_t te = NULL;
+      if (ib_ref_parse (*t, &ref, &te) < 0)
+        {
+          cleanup_free char *m = xasprintf ("build: -t %s: %s", *t, te->msg);
+          ib_error_free (&te);
+          usage_error ("%s", m);
+        }
+      ib_ref_free (&ref);
     }
-  if (recipe == NULL)
-    usage_error ("%s", "build: missing RECIPE");
-  if (optind < argc)
-    usage_error ("build: unexpected argument '%s'", argv[optind]);
   {
     ib_error_t me = NULL;
     matrix_usage_error (ib_matrix_check_args (&matrix, args, &me), &me);
@@ -309,7 +397,8 @@ cmd_build (int argc, char **argv, ib_error_t *err)
   if (open_store (&store, err) < 0)
     return -1;
   ib_rootfs_allow_overlay (true); /* stage trees: overlays on the snapshots, not copies */
-  ib_build_opts_t bo = { .userns = cli_userns_mode, .recipe_path = recipe, .context_dir = context, .build_args = args,
+  ib_build_opts_t bo = { .userns = cli_userns_mode, .recipe_path = recipe,
+                         .recipe_text = recipe_text, .context_dir = context, .build_args = args,
                          .target = target, .tags = tags, .outputs = outputs,
                          .compression = compression, .compression_level = level,
                          .reproducible = reproducible, .devices = devices,
@@ -331,28 +420,34 @@ cmd_plan (int argc, char **argv, ib_error_t *err)
   static const struct option opts[] = {
     { "build-arg", required_argument, NULL, 'a' }, { "target", required_argument, NULL, 'T' },
     { "platform", required_argument, NULL, 'P' },  { "json", no_argument, NULL, 'J' },
-    { "matrix", required_argument, NULL, 'M' },    { NULL, 0, NULL, 0 },
+    { "matrix", required_argument, NULL, 'M' },    { "file", required_argument, NULL, 'f' },
+    GLOBAL_OPTIONS,                                { NULL, 0, NULL, 0 },
   };
   cleanup_strv char **args = NULL;
   __attribute__ ((cleanup (ib_matrix_clear))) ib_matrix_t matrix = { 0 };
-  const char *target = NULL, *platform = NULL;
+  const char *target = NULL, *platform = NULL, *file = NULL;
   bool as_json = false;
   int c;
   optind = 0;
-  while ((c = getopt_long (argc, argv, "", opts, NULL)) != -1)
+  while ((c = getopt_long (argc, argv, "f:q", opts, NULL)) != -1)
     switch (c)
       {
       case 'a': ib_strv_push (&args, optarg); break;
       case 'M': { ib_error_t me = NULL; matrix_usage_error (ib_matrix_add (&matrix, optarg, &me), &me); } break;
       case 'T': target = optarg; break;
       case 'J': as_json = true; break;
+      case 'f': file = optarg; break;
       case 'P': platform = platform_option (optarg); break;
-      default: exit (2);
+      default:
+        if (!global_option (c, optarg, "plan"))
+          exit (2);
       }
-  if (optind >= argc)
-    usage_error ("%s", "plan: missing RECIPE");
   if (optind + 1 < argc)
     usage_error ("plan: unexpected argument '%s'", argv[optind + 1]);
+  const char *recipe = NULL, *context = NULL;
+  cleanup_free char *recipe_text = NULL;
+  recipe_and_context ("plan", file, optind < argc ? argv[optind] : NULL, &recipe, &context,
+                      &recipe_text);
   {
     ib_error_t me = NULL;
     matrix_usage_error (ib_matrix_check_args (&matrix, args, &me), &me);
@@ -368,7 +463,8 @@ cmd_plan (int argc, char **argv, ib_error_t *err)
       cleanup_strv char **cargs = ib_strv_dup (args);
       for (char **c = combo; *c; c++)
         ib_strv_push (&cargs, *c);
-      ib_build_opts_t bo = { .recipe_path = argv[optind], .build_args = cargs, .target = target,
+      ib_build_opts_t bo = { .recipe_path = recipe, .recipe_text = recipe_text,
+                             .context_dir = context, .build_args = cargs, .target = target,
                              .platform = platform };
       json_t *plan = NULL;
       if (ib_build_plan (&bo, &plan, err) < 0)

@@ -60,6 +60,38 @@ enum
  * usually exit 2); a bad argument is a usage_error(). */
 bool registry_option (int c, const char *arg);
 
+/* The global options (docs/cli.md), accepted before the command and after
+ * it (as docker's and podman's flags are): put GLOBAL_OPTIONS in a
+ * command's getopt_long table and hand every option the command does not
+ * know to global_option().  -q is the short --quiet in every command
+ * ('q' in its optstring); -v is --verbose only before the command (run's
+ * -v is a volume).  --help prints the command's usage and exits 0. */
+enum
+{
+  OPT_STORE = 0x200,
+  OPT_USERNS,
+  OPT_PROGRESS,
+  OPT_QUIET,
+  OPT_VERBOSE,
+  OPT_HELP,
+};
+#define GLOBAL_OPTIONS                                                                           \
+  { "store", required_argument, NULL, OPT_STORE },                                              \
+  { "userns", required_argument, NULL, OPT_USERNS },                                            \
+  { "progress", required_argument, NULL, OPT_PROGRESS },                                        \
+  { "quiet", no_argument, NULL, OPT_QUIET }, { "verbose", no_argument, NULL, OPT_VERBOSE },      \
+  { "help", no_argument, NULL, OPT_HELP }
+
+/* Apply global option `c` (getopt_long's value; 'q' counts as --quiet)
+ * with argument `arg`, for command `cmd` (its --help).  True when `c` is
+ * one of GLOBAL_OPTIONS; a bad argument is a usage_error(). */
+bool global_option (int c, const char *arg, const char *cmd);
+
+/* For a command without options of its own (unpack, inspect, images):
+ * parse argv for the global options and return the index of its first
+ * operand (getopt's optind); an unknown option exits 2. */
+int command_operands (int argc, char **argv, const char *cmd);
+
 /* Open the store (cli_store_dir or the default) into *store and hold its
  * gc lock shared for the rest of the command, so that `imgbuild prune`
  * waits for it.  0, or -1 with *err set and *store NULL. */

@@ -75,16 +75,16 @@ cmd_pull (int argc, char **argv, ib_error_t *err)
 {
   static const struct option opts[] = { { "platform", required_argument, NULL, 'p' },
                                         { "creds", required_argument, NULL, 'c' },
-                                        REGISTRY_OPTIONS, { NULL, 0, NULL, 0 } };
+                                        REGISTRY_OPTIONS, GLOBAL_OPTIONS, { NULL, 0, NULL, 0 } };
   cleanup_free char *os = NULL, *arch = NULL, *variant = NULL;
   const char *creds = NULL;
   int c;
   optind = 0; /* 0: GNU getopt re-reads the optstring's ordering flag */
-  while ((c = getopt_long (argc, argv, "+", opts, NULL)) != -1)
+  while ((c = getopt_long (argc, argv, "q", opts, NULL)) != -1)
     {
       if (c == '?')
         exit (2);
-      if (registry_option (c, optarg))
+      if (registry_option (c, optarg) || global_option (c, optarg, "pull"))
         continue;
       if (c == 'c')
         {
@@ -119,18 +119,18 @@ cmd_push (int argc, char **argv, ib_error_t *err)
 {
   static const struct option opts[] = { { "tag", required_argument, NULL, 't' },
                                         { "creds", required_argument, NULL, 'c' },
-                                        REGISTRY_OPTIONS, { NULL, 0, NULL, 0 } };
+                                        REGISTRY_OPTIONS, GLOBAL_OPTIONS, { NULL, 0, NULL, 0 } };
   cleanup_strv char **tags = NULL, **dsts = NULL;
   const char *creds = NULL;
   int c;
   optind = 0; /* 0: GNU getopt re-reads the optstring's ordering flag */
-  while ((c = getopt_long (argc, argv, "t:", opts, NULL)) != -1)
+  while ((c = getopt_long (argc, argv, "t:q", opts, NULL)) != -1)
     {
       if (c == 't')
         ib_strv_push (&tags, optarg);
       else if (c == 'c')
         creds = optarg;
-      else if (!registry_option (c, optarg))
+      else if (!registry_option (c, optarg) && !global_option (c, optarg, "push"))
         exit (2);
     }
   if (argc - optind < 2)
@@ -166,15 +166,16 @@ cmd_push (int argc, char **argv, ib_error_t *err)
 int
 cmd_unpack (int argc, char **argv, ib_error_t *err)
 {
-  if (argc != 3)
+  int i = command_operands (argc, argv, "unpack");
+  if (argc - i != 2)
     usage_error ("%s", "unpack: expected REF DIR");
   struct stat st;
-  if (lstat (argv[2], &st) == 0)
-    return ib_error_set (err, EEXIST, "unpack: %s already exists", argv[2]);
+  if (lstat (argv[i + 1], &st) == 0)
+    return ib_error_set (err, EEXIST, "unpack: %s already exists", argv[i + 1]);
   ib_store_t *store = NULL;
   if (enter_userns (err) < 0 || open_store (&store, err) < 0)
     return -1;
-  int r = image_rootfs (store, argv[1], argv[2], false, NULL, err);
+  int r = image_rootfs (store, argv[i], argv[i + 1], false, NULL, err);
   ib_store_close (store);
   return r;
 }
@@ -182,7 +183,8 @@ cmd_unpack (int argc, char **argv, ib_error_t *err)
 int
 cmd_inspect (int argc, char **argv, ib_error_t *err)
 {
-  if (argc != 2)
+  int i = command_operands (argc, argv, "inspect");
+  if (argc - i != 1)
     usage_error ("%s", "inspect: expected REF");
   ib_store_t *store = NULL;
   if (open_store (&store, err) < 0)
@@ -192,7 +194,7 @@ cmd_inspect (int argc, char **argv, ib_error_t *err)
   char *mdata = NULL, *cdata = NULL;
   size_t mlen = 0, clen = 0;
   ib_manifest_t *m = NULL;
-  if (ib_store_load_image (store, argv[1], &d, &m, NULL, err) < 0
+  if (ib_store_load_image (store, argv[i], &d, &m, NULL, err) < 0
       || ib_store_read_blob (store, d.digest, &mdata, &mlen, err) < 0
       || ib_store_read_blob (store, m->config.digest, &cdata, &clen, err) < 0)
     goto out;
@@ -219,17 +221,20 @@ cmd_prune (int argc, char **argv, ib_error_t *err)
   static const struct option opts[] = {
     { "cache", no_argument, NULL, 'c' },
     { "all", no_argument, NULL, 'a' },
+    GLOBAL_OPTIONS,
     { NULL, 0, NULL, 0 },
   };
   ib_prune_opts_t po = { 0 };
   int c;
   optind = 0;
-  while ((c = getopt_long (argc, argv, "+a", opts, NULL)) != -1)
+  while ((c = getopt_long (argc, argv, "aq", opts, NULL)) != -1)
     switch (c)
       {
       case 'c': po.cache = true; break;
       case 'a': po.all = true; break;
-      default: exit (2);
+      default:
+        if (!global_option (c, optarg, "prune"))
+          exit (2);
       }
   if (optind < argc)
     usage_error ("prune: unexpected argument '%s'", argv[optind]);
@@ -271,8 +276,7 @@ cmd_prune (int argc, char **argv, ib_error_t *err)
 int
 cmd_images (int argc, char **argv, ib_error_t *err)
 {
-  (void) argv;
-  if (argc != 1)
+  if (command_operands (argc, argv, "images") != argc)
     usage_error ("%s", "images: takes no arguments");
   ib_store_t *store = NULL;
   if (open_store (&store, err) < 0)

@@ -79,20 +79,22 @@ cmd_login (int argc, char **argv, ib_error_t *err)
   static const struct option opts[] = {
     { "username", required_argument, NULL, 'u' }, { "password", required_argument, NULL, 'p' },
     { "password-stdin", no_argument, NULL, 'S' }, { "authfile", required_argument, NULL, 'A' },
-    { NULL, 0, NULL, 0 },
+    GLOBAL_OPTIONS, { NULL, 0, NULL, 0 },
   };
   const char *user_arg = NULL, *pass_arg = NULL;
   bool pass_stdin = false;
   int c;
   optind = 0;
-  while ((c = getopt_long (argc, argv, "+u:p:", opts, NULL)) != -1)
+  while ((c = getopt_long (argc, argv, "u:p:q", opts, NULL)) != -1)
     switch (c)
       {
       case 'u': user_arg = optarg; break;
       case 'p': pass_arg = optarg; break;
       case 'S': pass_stdin = true; break;
       case 'A': ib_auth_set_authfile (optarg); break;
-      default: exit (2);
+      default:
+        if (!global_option (c, optarg, "login"))
+          exit (2);
       }
   if (argc - optind != 1)
     usage_error ("%s", "login: expected one REGISTRY");
@@ -153,16 +155,18 @@ cmd_logout (int argc, char **argv, ib_error_t *err)
 {
   static const struct option opts[] = { { "all", no_argument, NULL, 'a' },
                                         { "authfile", required_argument, NULL, 'A' },
-                                        { NULL, 0, NULL, 0 } };
+                                        GLOBAL_OPTIONS, { NULL, 0, NULL, 0 } };
   bool all = false;
   int c;
   optind = 0;
-  while ((c = getopt_long (argc, argv, "+a", opts, NULL)) != -1)
+  while ((c = getopt_long (argc, argv, "aq", opts, NULL)) != -1)
     switch (c)
       {
       case 'a': all = true; break;
       case 'A': ib_auth_set_authfile (optarg); break;
-      default: exit (2);
+      default:
+        if (!global_option (c, optarg, "logout"))
+          exit (2);
       }
   if (all ? argc - optind != 0 : argc - optind != 1)
     usage_error ("%s", "logout: expected one REGISTRY, or --all");

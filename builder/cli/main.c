@@ -169,6 +169,102 @@ parse_userns (const char *s, ib_userns_mode_t *m)
   return 0;
 }
 
+/* The global options' state: applied (ib_verbosity, the progress mode)
+ * after main's own parse and again after each one a command's parse
+ * meets. */
+static ib_progress_mode_t progress = IB_PROGRESS_AUTO;
+static bool progress_given, quiet;
+
+static void
+apply_globals (void)
+{
+  /* -q silences progress too unless --progress says otherwise; -v's debug
+   * lines would tear TTY redraws apart, so auto means plain with -v. */
+  ib_progress_mode_t m = progress;
+  if (quiet && !progress_given)
+    m = IB_PROGRESS_QUIET;
+  if (m == IB_PROGRESS_AUTO && ib_verbosity >= 2)
+    m = IB_PROGRESS_PLAIN;
+  ib_progress_set_mode (m);
+}
+
+/* The lines of usage_text's command list that are about `cmd` (a block
+ * starts at a line with the command's name in column 3; "[build]" for
+ * build), or false when there are none. */
+static bool
+print_command_usage (const char *cmd, FILE *f)
+{
+  const char *p = strstr (usage_text, "Commands:\n");
+  const char *end = strstr (usage_text, "\nGlobal options:");
+  bool found = false, in = false;
+  size_t n = strlen (cmd);
+  for (p = strchr (p, '\n') + 1; p < end;)
+    {
+      const char *nl = strchr (p, '\n');
+      if (p[0] == ' ' && p[1] == ' ' && p[2] != ' ')
+        {
+          const char *name = p + 2;
+          if (*name == '[')
+            name++;
+          in = strncmp (name, cmd, n) == 0 && (name[n] == ' ' || name[n] == ']' || name[n] == '\n');
+          if (in && !found)
+            fputs ("Usage: imgbuild [GLOBAL OPTIONS] COMMAND [ARGS]\n\n", f);
+          found |= in;
+        }
+      if (in)
+        fwrite (p, 1, (size_t) (nl - p + 1), f);
+      p = nl + 1;
+    }
+  if (found)
+    fputs ("\nGlobal options (before or after the command) and registry options:\n"
+           "'imgbuild --help'; docs/cli.md has the whole reference.\n",
+           f);
+  return found;
+}
+
+bool
+global_option (int c, const char *arg, const char *cmd)
+{
+  switch (c)
+    {
+    case OPT_STORE: cli_store_dir = arg; return true;
+    case OPT_USERNS:
+      if (parse_userns (arg, &cli_userns_mode) < 0)
+        usage_error ("--userns: expected auto, root, map or single, got '%s'", arg);
+      return true;
+    case OPT_PROGRESS:
+      if (ib_progress_parse_mode (arg, &progress) < 0)
+        usage_error ("--progress: expected auto, tty, plain, json or quiet, got '%s'", arg);
+      progress_given = true;
+      break;
+    case 'q':
+    case OPT_QUIET:
+      ib_verbosity = 0;
+      quiet = true;
+      break;
+    case OPT_VERBOSE: ib_verbosity = 2; break;
+    case OPT_HELP:
+      if (cmd == NULL || !print_command_usage (cmd, stdout))
+        fputs (usage_text, stdout);
+      exit (0);
+    default: return false;
+    }
+  apply_globals ();
+  return true;
+}
+
+int
+command_operands (int argc, char **argv, const char *cmd)
+{
+  static const struct option opts[] = { GLOBAL_OPTIONS, { NULL, 0, NULL, 0 } };
+  int c;
+  optind = 0;
+  while ((c = getopt_long (argc, argv, "q", opts, NULL)) != -1) /* options anywhere */
+    if (!global_option (c, optarg, cmd))
+      exit (2);
+  return optind;
+}
+
 int
 open_store (ib_store_t **store, ib_error_t *err)
 {
@@ -199,11 +295,7 @@ int
 main (int argc, char **argv)
 {
   static const struct option opts[] = {
-    { "store", required_argument, NULL, 's' }, { "userns", required_argument, NULL, 'U' },
-    { "quiet", no_argument, NULL, 'q' },       { "verbose", no_argument, NULL, 'v' },
-    { "help", no_argument, NULL, 'h' },        { "version", no_argument, NULL, 'V' },
-    { "progress", required_argument, NULL, 'P' }, REGISTRY_OPTIONS,
-    { NULL, 0, NULL, 0 },
+    GLOBAL_OPTIONS, { "version", no_argument, NULL, 'V' }, REGISTRY_OPTIONS, { NULL, 0, NULL, 0 },
   };
   const char *env_chunk = getenv ("IMGBUILD_PUSH_CHUNK_SIZE");
   if (env_chunk && *env_chunk)
@@ -211,8 +303,6 @@ main (int argc, char **argv)
   const char *env_userns = getenv ("IMGBUILD_USERNS");
   if (env_userns && *env_userns && parse_userns (env_userns, &cli_userns_mode) < 0)
     usage_error ("IMGBUILD_USERNS: expected auto, root, map or single, got '%s'", env_userns);
-  ib_progress_mode_t progress = IB_PROGRESS_AUTO;
-  bool progress_given = false, quiet = false;
   const char *env_progress = getenv ("IMGBUILD_PROGRESS");
   if (env_progress && *env_progress && ib_progress_parse_mode (env_progress, &progress) < 0)
     usage_error ("IMGBUILD_PROGRESS: expected auto, tty, plain, json or quiet, got '%s'",
@@ -221,22 +311,11 @@ main (int argc, char **argv)
   while ((c = getopt_long (argc, argv, "+qvh", opts, NULL)) != -1)
     switch (c)
       {
-      case 's': cli_store_dir = optarg; break;
-      case 'U':
-        if (parse_userns (optarg, &cli_userns_mode) < 0)
-          usage_error ("--userns: expected auto, root, map or single, got '%s'", optarg);
-        break;
-      case 'P':
-        if (ib_progress_parse_mode (optarg, &progress) < 0)
-          usage_error ("--progress: expected auto, tty, plain, json or quiet, got '%s'", optarg);
-        progress_given = true;
-        break;
-      case 'q': ib_verbosity = 0; quiet = true; break;
       case 'v': ib_verbosity = 2; break;
       case 'h': fputs (usage_text, stdout); return 0;
       case 'V': printf ("imgbuild %s\n", IMGBUILD_VERSION); return 0;
       default:
-        if (registry_option (c, optarg))
+        if (registry_option (c, optarg) || global_option (c, optarg, NULL))
           break;
         fputs (usage_text, stderr);
         return 2;
@@ -246,13 +325,7 @@ main (int argc, char **argv)
       fputs (usage_text, stderr);
       return 2;
     }
-  /* -q silences progress too unless --progress says otherwise; -v's debug
-   * lines would tear TTY redraws apart, so auto means plain with -v. */
-  if (quiet && !progress_given)
-    progress = IB_PROGRESS_QUIET;
-  if (progress == IB_PROGRESS_AUTO && ib_verbosity >= 2)
-    progress = IB_PROGRESS_PLAIN;
-  ib_progress_set_mode (progress);
+  apply_globals ();
   const char *cmd = argv[optind];
   int sub_argc = argc - optind;
   char **sub_argv = argv + optind;

@@ -64,6 +64,7 @@ cmd_run (int argc, char **argv, int *exit_status, ib_error_t *err)
     { "env-file", required_argument, NULL, 'E' }, { "device", required_argument, NULL, 'D' },
     { "cdi-spec-dir", required_argument, NULL, 'S' }, { "entrypoint", required_argument, NULL, 'P' },
     { "tty", no_argument, NULL, 't' },            { "interactive", no_argument, NULL, 'i' },
+    { "rm", no_argument, NULL, 'R' },             GLOBAL_OPTIONS,
     { NULL, 0, NULL, 0 },
   };
   bool want_tty = false;
@@ -72,7 +73,7 @@ cmd_run (int argc, char **argv, int *exit_status, ib_error_t *err)
   ib_run_spec_t spec = { 0 };
   int c;
   optind = 0; /* 0: GNU getopt re-reads the optstring's ordering flag */
-  while ((c = getopt_long (argc, argv, "+e:w:u:v:ti", opts, NULL)) != -1)
+  while ((c = getopt_long (argc, argv, "+e:w:u:v:tiq", opts, NULL)) != -1)
     {
       ib_mount_spec_t ms;
       ib_error_t perr = NULL;
@@ -96,7 +97,11 @@ cmd_run (int argc, char **argv, int *exit_status, ib_error_t *err)
         case 'v': pr = ib_mount_spec_parse_volume (optarg, &ms, &perr); break;
         case 'M': pr = ib_mount_spec_parse (optarg, &ms, &perr); break;
         case 'T': pr = ib_mount_spec_parse_tmpfs (optarg, &ms, &perr); break;
-        default: exit (2);
+        case 'R': continue; /* docker's --rm: a run leaves nothing behind anyway */
+        default:
+          if (global_option (c, optarg, "run"))
+            continue;
+          exit (2);
         }
       if (pr < 0)
         usage_error ("run: %s", perr->msg);
@@ -174,10 +179,10 @@ cmd_run (int argc, char **argv, int *exit_status, ib_error_t *err)
         {
           const char *v = getenv (*x);
           cleanup_free char *kv = xasprintf ("%s=%s", *x, v ? v : "");
-          ib_strv_push (&env, kv);
+          ib_env_set (&env, kv);
         }
       else
-        ib_strv_push (&env, *x);
+        ib_env_set (&env, *x); /* replaces the image's, as docker run's -e */
     }
   /* Command: ENTRYPOINT + (arguments given, or CMD). */
   json_array_foreach (json_object_get (cc, "Entrypoint"), i, e)

@@ -17,19 +17,19 @@ cmd_wheel (int argc, char **argv, ib_error_t *err)
   bool audit = strcmp (sub, "audit") == 0 || strcmp (sub, "show") == 0;
   if (!audit && strcmp (sub, "repair") != 0)
     usage_error ("wheel: unknown subcommand '%s' (audit or repair)", sub);
-  enum { OPT_JSON = 0x200, OPT_PLAT, OPT_EXCLUDE, OPT_PATCHELF, OPT_ROOT };
+  enum { OPT_JSON = 0x300, OPT_PLAT, OPT_EXCLUDE, OPT_PATCHELF, OPT_ROOT };
   static const struct option opts[] = {
     { "json", no_argument, NULL, OPT_JSON },          { "plat", required_argument, NULL, OPT_PLAT },
     { "wheel-dir", required_argument, NULL, 'w' },    { "exclude", required_argument, NULL, OPT_EXCLUDE },
     { "patchelf", required_argument, NULL, OPT_PATCHELF }, { "root", required_argument, NULL, OPT_ROOT },
-    { NULL, 0, NULL, 0 },
+    GLOBAL_OPTIONS, { NULL, 0, NULL, 0 },
   };
   bool json = false;
   const char *plat = NULL, *dir = "wheelhouse", *patchelf = NULL, *root = NULL;
   cleanup_strv char **exclude = NULL;
   int c;
   optind = 0; /* 0: GNU getopt re-reads the optstring's ordering flag */
-  while ((c = getopt_long (argc - 1, argv + 1, "w:", opts, NULL)) != -1)
+  while ((c = getopt_long (argc - 1, argv + 1, "w:q", opts, NULL)) != -1)
     switch (c)
       {
       case OPT_JSON: json = true; break;
@@ -38,7 +38,10 @@ cmd_wheel (int argc, char **argv, ib_error_t *err)
       case OPT_EXCLUDE: ib_strv_push (&exclude, optarg); break;
       case OPT_PATCHELF: patchelf = optarg; break;
       case OPT_ROOT: root = optarg; break;
-      default: usage_error ("%s", "wheel: bad option"); break;
+      default:
+        if (!global_option (c, optarg, "wheel"))
+          usage_error ("%s", "wheel: bad option");
+        break;
       }
   if (optind + 2 != argc)
     usage_error ("wheel %s: expected one FILE.whl", sub);

@@ -34,7 +34,14 @@ mark_needed (build_t *b, size_t i, ib_error_t *err)
           dep = x;
         }
       else if ((in->kind == IB_I_COPY || in->kind == IB_I_ADD) && ib_instr_flag (in, "from"))
-        dep = ib_instr_flag (in, "from");
+        {
+          /* --from=${STAGE}: expanded with the global ARGs, as BuildKit
+           * finds a COPY's source stage; one that does not expand here is
+           * left for the step to report */
+          dep = ib_instr_flag (in, "from");
+          if (strchr (dep, '$') && expand (b, NULL, dep, &x, NULL) == 0)
+            dep = x;
+        }
       else if (in->kind == IB_I_RUN && mark_mount_deps (b, i, in, err) < 0)
         return -1;
       if (dep == NULL)
@@ -224,7 +231,9 @@ ib_build (ib_store_t *store, const ib_build_opts_t *opts, ib_error_t *err)
     b.sde = 0;
   int ret = -1;
   cleanup_free char *text = NULL;
-  if (ib_read_file_max (opts->recipe_path, IB_RECIPE_MAX, "recipe", &text, NULL, err) < 0)
+  if (opts->recipe_text)
+    text = xstrdup (opts->recipe_text);
+  else if (ib_read_file_max (opts->recipe_path, IB_RECIPE_MAX, "recipe", &text, NULL, err) < 0)
     return -1;
   if (ib_recipe_parse (opts->recipe_path, text, &b.recipe, err) < 0)
     return -1;
@@ -252,15 +261,16 @@ ib_build (ib_store_t *store, const ib_build_opts_t *opts, ib_error_t *err)
   {
     /* BuildKit: RECIPE.dockerignore beside the recipe wins over the
      * context's .dockerignore */
-    cleanup_free char *own = xasprintf ("%s.dockerignore", opts->recipe_path);
+    cleanup_free char *own = opts->recipe_text ? NULL
+                                               : xasprintf ("%s.dockerignore", opts->recipe_path);
     cleanup_free char *ctx_ig = ib_path_join (b.context, ".dockerignore");
     cleanup_free char *itext = NULL;
     ib_error_t e2 = NULL;
-    if (ib_read_file_max (own, IB_RECIPE_MAX, ".dockerignore", &itext, NULL, &e2) < 0)
+    if (own == NULL || ib_read_file_max (own, IB_RECIPE_MAX, ".dockerignore", &itext, NULL, &e2) < 0)
       {
-        if (e2->status == EFBIG)
+        if (e2 && e2->status == EFBIG)
           {
-            *err = e2;
+            ib_error_propagate (err, &e2);
             goto out;
           }
         ib_error_free (&e2);
@@ -268,7 +278,7 @@ ib_build (ib_store_t *store, const ib_build_opts_t *opts, ib_error_t *err)
           {
             if (e2->status != ENOENT)
               {
-                *err = e2;
+                ib_error_propagate (err, &e2);
                 goto out;
               }
             ib_error_free (&e2);

@@ -46,7 +46,10 @@ typedef struct ib_wheel_hooks
 
 typedef struct ib_build_opts
 {
-  const char *recipe_path;
+  const char *recipe_path;   /* read for the recipe's text, unless recipe_text is set; in
+                              * messages either way ("PATH:LINE: ...") */
+  const char *recipe_text;   /* NULL, or the recipe itself (`-f -`: read from stdin by the
+                              * CLI); then no RECIPE.dockerignore is looked for */
   const char *context_dir;   /* COPY sources; default: the recipe's directory */
   char **build_args;         /* "K=V", NULL-terminated; may be NULL */
   const char *target;        /* stage name or index; NULL = last stage */

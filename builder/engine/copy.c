@@ -104,6 +104,17 @@ do_copy (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err)
       if (expand (b, st, from, &fx, err) < 0)
         return -1;
       src_stage = earlier_stage (b, st, fx);
+      if (src_stage == NULL && strchr (from, '$'))
+        {
+          /* BuildKit finds a COPY's source stage with the global ARGs (as
+           * FROM lines): ARG STAGE before the first FROM names it */
+          cleanup_free char *gx = NULL;
+          if (expand (b, NULL, from, &gx, NULL) == 0 && (src_stage = earlier_stage (b, st, gx)))
+            {
+              free (fx);
+              fx = steal_pointer (&gx);
+            }
+        }
       if (src_stage == NULL)
         return ib_error_set (err, ENOENT,
                              "--from=%s: no earlier stage of that name (images in --from are "

@@ -261,14 +261,20 @@ do_from (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err)
     }
   if (strcmp (image, "scratch") == 0)
     {
-      st->config = json_pack ("{s:s, s:s, s:{}, s:{s:s, s:[]}}", "architecture", arch, "os", os,
-                              "config", "rootfs", "type", "layers", "diff_ids");
+      /* BuildKit's empty image (dockerfile2llb's emptyImage): WorkingDir
+       * "/" and the default PATH, so that a scratch stage's RUN and the
+       * image's users find programs as Docker's would */
+      st->config = json_pack ("{s:s, s:s, s:{s:[s], s:s}, s:{s:s, s:[]}}", "architecture", arch,
+                              "os", os, "config", "Env", DEFAULT_PATH, "WorkingDir", "/",
+                              "rootfs", "type", "layers", "diff_ids");
       if (variant)
         json_object_set_new (st->config, "variant", json_string (variant));
       st->layers = xmalloc (sizeof (ib_descriptor_t));
       st->rootfs_ready = true;
       cleanup_free char *plat = ib_platform_string (os, arch, variant);
-      cleanup_free char *text = xasprintf ("FROM scratch %s", plat);
+      /* "config": what the empty image holds, so that records made before
+       * it held PATH and WorkingDir are not taken */
+      cleanup_free char *text = xasprintf ("FROM scratch %s\nconfig Env=PATH WorkingDir=/", plat);
       ib_cache_key (NULL, text, st->key);
       return 0;
     }

@@ -140,6 +140,8 @@ ib_mount_spec_parse (const char *value, ib_mount_spec_t *out, ib_error_t *err)
           m.readonly = b;
           m.rw = !b;
         }
+      else if (strcmp (tok, "z") == 0 && v == NULL)
+        m.relabel = true; /* z and Z (buildah's, podman's): SELinux relabeling */
       else if (strcmp (tok, "id") == 0 && v && *v)
         {
           free (m.id);
@@ -246,14 +248,19 @@ ib_mount_spec_parse_volume (const char *value, ib_mount_spec_t *out, ib_error_t 
     return ib_error_set (err, EINVAL, "-v %s: expected SRC:DST[:ro|rw]", value);
   *dst++ = '\0';
   char *opt = strchr (dst, ':');
-  bool ro = false;
+  bool ro = false, relabel = false;
   if (opt)
     {
       *opt++ = '\0';
-      if (strcmp (opt, "ro") == 0)
-        ro = true;
-      else if (strcmp (opt, "rw") != 0)
-        return ib_error_set (err, EINVAL, "-v %s: options are ro or rw, got '%s'", value, opt);
+      char *save = NULL;
+      for (char *o = strtok_r (opt, ",", &save); o; o = strtok_r (NULL, ",", &save))
+        if (strcmp (o, "ro") == 0)
+          ro = true;
+        else if (strcmp (o, "z") == 0 || strcmp (o, "Z") == 0)
+          relabel = true;
+        else if (strcmp (o, "rw") != 0)
+          return ib_error_set (err, EINVAL, "-v %s: options are ro, rw, z or Z, got '%s'", value,
+                               o);
     }
   if (copy[0] != '/' && copy[0] != '.')
     return ib_error_set (err, EINVAL,
@@ -263,7 +270,8 @@ ib_mount_spec_parse_volume (const char *value, ib_mount_spec_t *out, ib_error_t 
   if (dst[0] != '/')
     return ib_error_set (err, EINVAL, "-v %s: the target must be absolute", value);
   *out = (ib_mount_spec_t){ .type = IB_MSPEC_BIND, .source = xstrdup (copy),
-                            .target = xstrdup (dst), .readonly = ro, .rw = !ro, .mode = 0755 };
+                            .target = xstrdup (dst), .readonly = ro, .rw = !ro, .mode = 0755,
+                            .relabel = relabel };
   return 0;
 }
 

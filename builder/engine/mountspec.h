@@ -7,6 +7,8 @@
  *              [mode=0755] [uid=0] [gid=0] (from= and source= are refused)
  *   type=tmpfs target=P [size=BYTES]
  *   dst= and destination= are target=; src= is source=.
+ *   z and Z (buildah's SELinux relabel options) are accepted and do
+ *   nothing: imgbuild applies no SELinux labels (`relabel` records them).
  *   type=secret and type=ssh are refused (not supported).
  */
 #ifndef IB_BUILDER_MOUNTSPEC_H
@@ -41,6 +43,7 @@ typedef struct ib_mount_spec
   mode_t mode;      /* cache: mode of a new cache directory (default 0755) */
   uid_t uid;        /* cache: owner of a new cache directory (default 0:0) */
   gid_t gid;
+  bool relabel;     /* z or Z given (ignored; a note says so) */
   char *size;       /* tmpfs: size= as written (bytes; k/m/g/t suffixes as the
                        kernel's tmpfs takes them, or N%), checked by
                        ib_tmpfs_size_parse; or NULL */

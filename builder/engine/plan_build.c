@@ -304,7 +304,9 @@ ib_build_plan (const ib_build_opts_t *opts, json_t **out, ib_error_t *err)
   int ret = -1;
   json_t *plan = NULL;
   cleanup_free char *text = NULL;
-  if (ib_read_file_max (opts->recipe_path, IB_RECIPE_MAX, "recipe", &text, NULL, err) < 0)
+  if (opts->recipe_text)
+    text = xstrdup (opts->recipe_text);
+  else if (ib_read_file_max (opts->recipe_path, IB_RECIPE_MAX, "recipe", &text, NULL, err) < 0)
     return -1;
   if (ib_recipe_parse (opts->recipe_path, text, &b.recipe, err) < 0)
     return -1;

@@ -186,6 +186,8 @@ add_spec_mount (const ib_run_env_t *o, const ib_mount_spec_t *ms, const char *sh
                                                   : ib_path_join (o->cwd, ms->target);
   ib_mount_t m = { .target = keep_string (r, ib_path_clean_abs (joined)),
                    .readonly = ms->readonly };
+  if (ms->relabel)
+    ib_info ("%s: z/Z ignored: imgbuild applies no SELinux labels", shown);
   char *source = NULL;
   switch (ms->type)
     {
@@ -215,21 +217,6 @@ add_spec_mount (const ib_run_env_t *o, const ib_mount_spec_t *ms, const char *sh
   return 0;
 }
 
-/* Set "K=V" in an environment vector, replacing an earlier K. */
-static void
-env_set (char ***env, const char *kv)
-{
-  size_t kl = strcspn (kv, "=");
-  for (char **e = *env; e && *e; e++)
-    if (strncmp (*e, kv, kl) == 0 && (*e)[kl] == '=')
-      {
-        free (*e);
-        *e = xstrdup (kv);
-        return;
-      }
-  ib_strv_push (env, kv);
-}
-
 int
 ib_run_spec_sandbox (const ib_run_spec_t *spec, const ib_run_env_t *o, char ***env,
                      ib_sandbox_opts_t *so, ib_run_mounts_t *r, ib_error_t *err)
@@ -248,7 +235,7 @@ ib_run_spec_sandbox (const ib_run_spec_t *spec, const ib_run_env_t *o, char ***e
         add_mount (r, &r->gpu.mounts[k]);
     }
   for (char **kv = r->gpu.env; kv && *kv; kv++)
-    env_set (env, *kv);
+    ib_env_set (env, *kv);
   ib_env_default_home (env, so->rootfs, so->uid); /* as runc, so Docker, BuildKit, buildah */
   so->env = *env;
   so->mounts = r->v;

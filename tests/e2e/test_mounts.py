@@ -162,7 +162,7 @@ def test_imgbuild_run_volumes_env_file_and_status(mstore, rootfs, tmp_path):
 @pytest.mark.parametrize("args,message", [
     (["-v", "relative:/x"], "the source must be a host path"),
     (["-v", "/tmp"], "expected SRC:DST"),
-    (["-v", "/tmp:/x:zz"], "options are ro or rw"),
+    (["-v", "/tmp:/x:zz"], "options are ro, rw, z or Z, got 'zz'"),
     (["--tmpfs", "rel"], "the target must be absolute"),
     (["--env-file", "/nonexistent/env"], "/nonexistent/env"),
     (["-v", "/nonexistent-src:/x"], "/nonexistent-src"),

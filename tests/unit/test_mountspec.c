@@ -100,7 +100,26 @@ test_volume_and_tmpfs_forms (void **state)
   ib_mount_spec_clear (&m);
   assert_int_equal (ib_mount_spec_parse_volume ("./rel:/c", &m, &err), 0);
   assert_false (m.readonly);
+  assert_false (m.relabel);
   ib_mount_spec_clear (&m);
+  /* podman's relabel options: accepted, recorded, nothing else */
+  assert_int_equal (ib_mount_spec_parse_volume ("/h:/c:ro,Z", &m, &err), 0);
+  assert_true (m.readonly);
+  assert_true (m.relabel);
+  ib_mount_spec_clear (&m);
+  assert_int_equal (ib_mount_spec_parse_volume ("/h:/c:z", &m, &err), 0);
+  assert_false (m.readonly);
+  assert_true (m.relabel);
+  ib_mount_spec_clear (&m);
+  assert_int_equal (ib_mount_spec_parse ("type=bind,source=s,target=/t,Z", &m, &err), 0);
+  assert_true (m.relabel);
+  ib_mount_spec_clear (&m);
+  assert_int_equal (ib_mount_spec_parse ("type=cache,target=/t,z", &m, &err), 0);
+  assert_true (m.relabel);
+  ib_mount_spec_clear (&m);
+  assert_int_equal (ib_mount_spec_parse ("type=cache,target=/t,z=1", &m, &err), -1);
+  assert_string_equal (err->msg, "--mount=type=cache,target=/t,z=1: unknown option 'z=1'");
+  ib_error_free (&err);
   assert_int_equal (ib_mount_spec_parse_volume ("named:/c", &m, &err), -1);
   assert_non_null (strstr (err->msg, "named volumes do not exist"));
   ib_error_free (&err);

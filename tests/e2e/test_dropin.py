@@ -1,0 +1,191 @@
+"""imgbuild as a drop-in for `docker build` / `buildah bud` in a CI script
+(issue 21): the command lines those scripts use, run as a script would,
+judged by exit codes, stdout and what lands in the store."""
+import json
+import subprocess
+
+import pytest
+
+from conftest import IMGBUILD, imgbuild, write
+
+DEFAULT_PATH = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+@pytest.fixture(scope="module")
+def dstore(tmp_path_factory, registry, base_image):
+    store = tmp_path_factory.mktemp("dropin-store")
+    assert imgbuild("pull", base_image, store=store).rc == 0
+    return store
+
+
+@pytest.fixture(scope="module")
+def rootfs_dir(tmp_path_factory, dstore, base_image):
+    d = tmp_path_factory.mktemp("dropin-rootfs") / "r"
+    r = imgbuild("unpack", base_image, d, store=dstore)
+    assert r.rc == 0, r
+    return d
+
+
+def config_of(store, ref):
+    r = imgbuild("inspect", ref, store=store)
+    assert r.rc == 0, r
+    return json.loads(r.out)["config"]
+
+
+def test_a_directory_operand_is_the_context(dstore, base_image, tmp_path):
+    """`build -t app:1 .`: the directory is the context and its Dockerfile
+    the recipe (then Containerfile); -f names another; -f - reads stdin."""
+    ctx = tmp_path / "ctx"
+    write(ctx / "hello.txt", "from the context\n")
+    write(ctx / "Dockerfile", f"FROM {base_image}\nCOPY hello.txt /hello\nLABEL from=dockerfile\n")
+    write(ctx / "Containerfile", f"FROM {base_image}\nLABEL from=containerfile\n")
+    write(tmp_path / "other.df", f"FROM {base_image}\nCOPY hello.txt /other\nLABEL from=other\n")
+
+    r = imgbuild("build", "-t", "app:1", ".", store=dstore, cwd=ctx)
+    assert r.rc == 0, r
+    assert config_of(dstore, "app:1")["config"]["Labels"] == {"from": "dockerfile"}
+
+    (ctx / "Dockerfile").unlink()
+    r = imgbuild("build", "-t", "app:2", ctx, store=dstore, cwd=tmp_path)
+    assert r.rc == 0, r
+    assert config_of(dstore, "app:2")["config"]["Labels"] == {"from": "containerfile"}
+
+    # -f FILE relative to the current directory, the context elsewhere
+    r = imgbuild("build", "-f", "other.df", "-t", "app:3", "ctx", store=dstore, cwd=tmp_path)
+    assert r.rc == 0, r
+    assert config_of(dstore, "app:3")["config"]["Labels"] == {"from": "other"}
+
+    # -f -: the recipe from stdin, named "stdin" in messages
+    r = imgbuild("build", "-f", "-", "-t", "app:4", ctx, store=dstore, cwd=tmp_path,
+                 input=f"FROM {base_image}\nCOPY hello.txt /stdin\nLABEL from=stdin\n")
+    assert r.rc == 0, r
+    assert config_of(dstore, "app:4")["config"]["Labels"] == {"from": "stdin"}
+    r = imgbuild("build", "-f", "-", ctx, store=dstore, cwd=tmp_path, input="FROM x\nNOPE\n")
+    assert r.rc == 1 and "stdin:2:1: unknown instruction 'NOPE'" in r.err, r
+    r = imgbuild("plan", "-f", "-", ctx, store=dstore, cwd=tmp_path, input="FROM scratch\n")
+    assert r.rc == 0 and r.out.startswith("recipe: stdin\n"), r
+
+
+@pytest.mark.parametrize("args,message", [
+    (["-f", "other.df", "missing-ctx"], "build: the build context missing-ctx does not exist"),
+    (["-f", "other.df", "other.df"], "build: the build context other.df is not a directory"),
+    (["empty"], "build: no Dockerfile or Containerfile in empty (give -f FILE)"),
+    (["missing"], "build: missing: no such recipe file or context directory"),
+    (["-f", "-"], "build: -f - reads the recipe from stdin: give the context directory too"),
+    (["-t", "UPPER:1", "ctx"], "build: -t UPPER:1: invalid reference \"UPPER:1\": repository "
+                               "name \"UPPER\" must be lowercase"),
+])
+def test_command_line_mistakes_fail_before_the_build(dstore, base_image, tmp_path, args, message):
+    """Usage errors (exit 2) naming the operand or flag, before any step."""
+    write(tmp_path / "other.df", f"FROM {base_image}\n")
+    write(tmp_path / "ctx/Dockerfile", f"FROM {base_image}\nRUN true\n")
+    (tmp_path / "empty").mkdir()
+    r = imgbuild("build", *args, store=dstore, cwd=tmp_path)
+    assert r.rc == 2, r
+    assert message in r.err, r
+    assert "[stage" not in r.err and "FROM" not in r.err, r
+
+
+def test_global_options_after_the_command(registry, base_image, tmp_path):
+    """--store, --progress, -q and the rest work after the command too, as
+    docker's and podman's flags do; the last --store wins."""
+    ctx = tmp_path / "ctx"
+    write(ctx / "Dockerfile", f"FROM {base_image}\nLABEL k=v\n")
+    first, second = tmp_path / "s1", tmp_path / "s2"
+    cmd = [str(IMGBUILD), "build", str(ctx), "--progress=plain", "-q", "-t", "late:1",
+           "--store", str(first), "--userns", "auto", "--store", str(second)]
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    assert not first.exists()
+    # -q: only warnings and errors (no step lines, no summary)
+    assert "LABEL" not in p.stderr and "done" not in p.stderr, p.stderr
+    for args in (["images", "--store", str(second)], ["inspect", "late:1", "--store", str(second)],
+                 ["--store", str(second), "inspect", "--quiet", "late:1"]):
+        p = subprocess.run([str(IMGBUILD), *args], capture_output=True, text=True)
+        assert p.returncode == 0, (args, p.stderr)
+        if args[0] == "images":
+            assert "late:1" in p.stdout, p.stdout
+        else:
+            assert json.loads(p.stdout)["config"]["config"]["Labels"] == {"k": "v"}
+
+
+@pytest.mark.parametrize("command,line", [
+    ("build", "  [build] RECIPE"), ("run", "  run [-e K=V]"), ("inspect", "  inspect REF"),
+    ("pull", "  pull REF"), ("images", "  images"), ("prune", "  prune [--cache]"),
+])
+def test_every_command_has_help(command, line):
+    p = subprocess.run([str(IMGBUILD), command, "--help"], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.startswith("Usage: imgbuild"), p.stdout
+    assert line in p.stdout, p.stdout
+    assert "  wheel audit" not in p.stdout  # only the command's own lines
+
+
+def test_run_e_replaces_the_images_variable(dstore, base_image, tmp_path):
+    """docker run -e K=V replaces what the image sets (one PATH, the
+    caller's); --rm and -it are accepted as docker's."""
+    ctx = tmp_path / "ctx"
+    write(ctx / "Dockerfile", f"FROM {base_image}\nENV PATH=/opt/venv/bin:/usr/bin:/bin A=image\n")
+    assert imgbuild("build", "-t", "envimg:1", ctx, store=dstore).rc == 0
+    r = imgbuild("run", "--rm", "-e", "PATH=/usr/bin:/bin", "-e", "A=caller", "envimg:1", "--",
+                 "/usr/bin/env", store=dstore)
+    assert r.rc == 0, r
+    got = [v for v in r.out.splitlines() if v.split("=")[0] in ("PATH", "A")]
+    assert got == ["PATH=/usr/bin:/bin", "A=caller"], r.out
+
+
+def test_from_scratch_has_buildkits_empty_image_config(dstore, tmp_path):
+    """FROM scratch starts from BuildKit's empty image (dockerfile2llb's
+    emptyImage): Env holds the default PATH, WorkingDir is "/"."""
+    ctx = tmp_path / "ctx"
+    write(ctx / "f", "x\n")
+    write(ctx / "Dockerfile", "FROM scratch\nCOPY f /f\n")
+    assert imgbuild("build", "-t", "scratchy:1", ctx, store=dstore).rc == 0
+    c = config_of(dstore, "scratchy:1")["config"]
+    assert c["Env"] == [DEFAULT_PATH], c
+    assert c["WorkingDir"] == "/", c
+    # ENV in a scratch stage adds to it, as on any base
+    write(ctx / "Dockerfile", "FROM scratch\nENV A=1\nCOPY f /f\n")
+    assert imgbuild("build", "-t", "scratchy:2", ctx, store=dstore).rc == 0
+    assert config_of(dstore, "scratchy:2")["config"]["Env"] == [DEFAULT_PATH, "A=1"]
+
+
+def test_relabel_options_are_accepted_and_do_nothing(dstore, base_image, rootfs_dir, tmp_path):
+    """Containerfiles written for podman put z/Z on their mounts: RUN
+    --mount and `run -v` accept them, say they are ignored, and mount."""
+    ctx = tmp_path / "ctx"
+    write(ctx / "data/f", "bound\n")
+    out = tmp_path / "out"
+    write(ctx / "Dockerfile", f"FROM {base_image}\n"
+          "RUN --mount=type=bind,source=data,target=/d,Z cp /d/f /copied\n"
+          f"OUTPUT type=local,dest={out},src=/copied\n")
+    r = imgbuild("build", ctx, store=dstore)
+    assert r.rc == 0, r
+    assert (out / "copied").read_text() == "bound\n"
+    assert "z/Z ignored: imgbuild applies no SELinux labels" in r.err, r
+    host = tmp_path / "host"
+    write(host / "g", "from the host\n")
+    r = imgbuild("run", "-v", f"{host}:/h:ro,z", "--rootfs", rootfs_dir, "--", "cat", "/h/g",
+                 store=dstore)
+    assert r.rc == 0 and r.out == "from the host\n", r
+
+
+def test_copy_from_a_stage_named_by_an_arg_builds_it(dstore, base_image, tmp_path):
+    """COPY --from=${STAGE} (a global ARG) depends on that stage: plan says
+    so and the build builds it first, with -j too."""
+    ctx = tmp_path / "ctx"
+    out = tmp_path / "out"
+    write(ctx / "Dockerfile", f"""ARG STAGE=maker
+FROM {base_image} AS maker
+RUN echo made > /made
+FROM {base_image}
+COPY --from=${{STAGE}} /made /got
+OUTPUT type=local,dest={out},src=/got
+""")
+    r = imgbuild("plan", ctx, store=dstore)
+    assert r.rc == 0, r
+    assert "depends on: 0 maker" in r.out, r.out
+    for jobs in ("1", "2"):
+        r = imgbuild("build", "-j", jobs, "--no-cache", ctx, store=dstore)
+        assert r.rc == 0, r
+        assert (out / "got").read_text() == "made\n"
