@@ -194,6 +194,16 @@ build_matrix (ib_store_t *store, const ib_build_opts_t *base, const ib_matrix_t 
   return 0;
 }
 
+/* --build-arg NAME=VALUE or NAME (the caller's value): a NAME is there. */
+static const char *
+build_arg_option (const char *arg)
+{
+  if (*arg == '\0' || *arg == '=')
+    usage_error ("--build-arg '%s': expected NAME=VALUE, or NAME for the variable's value here",
+                 arg);
+  return arg;
+}
+
 /* The recipe and the context of `build` and `plan`, from -f FILE and the
  * operand, as docker build and buildah bud take them:
  *  - the operand is a directory: the build context; the recipe is -f FILE
@@ -309,7 +319,7 @@ cmd_build (int argc, char **argv, ib_error_t *err)
   while ((c = getopt_long (argc, argv, "t:o:f:j:q", opts, NULL)) != -1)
     switch (c)
       {
-      case 'a': ib_strv_push (&args, optarg); break;
+      case 'a': ib_strv_push (&args, build_arg_option (optarg)); break;
       case 'M': { ib_error_t me = NULL; matrix_usage_error (ib_matrix_add (&matrix, optarg, &me), &me); } break;
       case 'X': fail_fast = true; break;
       case 'T': target = optarg; break;
@@ -432,7 +442,7 @@ cmd_plan (int argc, char **argv, ib_error_t *err)
   while ((c = getopt_long (argc, argv, "f:q", opts, NULL)) != -1)
     switch (c)
       {
-      case 'a': ib_strv_push (&args, optarg); break;
+      case 'a': ib_strv_push (&args, build_arg_option (optarg)); break;
       case 'M': { ib_error_t me = NULL; matrix_usage_error (ib_matrix_add (&matrix, optarg, &me), &me); } break;
       case 'T': target = optarg; break;
       case 'J': as_json = true; break;

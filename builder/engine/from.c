@@ -2,6 +2,7 @@
  * or an earlier stage), its platform, and the tree made lazily when a step
  * needs it. */
 #include "builder/engine/engine.h"
+#include "oci/ref.h"
 #include "rootfs/overlay.h"
 #include "rootfs/prepare.h"
 #include "rootfs/treecopy.h"
@@ -210,6 +211,18 @@ ensure_rootfs (build_t *b, stage_state_t *st, ib_error_t *err)
 /* What a FROM names, its ARGs expanded (*image), and the platform asked
  * (*want: its --platform or the build's, NULL for the host's) as os,
  * arch and variant (the host's when none is asked).  All allocated. */
+/* Does a FROM name, after expansion, read as an image reference (or
+ * scratch, or a stage)? */
+static bool
+from_name_ok (const char *image)
+{
+  ib_ref_t ref;
+  if (*image == '\0' || ib_ref_parse (image, &ref, NULL) < 0)
+    return false;
+  ib_ref_free (&ref);
+  return true;
+}
+
 int
 from_target (build_t *b, const ib_instr_t *in, char **image, char **want, char **os, char **arch,
              char **variant, ib_error_t *err)
@@ -217,6 +230,34 @@ from_target (build_t *b, const ib_instr_t *in, char **image, char **want, char *
   *image = *want = *os = *arch = *variant = NULL;
   if (expand (b, NULL, in->text, image, err) < 0)
     return -1;
+  if (strchr (in->text, '$') && !from_name_ok (*image))
+    {
+      /* FROM ${BASE} without BASE: say which ARG, and how to give it */
+      ib_buf_t unset = { 0 };
+      for (const char *p = strchr (in->text, '$'); p; p = strchr (p + 1, '$'))
+        {
+          const char *n = p + 1 + (p[1] == '{');
+          size_t len = strspn (n, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_");
+          cleanup_free char *name = xstrndup (n, len);
+          const char *v = len ? vars_get (&b->global_args, name, NULL) : "";
+          if (len && (v == NULL || *v == '\0'))
+            ib_buf_printf (&unset, "%s%s", unset.len ? ", " : "", name);
+        }
+      cleanup_free char *names = ib_buf_steal (&unset);
+      if (names && *names)
+        {
+          const char *first = names;
+          size_t fl = strcspn (first, ",");
+          ib_error_set (err, EINVAL,
+                        "%s: %s %s not set (give --build-arg %.*s=..., or a default: ARG "
+                        "%.*s=... before the first FROM)",
+                        in->text, names, strchr (names, ',') ? "are" : "is", (int) fl, first,
+                        (int) fl, first);
+          free (*image);
+          *image = NULL;
+          return -1;
+        }
+    }
   const char *platform = ib_instr_flag (in, "platform");
   if (platform && expand (b, NULL, platform, want, err) < 0)
     return -1;

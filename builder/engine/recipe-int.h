@@ -139,6 +139,9 @@ int unquote (const char *word, char escape, char **out, ib_error_t *err);
 /* recipe_instr.c */
 const char *extract_flag_words (const char *rest, const char *base, ib_strv_builder_t *words, size_t **offs);
 const struct keyword *find_keyword (const char *word);
+/* The instruction `word` (not one) was probably meant to be: the keyword
+ * within edit distance 1 (words of up to 5 letters) or 2, or NULL. */
+const char *suggest_keyword (const char *word);
 int parse_arg (struct parser *p, ib_instr_t *in);
 int parse_command (struct parser *p, ib_instr_t *in);
 int parse_copy (struct parser *p, ib_instr_t *in);

@@ -395,7 +395,11 @@ parse_one (struct parser *p, const char *line, int lineno, bool is_trigger, ib_i
   cleanup_free char *exw = excerpt (word);
   const struct keyword *kw = find_keyword (word);
   if (kw == NULL)
-    return perr_at (p, kw_off, "unknown instruction '%s'", exw);
+    {
+      const char *near = suggest_keyword (word);
+      return perr_at (p, kw_off, "unknown instruction '%s'%s%s%s", exw,
+                      near ? " (did you mean " : "", near ? near : "", near ? "?)" : "");
+    }
   if (!is_trigger && r->n_stages == 0 && kw->kind != IB_I_FROM && kw->kind != IB_I_ARG)
     return perr_at (p, kw_off, "expected FROM, got '%s'", exw);
 

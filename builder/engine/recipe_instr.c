@@ -251,6 +251,53 @@ find_keyword (const char *word)
   return NULL;
 }
 
+/* Levenshtein distance of a and b, case-insensitive (both at most 32). */
+static size_t
+edit_distance (const char *a, const char *b)
+{
+  size_t la = strlen (a), lb = strlen (b), row[33];
+  for (size_t j = 0; j <= lb; j++)
+    row[j] = j;
+  for (size_t i = 1; i <= la; i++)
+    {
+      size_t diag = row[0];
+      row[0] = i;
+      for (size_t j = 1; j <= lb; j++)
+        {
+          size_t up = row[j];
+          size_t cost = tolower ((unsigned char) a[i - 1]) != tolower ((unsigned char) b[j - 1]);
+          size_t best = diag + cost;
+          if (up + 1 < best)
+            best = up + 1;
+          if (row[j - 1] + 1 < best)
+            best = row[j - 1] + 1;
+          row[j] = best;
+          diag = up;
+        }
+    }
+  return row[lb];
+}
+
+const char *
+suggest_keyword (const char *word)
+{
+  size_t n = strlen (word);
+  if (n < 2 || n > 32)
+    return NULL;
+  size_t limit = n <= 5 ? 1 : 2, best = limit + 1;
+  const char *found = NULL;
+  for (size_t i = 0; i < sizeof keywords / sizeof keywords[0]; i++)
+    {
+      size_t d = edit_distance (word, keywords[i].name);
+      if (d < best)
+        {
+          best = d;
+          found = keywords[i].name;
+        }
+    }
+  return found;
+}
+
 /* ------------------------------------------------------------------ */
 /* heredocs                                                           */
 /* ------------------------------------------------------------------ */

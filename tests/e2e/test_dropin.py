@@ -74,6 +74,7 @@ def test_a_directory_operand_is_the_context(dstore, base_image, tmp_path):
     (["-f", "-"], "build: -f - reads the recipe from stdin: give the context directory too"),
     (["-t", "UPPER:1", "ctx"], "build: -t UPPER:1: invalid reference \"UPPER:1\": repository "
                                "name \"UPPER\" must be lowercase"),
+    (["--build-arg", "=x", "ctx"], "--build-arg '=x': expected NAME=VALUE, or NAME"),
 ])
 def test_command_line_mistakes_fail_before_the_build(dstore, base_image, tmp_path, args, message):
     """Usage errors (exit 2) naming the operand or flag, before any step."""
@@ -189,3 +190,17 @@ OUTPUT type=local,dest={out},src=/got
         r = imgbuild("build", "-j", jobs, "--no-cache", ctx, store=dstore)
         assert r.rc == 0, r
         assert (out / "got").read_text() == "made\n"
+
+
+@pytest.mark.parametrize("recipe,message", [
+    ("ARG BASE\nFROM ${BASE}\n", "Dockerfile:2: FROM: ${BASE}: BASE is not set (give --build-arg "
+                                 "BASE=..., or a default: ARG BASE=... before the first FROM)"),
+    ("ARG TAG=1\nFROM ${REG}/app:$TAG\n", "FROM: ${REG}/app:$TAG: REG is not set"),
+    ("FROM x\nRUNN make\n", "Dockerfile:2:1: unknown instruction 'RUNN' (did you mean RUN?)"),
+])
+def test_mistakes_in_the_recipe_say_what_to_do(dstore, tmp_path, recipe, message):
+    write(tmp_path / "Dockerfile", recipe)
+    r = imgbuild("build", ".", store=dstore, cwd=tmp_path)
+    assert r.rc == 1, r
+    assert message in r.err, r
+    assert len(r.err.strip().splitlines()) == 1, r  # one line, before any step

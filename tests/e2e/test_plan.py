@@ -121,4 +121,4 @@ def test_plan_errors(tmp_path):
     (tmp_path / "bad.recipe").write_text("FROM a\nRUN x\nFROB y\n")
     r = imgbuild("plan", "bad.recipe", store=tmp_path / "store", cwd=tmp_path)
     assert r.rc == 1
-    assert r.err.strip() == "imgbuild: bad.recipe:3:1: unknown instruction 'FROB'"
+    assert r.err.strip() == "imgbuild: bad.recipe:3:1: unknown instruction 'FROB' (did you mean FROM?)"

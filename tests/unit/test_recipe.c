@@ -735,6 +735,17 @@ test_errors (void **state)
 {
   (void) state;
   assert_err_is ("FROM x\n\nFOO bar\n", "test.recipe:3:1: unknown instruction 'FOO'");
+  /* a typo gets the instruction meant (edit distance 1, or 2 past 5 letters) */
+  assert_err_is ("FROM x\nRUNN make\n",
+                 "test.recipe:2:1: unknown instruction 'RUNN' (did you mean RUN?)");
+  assert_err_is ("FROM x\nCOPPY . /\n",
+                 "test.recipe:2:1: unknown instruction 'COPPY' (did you mean COPY?)");
+  assert_err_is ("FROM x\nentrypiont [\"a\"]\n",
+                 "test.recipe:2:1: unknown instruction 'entrypiont' (did you mean ENTRYPOINT?)");
+  assert_err_is ("FROM x\nWRKDIR /a\n",
+                 "test.recipe:2:1: unknown instruction 'WRKDIR' (did you mean WORKDIR?)");
+  /* nothing near enough: no guess */
+  assert_err_is ("FROM x\nPIP install x\n", "test.recipe:2:1: unknown instruction 'PIP'");
   assert_err_is ("FROM x\nRUN a \\\n b\nfrobnicate\n",
                  "test.recipe:4:1: unknown instruction 'frobnicate'");
   assert_err_is ("RUN echo\n", "test.recipe:1:1: expected FROM, got 'RUN'");
