@@ -297,6 +297,14 @@ helper_main (const struct map_plan *plan, int go_fd, int report_fd)
 
 /* --- entering ------------------------------------------------------------ */
 
+static char single_reason[256];
+
+const char *
+ib_userns_single_reason (void)
+{
+  return single_reason[0] ? single_reason : NULL;
+}
+
 static int
 plan_maps (ib_userns_mode_t requested, struct map_plan *plan, ib_error_t *err)
 {
@@ -319,7 +327,16 @@ plan_maps (ib_userns_mode_t requested, struct map_plan *plan, ib_error_t *err)
       else if (have_ranges && executable_in_path ("newuidmap") && executable_in_path ("newgidmap"))
         mode = IB_USERNS_MAP;
       else
-        mode = IB_USERNS_SINGLE;
+        {
+          mode = IB_USERNS_SINGLE;
+          if (!have_ranges)
+            snprintf (single_reason, sizeof single_reason,
+                      "user %s has no subordinate id range in /etc/subuid and /etc/subgid",
+                      user ? user : "(unnamed)");
+          else
+            snprintf (single_reason, sizeof single_reason,
+                      "newuidmap and newgidmap are not installed (Debian's uidmap package)");
+        }
     }
   plan->mode = mode;
 

@@ -49,6 +49,11 @@ int ib_userns_enter (ib_userns_mode_t requested, ib_userns_mode_t *mode_in_force
  * enters late (a build that only reads its cache never enters) but must
  * know the mode early. */
 int ib_userns_plan (ib_userns_mode_t requested, ib_userns_mode_t *mode, ib_error_t *err);
+/* Why AUTO chose SINGLE in the last plan, as a clause ("user NAME has no
+ * subordinate id range in /etc/subuid and /etc/subgid", "newuidmap and
+ * newgidmap are not installed (Debian's uidmap package)"); NULL when AUTO
+ * chose another mode or was not asked.  Static. */
+const char *ib_userns_single_reason (void);
 /* Mode in force (AUTO when not entered yet). */
 ib_userns_mode_t ib_userns_mode (void);
 const char *ib_userns_mode_name (ib_userns_mode_t m);

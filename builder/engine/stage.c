@@ -81,6 +81,13 @@ need_userns (build_t *b, ib_error_t *err)
   if (r < 0)
     return -1;
   ib_debug ("user namespace mode: %s", ib_userns_mode_name (got));
+  const char *why = ib_userns_single_reason ();
+  if (got == IB_USERNS_SINGLE && why)
+    ib_warn ("single-id mode: %s, so the owners of files are not recorded: every file in the "
+             "layers belongs to 0:0 (a RUN chown is lost). For owners as in the image: "
+             "usermod --add-subuids 100000-165535 --add-subgids 100000-165535 $USER (or "
+             "/etc/subuid and /etc/subgid; docs/security.md), or ask with --userns map",
+             why);
   return 0;
 }
 

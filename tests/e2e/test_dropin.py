@@ -204,3 +204,23 @@ def test_mistakes_in_the_recipe_say_what_to_do(dstore, tmp_path, recipe, message
     assert r.rc == 1, r
     assert message in r.err, r
     assert len(r.err.strip().splitlines()) == 1, r  # one line, before any step
+
+
+def test_single_id_mode_by_default_says_what_is_lost(dstore, tmp_path):
+    """Without what map mode needs (here: newuidmap not on PATH), auto
+    falls back to single-id mode: the build says once that owners are
+    not recorded, why, and what to do."""
+    import os
+    if os.geteuid() == 0:
+        pytest.skip("as root, auto is root mode; the map and single-id passes run this")
+    write(tmp_path / "f", "x\n")
+    write(tmp_path / "Dockerfile", "FROM scratch\nCOPY f /f\n")
+    r = imgbuild("build", ".", store=tmp_path / "s", cwd=tmp_path,
+                 env={"IMGBUILD_USERNS": "", "PATH": "/nonexistent"})
+    assert r.rc == 0, r
+    assert r.err.count("single-id mode: newuidmap and newgidmap are not installed") == 1, r
+    assert "usermod --add-subuids 100000-165535 --add-subgids 100000-165535" in r.err, r
+    # asked for by name: no warning
+    r = imgbuild("build", "--no-cache", ".", store=tmp_path / "s", cwd=tmp_path,
+                 env={"IMGBUILD_USERNS": "single"})
+    assert r.rc == 0 and "single-id mode:" not in r.err, r
