@@ -28,6 +28,9 @@ pkgs=(
   # wheel tests (tests/e2e/test_wheel.py): fixture extensions built into wheels
   # on the host; wheel repair edits ELF objects with patchelf
   g++ python3-dev python3-setuptools python3-wheel patchelf
+  # make man / make install: man pages cut from docs/cli.md by go-md2man;
+  # tests/e2e/test_install.py reads them with man-db's man
+  go-md2man man-db
   # TLS e2e tests: a test CA and certificates made at test time
   # (openssl above also makes the TLS tests' CA and certificates)
 )

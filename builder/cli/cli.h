@@ -92,6 +92,10 @@ bool global_option (int c, const char *arg, const char *cmd);
  * operand (getopt's optind); an unknown option exits 2. */
 int command_operands (int argc, char **argv, const char *cmd);
 
+/* Whether the store (--store, else the default) exists; a listing of a
+ * store that does not exist is empty, and must not create it. */
+bool store_exists (void);
+
 /* Open the store (cli_store_dir or the default) into *store and hold its
  * gc lock shared for the rest of the command, so that `imgbuild prune`
  * waits for it.  0, or -1 with *err set and *store NULL. */

@@ -276,8 +276,23 @@ cmd_prune (int argc, char **argv, ib_error_t *err)
 int
 cmd_images (int argc, char **argv, ib_error_t *err)
 {
-  if (command_operands (argc, argv, "images") != argc)
+  static const struct option opts[] = {
+    { "noheading", no_argument, NULL, 'n' }, GLOBAL_OPTIONS, { NULL, 0, NULL, 0 },
+  };
+  bool heading = true; /* -n, --noheading: podman's, for scripts and completion */
+  int c;
+  optind = 0;
+  while ((c = getopt_long (argc, argv, "nq", opts, NULL)) != -1)
+    if (c == 'n')
+      heading = false;
+    else if (!global_option (c, optarg, "images"))
+      exit (2);
+  if (optind != argc)
     usage_error ("%s", "images: takes no arguments");
+  if (heading)
+    printf ("%-60s %-19s %-16s %10s\n", "NAME", "DIGEST", "PLATFORM", "SIZE");
+  if (!store_exists ())
+    return 0; /* nothing stored; completion's listing does not make a store */
   ib_store_t *store = NULL;
   if (open_store (&store, err) < 0)
     return -1;
@@ -287,7 +302,6 @@ cmd_images (int argc, char **argv, ib_error_t *err)
       ib_store_close (store);
       return -1;
     }
-  printf ("%-60s %-19s %-16s %10s\n", "NAME", "DIGEST", "PLATFORM", "SIZE");
   size_t i;
   json_t *e;
   json_array_foreach (list, i, e)

@@ -10,6 +10,7 @@
 
 #include <getopt.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #ifndef IMGBUILD_VERSION
@@ -49,8 +50,9 @@ static const char usage_text[] =
   "      [--cdi-spec-dir DIR] (REF | --rootfs DIR) [-- CMD...]\n"
   "                         run a command in the sandbox; exits with its status\n"
   "  inspect REF            print the manifest and config as JSON\n"
-  "  images                 list stored images\n"
-  "  prune [--cache] [--all] remove leftovers of dead builds, blobs no tag or cache\n"
+  "  images [-n]            list stored images; -n, --noheading: no header line\n"
+  "  prune [--cache] [--all]\n"
+  "                         remove leftovers of dead builds, blobs no tag or cache\n"
   "                         record names, unused snapshots; --cache: the build cache\n"
   "                         too; --all: also every snapshot\n"
   "  wheel audit FILE.whl [--json] [--root DIR]\n"
@@ -216,9 +218,10 @@ print_command_usage (const char *cmd, FILE *f)
       p = nl + 1;
     }
   if (found)
-    fputs ("\nGlobal options (before or after the command) and registry options:\n"
-           "'imgbuild --help'; docs/cli.md has the whole reference.\n",
-           f);
+    fprintf (f,
+             "\nGlobal options (before or after the command) and registry options:\n"
+             "'imgbuild --help'; 'man imgbuild-%s' (docs/cli.md) has the whole reference.\n",
+             cmd);
   return found;
 }
 
@@ -263,6 +266,14 @@ command_operands (int argc, char **argv, const char *cmd)
     if (!global_option (c, optarg, cmd))
       exit (2);
   return optind;
+}
+
+bool
+store_exists (void)
+{
+  cleanup_free char *def = cli_store_dir ? NULL : ib_store_default_root ();
+  struct stat st;
+  return stat (cli_store_dir ? cli_store_dir : def, &st) == 0;
 }
 
 int
