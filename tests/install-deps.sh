@@ -20,6 +20,8 @@ pkgs=(
   # conformance test (tests/e2e/test_buildah_compat.py): the same recipes built by buildah
   buildah
   python3 python3-pytest ca-certificates curl gzip zstd unzip
+  # tests/e2e/test_progress.py: what an 80-column terminal shows (a VT100 emulator)
+  python3-pyte
   # tests/run-e2e.sh: the suite's scratch on a loop-mounted ext4 (mkfs.ext4, mount)
   e2fsprogs mount
   # auth tests: htpasswd (bcrypt) for the basic-auth registry; openssl and
