@@ -86,7 +86,7 @@ _imgbuild() {
       build|plan) COMPREPLY=($(compgen -f -- "$cur")); return 0 ;;
       wheel) candidates=$'audit\nrepair' ;;
       artifact) candidates=$'push\npull' ;;
-      run|inspect|unpack|push|pull)
+      run|inspect|unpack|push|pull|tag|rmi|save)
         candidates=$("$bin" "${store[@]}" images --noheading 2>/dev/null | awk '$1 != "<none>" { print $1 }') ;;
     esac
   fi

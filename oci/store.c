@@ -570,6 +570,54 @@ ib_store_tag_source (ib_store_t *s, const char *name, const char *media_type, co
 }
 
 int
+ib_store_untag (ib_store_t *s, const char *name, char **removed, ib_error_t *err)
+{
+  if (removed)
+    *removed = NULL;
+  cleanup_free char *full = NULL;
+  ib_ref_t ref;
+  if (ib_ref_parse (name, &ref, NULL) == 0)
+    {
+      full = ib_ref_string (&ref);
+      ib_ref_free (&ref);
+    }
+  if (ib_store_lock (s, true, err) < 0)
+    return -1;
+  int ret = -1;
+  json_t *index = load_index (s, err);
+  if (index)
+    {
+      /* the exact name first (names other tools wrote), else the normalized one */
+      json_t *ms = json_object_get (index, "manifests");
+      const char *want[2] = { name, full };
+      for (int k = 0; k < 2 && ret < 0; k++)
+        for (size_t i = json_array_size (ms); want[k] && i-- > 0;)
+          {
+            const char *n = entry_name (json_array_get (ms, i));
+            if (n && strcmp (n, want[k]) == 0)
+              {
+                if (removed && *removed == NULL)
+                  *removed = xstrdup (n);
+                json_array_remove (ms, i);
+                ret = 0;
+              }
+          }
+      if (ret < 0)
+        ib_error_set (err, ENOENT, "image %s not found in store %s", name, s->root);
+      else if ((ret = save_index (s, index, err)) < 0)
+        ib_error_prefix (err, "untag %s in store %s", name, s->root);
+      json_decref (index);
+    }
+  ib_store_unlock (s);
+  if (ret < 0 && removed)
+    {
+      free (*removed);
+      *removed = NULL;
+    }
+  return ret;
+}
+
+int
 ib_store_list (ib_store_t *s, json_t **manifests, ib_error_t *err)
 {
   *manifests = NULL;

@@ -147,6 +147,11 @@ int ib_store_blob_sources (ib_store_t *s, const char *digest, char ***sources, i
 /* Look a name up: accepts the full name, or anything ib_ref_parse normalizes
  * to it, or a manifest digest.  Error "image NAME not found in store DIR". */
 int ib_store_resolve (ib_store_t *s, const char *name, ib_descriptor_t *out, ib_error_t *err);
+/* Remove tag `name` from index.json (`docker rmi`, `podman untag`): the
+ * exact name, else what ib_ref_parse normalizes it to.  The blobs stay
+ * until `imgbuild prune`.  *removed (may be NULL) gets the name removed
+ * (caller frees).  Error ENOENT "image NAME not found in store DIR". */
+int ib_store_untag (ib_store_t *s, const char *name, char **removed, ib_error_t *err);
 /* index.json's "manifests" array (new reference, caller decrefs). */
 int ib_store_list (ib_store_t *s, json_t **manifests, ib_error_t *err);
 

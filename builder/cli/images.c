@@ -100,13 +100,25 @@ cmd_pull (int argc, char **argv, ib_error_t *err)
     }
   if (argc - optind != 1)
     usage_error ("%s", "pull: expected one image reference");
-  if (creds && set_creds ("pull", creds, argv[optind], err) < 0)
+  /* skopeo's transports: an archive or layout is loaded (imgbuild load) */
+  cleanup_free char *src = NULL, *name = NULL;
+  transport_t t = transport_parse (argv[optind], &src, &name);
+  if (t != TRANSPORT_NONE && t != TRANSPORT_REGISTRY)
+    {
+      ib_store_t *store = NULL;
+      if (open_store (&store, err) < 0)
+        return -1;
+      int r = load_archive (store, src, name, err);
+      ib_store_close (store);
+      return r < 0 ? ib_error_prefix (err, "pull") : 0;
+    }
+  if (creds && set_creds ("pull", creds, src, err) < 0)
     return -1;
   ib_store_t *store = NULL;
   if (open_store (&store, err) < 0)
     return -1;
   ib_descriptor_t d = { 0 };
-  int r = ib_pull (store, argv[optind], os, arch, variant, &d, err);
+  int r = ib_pull (store, src, os, arch, variant, &d, err);
   if (r == 0)
     printf ("%s\n", d.digest);
   ib_descriptor_clear (&d);
@@ -152,13 +164,35 @@ cmd_push (int argc, char **argv, ib_error_t *err)
       ib_ref_free (&ref);
       ib_strv_push (&dsts, full);
     }
-  for (char **d = dsts; creds && d && *d; d++)
+  /* skopeo's transports: an archive or layout is written (imgbuild save);
+   * docker://REF is REF */
+  cleanup_strv char **refs = NULL, **archives = NULL;
+  for (char **d = dsts; d && *d; d++)
+    {
+      cleanup_free char *path = NULL, *name = NULL;
+      transport_t t = transport_parse (*d, &path, &name);
+      if (t == TRANSPORT_NONE || t == TRANSPORT_REGISTRY)
+        ib_strv_push (&refs, path);
+      else
+        ib_strv_push (&archives, *d);
+    }
+  for (char **d = refs; creds && d && *d; d++)
     if (set_creds ("push", creds, *d, err) < 0)
       return -1;
   ib_store_t *store = NULL;
   if (open_store (&store, err) < 0)
     return -1;
-  int r = ib_push_refs (store, argv[optind], dsts, err);
+  int r = 0;
+  for (char **a = archives; r == 0 && a && *a; a++)
+    {
+      cleanup_free char *path = NULL, *name = NULL;
+      transport_t t = transport_parse (*a, &path, &name);
+      r = save_archive (store, argv[optind], t, path, name, err);
+      if (r == 0)
+        printf ("%s\n", *a);
+    }
+  if (r == 0 && refs)
+    r = ib_push_refs (store, argv[optind], refs, err);
   ib_store_close (store);
   return r;
 }

@@ -51,6 +51,11 @@ static const char usage_text[] =
   "                         run a command in the sandbox; exits with its status\n"
   "  inspect REF            print the manifest and config as JSON\n"
   "  images [-n]            list stored images; -n, --noheading: no header line\n"
+  "  tag SOURCE TARGET...   give a stored image more names\n"
+  "  rmi NAME...            remove names from the store (blobs go at the next prune)\n"
+  "  save [-o FILE] [--format docker-archive|oci-dir] NAME\n"
+  "                         write a stored image as an archive (docker save)\n"
+  "  load [-i FILE]         read an archive or OCI layout into the store (docker load)\n"
   "  prune [--cache] [--all]\n"
   "                         remove leftovers of dead builds, blobs no tag or cache\n"
   "                         record names, unused snapshots; --cache: the build cache\n"
@@ -360,6 +365,14 @@ main (int argc, char **argv)
     r = cmd_inspect (sub_argc, sub_argv, &err);
   else if (strcmp (cmd, "images") == 0)
     r = cmd_images (sub_argc, sub_argv, &err);
+  else if (strcmp (cmd, "tag") == 0)
+    r = cmd_tag (sub_argc, sub_argv, &err);
+  else if (strcmp (cmd, "rmi") == 0)
+    r = cmd_rmi (sub_argc, sub_argv, &err);
+  else if (strcmp (cmd, "save") == 0)
+    r = cmd_save (sub_argc, sub_argv, &err);
+  else if (strcmp (cmd, "load") == 0)
+    r = cmd_load (sub_argc, sub_argv, &err);
   else if (strcmp (cmd, "prune") == 0)
     r = cmd_prune (sub_argc, sub_argv, &err);
   else if (strcmp (cmd, "wheel") == 0)
