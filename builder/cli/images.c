@@ -223,18 +223,27 @@ cmd_inspect (int argc, char **argv, ib_error_t *err)
   ib_store_t *store = NULL;
   if (open_store (&store, err) < 0)
     return -1;
-  ib_descriptor_t d = { 0 };
+  ib_descriptor_t d = { 0 }, served = { 0 }, stored = { 0 };
+  char index_digest[IB_DIGEST_LEN];
   int r = -1;
   char *mdata = NULL, *cdata = NULL;
   size_t mlen = 0, clen = 0;
   ib_manifest_t *m = NULL;
-  if (ib_store_load_image (store, argv[i], &d, &m, NULL, err) < 0
-      || ib_store_read_blob (store, d.digest, &mdata, &mlen, err) < 0
+  if (ib_store_resolve_served (store, argv[i], &served, &stored, index_digest, err) < 0
+      || ib_store_load_image (store, argv[i], &d, &m, NULL, err) < 0
       || ib_store_read_blob (store, m->config.digest, &cdata, &clen, err) < 0)
+    goto out;
+  /* a pulled image as its registry served it; else the manifest the tag
+   * points at (an index's: the host platform's) */
+  const ib_descriptor_t *shown = strcmp (served.digest, stored.digest) != 0 ? &served : &d;
+  if (ib_store_read_blob (store, shown->digest, &mdata, &mlen, err) < 0)
     goto out;
   {
     json_t *jm = json_loadb (mdata, mlen, 0, NULL), *jc = json_loadb (cdata, clen, 0, NULL);
-    json_t *o = json_pack ("{s:s, s:o, s:o}", "digest", d.digest, "manifest", jm, "config", jc);
+    json_t *o = json_pack ("{s:s, s:s, s:o, s:o}", "digest", shown->digest, "stored_digest",
+                           d.digest, "manifest", jm, "config", jc);
+    if (index_digest[0])
+      json_object_set_new (o, "index_digest", json_string (index_digest));
     json_dumpf (o, stdout, JSON_INDENT (2) | JSON_PRESERVE_ORDER);
     printf ("\n");
     json_decref (o);
@@ -245,6 +254,8 @@ out:
   free (cdata);
   ib_manifest_free (m);
   ib_descriptor_clear (&d);
+  ib_descriptor_clear (&served);
+  ib_descriptor_clear (&stored);
   ib_store_close (store);
   return r;
 }
@@ -365,7 +376,12 @@ cmd_images (int argc, char **argv, ib_error_t *err)
     ib_descriptor_clear (&d);
     if (config)
       json_decref (config);
-    printf ("%-60s %.19s %-16s %8.1fMB\n", name ? name : "<none>", digest,
+    /* a pulled image's digest as its registry served it */
+    const char *served = json_string_value (json_object_get (
+        json_object_get (e, "annotations"), IB_REGISTRY_DIGEST_ANNOTATION));
+    if (served && (!ib_digest_valid (served) || !ib_store_has_blob (store, served)))
+      served = NULL; /* as ib_store_resolve_served: the bytes are needed */
+    printf ("%-60s %.19s %-16s %8.1fMB\n", name ? name : "<none>", served ? served : digest,
             platform ? platform : "-", size / 1e6);
   }
   json_decref (list);
