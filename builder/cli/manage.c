@@ -218,11 +218,18 @@ cmd_tag (int argc, char **argv, ib_error_t *err)
   ib_store_t *store = NULL;
   if (open_store (&store, err) < 0)
     return -1;
-  ib_descriptor_t d = { 0 };
-  int r = ib_store_resolve (store, argv[i], &d, err);
+  /* a pulled image's new names keep what the registry served (its digest) */
+  ib_descriptor_t served = { 0 }, stored = { 0 };
+  char index_digest[IB_DIGEST_LEN] = "";
+  int r = ib_store_resolve_served (store, argv[i], &served, &stored, index_digest, err);
+  bool converted = r == 0 && strcmp (served.digest, stored.digest) != 0;
+  ib_tag_meta_t meta = { .served_digest = converted ? served.digest : NULL,
+                         .served_media_type = converted ? served.media_type : NULL,
+                         .index_digest = index_digest[0] ? index_digest : NULL };
   for (char **t = targets; r == 0 && *t; t++)
-    r = ib_store_tag (store, *t, d.media_type, d.digest, d.size, err);
-  ib_descriptor_clear (&d);
+    r = ib_store_tag_meta (store, *t, stored.media_type, stored.digest, stored.size, &meta, err);
+  ib_descriptor_clear (&served);
+  ib_descriptor_clear (&stored);
   ib_store_close (store);
   return r < 0 ? ib_error_prefix (err, "tag") : 0;
 }

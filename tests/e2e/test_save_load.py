@@ -71,6 +71,18 @@ def test_tag_and_rmi(built, tmp_path):
     assert inspect(store, digest)["digest"] == digest
 
 
+def test_tag_of_a_pulled_image_keeps_the_registry_digest(base_image, tmp_path):
+    store = tmp_path / "s"
+    r = imgbuild("pull", base_image, store=store)
+    assert r.rc == 0, r
+    served = r.out.strip().splitlines()[-1]
+    r = imgbuild("tag", base_image, "mine/base:1", store=store)
+    assert r.rc == 0, r
+    rows = {l.split()[0]: l.split()[1] for l in imgbuild("images", "-n", store=store).out.splitlines()}
+    assert served.startswith(rows["docker.io/mine/base:1"]) and rows[base_image] == rows["docker.io/mine/base:1"], rows
+    assert inspect(store, "mine/base:1")["digest"] == served
+
+
 def test_save_docker_archive_loads_back_and_in_skopeo(built, tmp_path):
     store, name, digest, config = built
     out = tmp_path / "app.tar"
