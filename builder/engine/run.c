@@ -419,7 +419,8 @@ run_step (build_t *b, stage_state_t *st, const ib_instr_t *in, const ib_run_spec
   bind_ctx_t bc = { b, st };
   ib_run_env_t ro = { .store = b->store, .cwd = wd && *wd ? wd : "/", .bind = run_bind_source,
                       .bind_ctx = &bc, .extra = script ? &script_mount : NULL,
-                      .n_extra = script ? 1 : 0, .cdi_spec_dirs = b->opts->cdi_spec_dirs };
+                      .n_extra = script ? 1 : 0, .cdi_spec_dirs = b->opts->cdi_spec_dirs,
+                      .secrets = b->opts->secrets };
   ib_sandbox_opts_t so = {
     .rootfs = st->rootfs,
     .argv = argv,
