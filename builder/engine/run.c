@@ -174,7 +174,9 @@ run_bind_source (void *ctx, const ib_mount_spec_t *ms, const char *shown, ib_run
 /* The key text of a RUN (see builder/cache.h): the command, its flags
  * expanded, the content of context bind mounts, the identity of stages it
  * mounts, every ARG in scope (its environment), the build's devices and
- * the layer format. */
+ * the layer format.  A type=secret or type=ssh mount counts by its flag
+ * text (id, target, options) alone: never the secret's bytes nor the
+ * agent's socket, as in BuildKit. */
 static char *
 run_key_text (build_t *b, stage_state_t *st, const ib_instr_t *in, char **argv,
               const ib_run_spec_t *spec)
