@@ -232,6 +232,13 @@ add_spec_mount (const ib_run_env_t *o, const ib_mount_spec_t *ms, const char *sh
       if (skip || target == NULL) /* missing and optional; env= only */
         return 0;
     }
+  if (ms->type == IB_MSPEC_SSH && ssh_index == 0)
+    {
+      /* BuildKit's llb: the first ssh mount's target, even when its agent
+       * is missing and the mount optional */
+      cleanup_free char *kv = xasprintf ("SSH_AUTH_SOCK=%s", target);
+      ib_strv_push (vars, kv);
+    }
   if (ms->type == IB_MSPEC_SSH && (agent = ib_secrets_find_ssh (o->secrets, ms->id)) == NULL)
     return ms->required ? ib_error_set (err, ENOENT, "%s: ssh agent %s: not given (--ssh "
                                         "%s=SOCKET%s)",
@@ -284,11 +291,6 @@ add_spec_mount (const ib_run_env_t *o, const ib_mount_spec_t *ms, const char *sh
         m.type = IB_MOUNT_BIND;
         m.readonly = true;
         m.source = sock;
-        if (ssh_index == 0)
-          {
-            cleanup_free char *kv = xasprintf ("SSH_AUTH_SOCK=%s", m.target);
-            ib_strv_push (vars, kv);
-          }
         break;
       }
     }

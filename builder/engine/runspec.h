@@ -135,8 +135,9 @@ typedef struct ib_run_env
  *    *env, so never in what a caller prints or keeps);
  *  - ssh: a socket relayed to the agent of id= (secrets.h), mode=, uid=,
  *    gid=, on the target (default /run/buildkit/ssh_agent.N, N counting
- *    the spec's ssh mounts from 0); the first sets SSH_AUTH_SOCK in
- *    so->env unless *env has it (BuildKit's llb);
+ *    the spec's ssh mounts from 0); the first sets SSH_AUTH_SOCK to its
+ *    target in so->env unless *env has it, even when it is left out
+ *    (BuildKit's llb);
  *  - a secret or ssh id the build lacks: with required, ENOENT "SHOWN:
  *    secret ID: not given (--secret id=ID,src=FILE or id=ID,env=VAR)"
  *    (ssh: "... ssh agent ID: not given (--ssh ID=SOCKET)"); without it

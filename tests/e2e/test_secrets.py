@@ -242,6 +242,24 @@ def test_secret_errors_are_clear(sstore, base_image, tmp_path, line, args, words
         assert sorted(p.name for p in (Path(sstore) / "blobs/sha256").iterdir()) == before
 
 
+def test_failed_step_keeps_no_secret(sstore, base_image, tmp_path):
+    """A failing step's output and --keep-on-failure's printed command
+    (which repeats the step's environment) hold no env= secret."""
+    token = secrets.token_hex(16)
+    recipe = write(tmp_path / "r.recipe", f"""
+FROM {base_image}
+RUN --mount=type=secret,id=tok,env=TOKEN sh -c 'test -n "$TOKEN" && echo failing on purpose; exit 3'
+""")
+    r = imgbuild("build", "--keep-on-failure", recipe, "--secret", "id=tok,env=IB_TEST_TOK",
+                 store=sstore, cwd=tmp_path, env={"IB_TEST_TOK": token})
+    assert r.rc != 0, r
+    assert "failing on purpose" in r.err and "exit status 3" in r.err, r.err
+    assert "run --rootfs" in r.err, r.err          # the command was printed
+    assert token not in r.err + r.out
+    assert "TOKEN=" not in r.err
+    assert holders(sstore, [token.encode()]) == []
+
+
 @pytest.fixture
 def agent(tmp_path):
     """An ssh-agent on a socket of its own, holding one new ed25519 key:
@@ -282,7 +300,10 @@ RUN --mount=type=ssh,id=other,target=/tmp/agent.sock,mode=0666 --mount=type=bind
 USER 1234:1234
 RUN --mount=type=ssh,uid=1234,gid=1234 --mount=type=bind,source=agent.pl,target=/agent.pl \\
     perl /agent.pl > /results/as-user
-RUN --mount=type=ssh,id=absent sh -c 'echo "${{SSH_AUTH_SOCK:-unset}}" > /results/absent'
+RUN --mount=type=ssh,id=absent sh -c 'echo "$SSH_AUTH_SOCK $(test -e "$SSH_AUTH_SOCK" && echo there || echo absent)" > /results/absent'
+ENV SSH_AUTH_SOCK=/tmp/custom.sock
+RUN --mount=type=ssh,target=/tmp/custom.sock,uid=1234 --mount=type=bind,source=agent.pl,target=/agent.pl \
+    sh -c 'echo "$SSH_AUTH_SOCK" > /results/custom-sock; perl /agent.pl > /results/custom'
 OUTPUT type=image,name=secrets:ssh
 OUTPUT type=local,dest={out},src=/results
 """)
@@ -298,7 +319,12 @@ OUTPUT type=local,dest={out},src=/results
     assert (out / "other-stat").read_text().strip() == "666"
     assert (out / "other").read_text().strip() == want
     assert (out / "as-user").read_text().strip() == want
-    assert (out / "absent").read_text().strip() == "unset"
+    # as BuildKit: SSH_AUTH_SOCK names the first ssh mount's target, even
+    # an optional one left out
+    assert (out / "absent").read_text().strip() == "/run/buildkit/ssh_agent.0 absent"
+    # the stage's own SSH_AUTH_SOCK is kept (BuildKit's llb)
+    assert (out / "custom-sock").read_text().strip() == "/tmp/custom.sock"
+    assert (out / "custom").read_text().strip() == want
     names = layer_names(sstore, "secrets:ssh")
-    assert not [n for n in names if n.startswith(("run/buildkit", "tmp/agent.sock"))], sorted(names)
+    assert not [n for n in names if n.startswith(("run/buildkit", "tmp/agent.sock", "tmp/custom.sock"))], sorted(names)
     assert list(tmpdir.iterdir()) == []
