@@ -212,6 +212,28 @@ OUTPUT type=local,dest={out},src=/results
     assert (out / "c").read_text().strip() == sha((token + "-typed").encode())
 
 
+def test_secrets_in_parallel_stages(sstore, base_image, tmp_path):
+    """-j 2: each stage's process mounts the secret on its own."""
+    token = secrets.token_hex(16)
+    out = tmp_path / "out"
+    stage = "RUN --mount=type=secret,id=tok,required sh -c 'sha256sum /run/secrets/tok | cut -d\" \" -f1 > /{0}; sleep 1'"
+    recipe = write(tmp_path / "r.recipe", f"""
+FROM {base_image} AS a
+{stage.format("a")}
+FROM {base_image} AS b
+{stage.format("b")}
+FROM {base_image}
+COPY --from=a /a /results/a
+COPY --from=b /b /results/b
+OUTPUT type=local,dest={out},src=/results
+""")
+    r = imgbuild("build", "-j", "2", recipe, "--secret", "id=tok,env=IB_TEST_TOK", store=sstore,
+                 cwd=tmp_path, env={"IB_TEST_TOK": token})
+    assert r.rc == 0, r
+    assert (out / "a").read_text().strip() == sha(token.encode())
+    assert (out / "b").read_text().strip() == sha(token.encode())
+
+
 @pytest.mark.parametrize("line,args,words", [
     ("RUN --mount=type=secret,id=needed,required=true true", [],
      ["r.recipe:3", "secret needed: not given", "--secret id=needed"]),
