@@ -25,7 +25,10 @@ secret_source_clear (ib_secret_source_t *s)
   free (s->id);
   free (s->path);
   free (s->env);
+  if (s->fd >= 0)
+    close (s->fd);
   memset (s, 0, sizeof *s);
+  s->fd = -1;
 }
 
 void
@@ -64,7 +67,7 @@ ib_secrets_find_ssh (const ib_secrets_t *s, const char *id)
 int
 ib_secrets_add_secret (ib_secrets_t *s, const char *value, ib_error_t *err)
 {
-  ib_secret_source_t src = { 0 };
+  ib_secret_source_t src = { .fd = -1 };
   cleanup_free char *copy = xstrdup (value);
   char *save = NULL;
   const char *type = NULL;
@@ -182,24 +185,36 @@ ib_secrets_add_ssh (ib_secrets_t *s, const char *value, ib_error_t *err)
 }
 
 int
-ib_secrets_check (const ib_secrets_t *s, ib_error_t *err)
+ib_secrets_check (ib_secrets_t *s, ib_error_t *err)
 {
   struct stat st;
   for (size_t i = 0; i < s->n_secrets; i++)
     {
-      const ib_secret_source_t *src = &s->secrets[i];
+      ib_secret_source_t *src = &s->secrets[i];
       if (src->env && getenv (src->env) == NULL)
         return ib_error_set (err, EINVAL, "--secret id=%s: variable %s is not set", src->id,
                              src->env);
-      if (src->env)
+      if (src->env || src->fd >= 0)
         continue;
-      if (stat (src->path, &st) < 0)
+      int fd = open (src->path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+      if (fd < 0)
         return ib_error_sys (err, errno, "--secret id=%s: %s", src->id, src->path);
-      if (!S_ISREG (st.st_mode))
-        return ib_error_set (err, EINVAL, "--secret id=%s: %s is not a file", src->id, src->path);
-      if ((size_t) st.st_size > IB_SECRET_MAX)
-        return ib_error_set (err, EFBIG, "--secret id=%s: %s is over %zu KiB, BuildKit's limit",
-                             src->id, src->path, IB_SECRET_MAX / 1024);
+      const char *bad = NULL;
+      int e = 0, status = EINVAL;
+      if (fstat (fd, &st) < 0)
+        e = errno;
+      else if (!S_ISREG (st.st_mode))
+        bad = "is not a file";
+      else if ((size_t) st.st_size > IB_SECRET_MAX)
+        bad = "is over 500 KiB, BuildKit's limit", status = EFBIG;
+      if (e || bad)
+        {
+          close (fd);
+          return e ? ib_error_sys (err, e, "--secret id=%s: %s", src->id, src->path)
+                   : ib_error_set (err, status, "--secret id=%s: %s %s", src->id, src->path,
+                                   bad);
+        }
+      src->fd = fd;
     }
   for (size_t i = 0; i < s->n_ssh; i++)
     {
@@ -210,6 +225,12 @@ ib_secrets_check (const ib_secrets_t *s, ib_error_t *err)
                              "--ssh %s: %s is not a socket (imgbuild forwards agent sockets; "
                              "load a key with ssh-add into an agent)",
                              s->ssh[i].id, s->ssh[i].socket);
+      char *abs = realpath (s->ssh[i].socket, NULL);
+      if (abs)
+        {
+          free (s->ssh[i].socket);
+          s->ssh[i].socket = abs;
+        }
     }
   return 0;
 }
@@ -238,8 +259,38 @@ ib_secret_read (const ib_secret_source_t *src, char **data, size_t *len, ib_erro
       *data = xstrdup (v);
       return 0;
     }
-  if (ib_read_file_max (src->path, IB_SECRET_MAX, NULL, data, len, err) < 0)
-    return ib_error_prefix (err, "secret %s", src->id);
+  if (src->fd < 0)
+    {
+      if (ib_read_file_max (src->path, IB_SECRET_MAX, NULL, data, len, err) < 0)
+        return ib_error_prefix (err, "secret %s", src->id);
+      return 0;
+    }
+  /* the file ib_secrets_check opened, read from its start each time */
+  char *buf = xmalloc (IB_SECRET_MAX + 2);
+  size_t n = 0;
+  for (;;)
+    {
+      ssize_t got = pread (src->fd, buf + n, IB_SECRET_MAX + 1 - n, (off_t) n);
+      if (got < 0 && errno == EINTR)
+        continue;
+      if (got < 0)
+        {
+          int e = errno;
+          ib_secret_free (buf, n);
+          return ib_error_sys (err, e, "secret %s: read %s", src->id, src->path);
+        }
+      if (got == 0 || (n += (size_t) got) > IB_SECRET_MAX)
+        break;
+    }
+  if (n > IB_SECRET_MAX)
+    {
+      ib_secret_free (buf, n);
+      return ib_error_set (err, EFBIG, "secret %s: %s is over %zu KiB", src->id, src->path,
+                           IB_SECRET_MAX / 1024);
+    }
+  buf[n] = '\0';
+  *data = buf;
+  *len = n;
   return 0;
 }
 

@@ -31,6 +31,9 @@ typedef struct ib_secret_source
   char *id;
   char *path; /* src=/source=: a file, read when a step mounts it; or NULL */
   char *env;  /* env=: a variable of imgbuild's environment; or NULL */
+  int fd;     /* the file, opened by ib_secrets_check (with the caller's
+                 own credentials and working directory, before the user
+                 namespace drops supplementary groups), else -1 */
 } ib_secret_source_t;
 
 /* One --ssh: the agent socket forwarded as ssh id `id`. */
@@ -69,11 +72,13 @@ int ib_secrets_add_secret (ib_secrets_t *s, const char *value, ib_error_t *err);
 int ib_secrets_add_ssh (ib_secrets_t *s, const char *value, ib_error_t *err);
 
 /* Check every source as BuildKit does when a build starts: a file exists,
- * is a regular file of at most IB_SECRET_MAX bytes; a variable is set
- * (buildx would give an empty secret; imgbuild fails, as podman does); an
- * ssh socket exists and is a socket.  Errors name the option:
+ * is a regular file of at most IB_SECRET_MAX bytes (it is opened here,
+ * read when a step mounts it); a variable is set (buildx would give an
+ * empty secret; imgbuild fails, as podman does); an ssh socket exists and
+ * is a socket (its path made absolute).  Call it before entering the user
+ * namespace.  Errors name the option:
  * "--secret id=tok: /path: No such file or directory". */
-int ib_secrets_check (const ib_secrets_t *s, ib_error_t *err);
+int ib_secrets_check (ib_secrets_t *s, ib_error_t *err);
 
 const ib_secret_source_t *ib_secrets_find_secret (const ib_secrets_t *s, const char *id);
 const ib_ssh_source_t *ib_secrets_find_ssh (const ib_secrets_t *s, const char *id);

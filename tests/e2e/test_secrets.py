@@ -234,6 +234,22 @@ OUTPUT type=local,dest={out},src=/results
     assert (out / "b").read_text().strip() == sha(token.encode())
 
 
+def test_run_takes_secrets(sstore, base_image, tmp_path):
+    """`imgbuild run --secret` for its --mount=type=secret (a relative src=
+    is the caller's)."""
+    token = secrets.token_hex(16)
+    write(tmp_path / "tok", token)
+    r = imgbuild("run", "--secret", "id=tok,src=tok", "--mount=type=secret,id=tok,env=T",
+                 "--mount=type=secret,id=tok", base_image, "--", "sh", "-c",
+                 'printf %s "$T" | sha256sum; sha256sum < /run/secrets/tok',
+                 store=sstore, cwd=tmp_path)
+    assert r.rc == 0, r
+    assert r.out.split() == [sha(token.encode()), "-"] * 2, r.out
+    missing = imgbuild("run", "--mount=type=secret,id=tok,required", base_image, "--", "true",
+                       store=sstore, cwd=tmp_path)
+    assert missing.rc != 0 and "secret tok: not given" in missing.err, missing
+
+
 @pytest.mark.parametrize("line,args,words", [
     ("RUN --mount=type=secret,id=needed,required=true true", [],
      ["r.recipe:3", "secret needed: not given", "--secret id=needed"]),

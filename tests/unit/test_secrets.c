@@ -137,6 +137,26 @@ test_check_and_read (void **state)
   assert_string_equal (data, "from-env");
   ib_secret_free (data, len);
 
+  /* opened at the check: read from the same file later, from any
+   * working directory, its bytes as they are then */
+  ib_secrets_clear (&s);
+  cleanup_free char *cwd = getcwd (NULL, 0);
+  assert_int_equal (chdir (tmp), 0);
+  assert_int_equal (ib_secrets_add_secret (&s, "id=rel,src=tok", &err), 0);
+  assert_int_equal (ib_secrets_check (&s, &err), 0);
+  assert_int_equal (chdir ("/"), 0);
+  FILE *fp = fopen (f, "r+");
+  assert_non_null (fp);
+  assert_int_equal (fputs ("NEW", fp) >= 0, 1);
+  fclose (fp);
+  assert_int_equal (ib_secret_read (ib_secrets_find_secret (&s, "rel"), &data, &len, &err), 0);
+  assert_int_equal (len, 6);
+  assert_memory_equal (data, "NEWr\0t", 6);
+  ib_secret_free (data, len);
+  assert_int_equal (chdir (cwd), 0);
+  setenv ("IB_UNIT_TOKEN", "from-env", 1);
+  assert_int_equal (ib_secrets_add_secret (&s, "id=e,env=IB_UNIT_TOKEN", &err), 0);
+
   /* what the build's start refuses */
   unsetenv ("IB_UNIT_TOKEN");
   assert_int_equal (ib_secrets_check (&s, &err), -1);
