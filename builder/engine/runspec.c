@@ -124,6 +124,15 @@ add_mount (ib_run_mounts_t *r, const ib_mount_t *m)
   r->v[r->n++] = *m;
 }
 
+/* cleanup: a vector of secrets' variables, wiped before it is freed */
+static void
+wipe_strvp (char ***v)
+{
+  for (char **e = *v; e && *e; e++)
+    explicit_bzero (*e, strlen (*e));
+  ib_strv_free (*v);
+}
+
 void
 ib_run_mounts_free (ib_run_mounts_t *r)
 {
@@ -141,9 +150,7 @@ ib_run_mounts_free (ib_run_mounts_t *r)
   free (r->v);
   ib_gpu_edits_free (&r->gpu);
   ib_secret_run_end (&r->secrets);
-  for (char **e = r->env; e && *e; e++)
-    explicit_bzero (*e, strlen (*e));
-  ib_strv_free (r->env);
+  wipe_strvp (&r->env);
   memset (r, 0, sizeof *r);
 }
 
@@ -302,18 +309,15 @@ int
 ib_run_spec_sandbox (const ib_run_spec_t *spec, const ib_run_env_t *o, char ***env,
                      ib_sandbox_opts_t *so, ib_run_mounts_t *r, ib_error_t *err)
 {
-  cleanup_strv char **vars = NULL; /* secret env=, SSH_AUTH_SOCK */
+  /* secret env=, SSH_AUTH_SOCK */
+  __attribute__ ((cleanup (wipe_strvp))) char **vars = NULL;
   size_t n_ssh = 0;
   for (size_t k = 0; k < spec->n_mounts; k++)
     {
       int ret = add_spec_mount (o, &spec->mounts[k], spec->shown[k], n_ssh, r, &vars, err);
       n_ssh += spec->mounts[k].type == IB_MSPEC_SSH;
       if (ret < 0)
-        {
-          for (char **v = vars; v && *v; v++)
-            explicit_bzero (*v, strlen (*v));
-          return -1;
-        }
+        return -1;
     }
   if (ib_secret_run_start (r->secrets, err) < 0)
     return -1;
@@ -343,7 +347,6 @@ ib_run_spec_sandbox (const ib_run_spec_t *spec, const ib_run_env_t *o, char ***e
             have |= ib_str_has_prefix (*e, "SSH_AUTH_SOCK=");
           if (!have)
             ib_env_set (&r->env, *v);
-          explicit_bzero (*v, strlen (*v));
         }
       so->env = r->env;
     }
