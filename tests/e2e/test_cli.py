@@ -180,7 +180,7 @@ def test_unsupported_features_fail_clearly(registry, base_image, store, tmp_path
     # (ADD of archives and URLs works now: tests/e2e/test_add.py)
     for line, words in [("ADD --keep-git-dir=true a.tar.gz /x/", ["--keep-git-dir", "not supported"]),
                         ("ADD http://example.invalid/f /f", ["download http://example.invalid/f"]),
-                        ("RUN --mount=type=secret,id=s,target=/c true", ["type=secret", "not supported"])]:
+                        ("RUN --mount=type=secret,id=s,target=/c,required true", ["secret s: not given"])]:
         recipe = write(ctx / "u.recipe", f"FROM {registry}/debian:bookworm\n{line}\n")
         r = imgbuild(recipe, store=store, cwd=tmp_path)
         assert r.rc != 0, line
