@@ -412,6 +412,7 @@ enum ctx
   CTX_TOP,
   CTX_REGISTRY,
   CTX_MIRROR,
+  CTX_ALIASES,
   CTX_IGNORED,
 };
 
@@ -565,6 +566,47 @@ registry_key (conf_parser_t *cp, const char *key, tval_t *v)
   return 0;
 }
 
+static bool has_scheme (const char *s);
+
+/* Whether `name` starts with a registry (a first component with '.' or
+ * ':', or "localhost"), as ib_ref_parse decides. */
+static bool
+qualified (const char *name)
+{
+  const char *slash = strchr (name, '/');
+  if (slash == NULL)
+    return false;
+  size_t n = (size_t) (slash - name);
+  return memchr (name, '.', n) || memchr (name, ':', n) || (n == 9 && !strncmp (name, "localhost", 9));
+}
+
+/* [aliases] "NAME" = "REGISTRY/REPOSITORY": the name short, the value
+ * qualified, neither with a tag or digest; a name given again in one file
+ * is an error, in a later file it replaces (ib_regconf_merge). */
+static int
+add_alias (conf_parser_t *cp, const char *key, tval_t *v)
+{
+  ib_regconf_t *c = cp->c;
+  if (qualified (key) || strpbrk (key, ":@") || *key == '\0')
+    return ib_error_set (cp->t.err, EINVAL,
+                         "%s:%d: alias \"%s\": a short name (no registry, tag or digest)",
+                         cp->t.path, v->line, key);
+  const char *last = strrchr (v->s, '/');
+  if (!qualified (v->s) || has_scheme (v->s) || strchr (last, ':') || strchr (v->s, '@'))
+    return ib_error_set (cp->t.err, EINVAL,
+                         "%s:%d: alias %s = \"%s\": the value is REGISTRY/REPOSITORY, with "
+                         "no tag or digest",
+                         cp->t.path, v->line, key, v->s);
+  for (size_t i = 0; i < ib_strv_len (c->alias_names); i++)
+    if (strcmp (c->alias_names[i], key) == 0)
+      return ib_error_set (cp->t.err, EINVAL, "%s:%d: alias %s given twice", cp->t.path,
+                           v->line, key);
+  ib_strv_push (&c->alias_names, key);
+  ib_strv_push (&c->alias_values, v->s);
+  ib_strv_push (&c->alias_paths, cp->t.path);
+  return 0;
+}
+
 static int
 handle_kv (conf_parser_t *cp, const char *key, tval_t *v)
 {
@@ -581,8 +623,50 @@ handle_kv (conf_parser_t *cp, const char *key, tval_t *v)
         return ib_error_set (cp->t.err, EINVAL,
                              "%s:%d: write registries as [[registry]] tables", cp->t.path,
                              v->line);
+      if (strcmp (key, "unqualified-search-registries") == 0)
+        {
+          if (want_kind (cp, key, v, TV_ARRAY) < 0)
+            return -1;
+          ib_strv_free (cp->c->search);
+          cp->c->search = xmalloc (sizeof (char *));
+          for (size_t i = 0; i < v->n; i++)
+            {
+              if (want_kind (cp, "each search registry", &v->items[i], TV_STRING) < 0)
+                return -1;
+              const char *r = v->items[i].s;
+              if (*r == '\0' || strchr (r, '/') || has_scheme (r))
+                return ib_error_set (cp->t.err, EINVAL,
+                                     "%s:%d: search registry \"%s\": a host[:port], without a "
+                                     "path or scheme",
+                                     cp->t.path, v->line, r);
+              ib_strv_push (&cp->c->search, r);
+            }
+          free (cp->c->search_path);
+          cp->c->search_path = xstrdup (cp->t.path);
+          return 0;
+        }
+      if (strcmp (key, "short-name-mode") == 0)
+        {
+          if (want_kind (cp, key, v, TV_STRING) < 0)
+            return -1;
+          static const char *modes[] = { "enforcing", "permissive", "disabled" };
+          for (int m = 0; m < 3; m++)
+            if (strcmp (v->s, modes[m]) == 0)
+              {
+                cp->c->short_name_mode = (ib_short_name_mode_t) (IB_SHORT_NAME_ENFORCING + m);
+                return 0;
+              }
+          return ib_error_set (cp->t.err, EINVAL,
+                               "%s:%d: short-name-mode \"%s\": expected enforcing, permissive "
+                               "or disabled",
+                               cp->t.path, v->line, v->s);
+        }
       ib_debug ("%s:%d: %s is not supported by imgbuild; ignored", cp->t.path, v->line, key);
       return 0;
+    case CTX_ALIASES:
+      if (want_kind (cp, "an alias", v, TV_STRING) < 0)
+        return -1;
+      return add_alias (cp, key, v);
     case CTX_REGISTRY:
       return registry_key (cp, key, v);
     case CTX_MIRROR:
@@ -627,6 +711,11 @@ handle_header (conf_parser_t *cp, const char *name, bool array, int line)
       ib_reg_entry_t *e = cur_entry (cp);
       add_mirror (e);
       cp->ctx = CTX_MIRROR;
+      return 0;
+    }
+  if (strcmp (name, "aliases") == 0 && !array)
+    {
+      cp->ctx = CTX_ALIASES;
       return 0;
     }
   ib_debug ("%s:%d: [%s] is not supported by imgbuild; ignored", cp->t.path, line, name);
@@ -810,6 +899,34 @@ ib_regconf_merge (ib_regconf_t **into, ib_regconf_t *from)
       c->entries[k] = *e;
       memset (e, 0, sizeof *e);
     }
+  if (from->search_path)
+    {
+      ib_strv_free (c->search);
+      free (c->search_path);
+      c->search = steal_pointer (&from->search);
+      c->search_path = steal_pointer (&from->search_path);
+    }
+  if (from->short_name_mode != IB_SHORT_NAME_UNSET)
+    c->short_name_mode = from->short_name_mode;
+  for (size_t i = 0; i < ib_strv_len (from->alias_names); i++)
+    {
+      size_t k = 0, n = ib_strv_len (c->alias_names);
+      while (k < n && strcmp (c->alias_names[k], from->alias_names[i]) != 0)
+        k++;
+      if (k == n)
+        {
+          ib_strv_push (&c->alias_names, from->alias_names[i]);
+          ib_strv_push (&c->alias_values, from->alias_values[i]);
+          ib_strv_push (&c->alias_paths, from->alias_paths[i]);
+        }
+      else
+        {
+          free (c->alias_values[k]);
+          free (c->alias_paths[k]);
+          c->alias_values[k] = xstrdup (from->alias_values[i]);
+          c->alias_paths[k] = xstrdup (from->alias_paths[i]);
+        }
+    }
   ib_regconf_free (from);
 }
 
@@ -835,6 +952,11 @@ ib_regconf_free (ib_regconf_t *c)
     entry_clear (&c->entries[i]);
   free (c->entries);
   free (c->path);
+  ib_strv_free (c->search);
+  free (c->search_path);
+  ib_strv_free (c->alias_names);
+  ib_strv_free (c->alias_values);
+  ib_strv_free (c->alias_paths);
   free (c);
 }
 

@@ -12,8 +12,10 @@
  * Understood: `[[registry]]` with `prefix`, `location`, `insecure`,
  * `blocked`, `mirror-by-digest-only`, and `[[registry.mirror]]` (or
  * `mirror = [{...}]`) with `location`, `insecure`, `pull-from-mirror`.
- * Other keys and tables (`unqualified-search-registries`, `[aliases]`,
- * version 1's `[registries.search]`, ...) are ignored with a debug note.
+ * Short names (oci/shortname.h): `unqualified-search-registries`,
+ * `short-name-mode` and the `[aliases]` table.
+ * Other keys and tables (version 1's `[registries.search]`,
+ * `credential-helpers`, ...) are ignored with a debug note.
  */
 #ifndef IB_OCI_REGCONF_H
 #define IB_OCI_REGCONF_H
@@ -48,11 +50,31 @@ typedef struct ib_reg_entry
   char *path; /* the file it was read from (a drop-in's, after ib_regconf_merge) */
 } ib_reg_entry_t;
 
+/* short-name-mode (containers-registries.conf(5)); UNSET behaves as
+ * ENFORCING: imgbuild never prompts, so an ambiguous short name is an
+ * error there, and PERMISSIVE and DISABLED try the candidates in order. */
+typedef enum
+{
+  IB_SHORT_NAME_UNSET,
+  IB_SHORT_NAME_ENFORCING,
+  IB_SHORT_NAME_PERMISSIVE,
+  IB_SHORT_NAME_DISABLED,
+} ib_short_name_mode_t;
+
 typedef struct ib_regconf
 {
   char *path; /* for messages */
   ib_reg_entry_t *entries;
   size_t n_entries;
+  /* unqualified-search-registries (NULL-terminated; search_path: the file
+   * that set it, NULL when no file did) */
+  char **search;
+  char *search_path;
+  /* [aliases]: alias_names[i] (a short name, "debian", "ns/app") stands
+   * for alias_values[i] (a repository with its registry, no tag);
+   * alias_paths[i] the file that said so */
+  char **alias_names, **alias_values, **alias_paths;
+  ib_short_name_mode_t short_name_mode;
 } ib_regconf_t;
 
 /* Parse registries.conf text (NUL-terminated); `path` names it in errors
@@ -69,7 +91,9 @@ void ib_regconf_free (ib_regconf_t *c);
 /* Add the configuration `from` (taken: freed here) to *into (NULL: *into
  * becomes `from`), as containers-registries.conf(5) reads a drop-in
  * file: an entry whose prefix *into already has replaces that entry (in
- * its place), the others go at the end. */
+ * its place), the others go at the end; unqualified-search-registries and
+ * short-name-mode, when `from` sets them, replace *into's; an alias
+ * replaces the one of the same name. */
 void ib_regconf_merge (ib_regconf_t **into, ib_regconf_t *from);
 
 /* The registries configuration files read when neither --registries-conf

@@ -5,6 +5,7 @@
 #include "common/util.h"
 #include "oci/auth.h"
 #include "oci/registry.h"
+#include "oci/shortname.h"
 #include "rootfs/prepare.h"
 
 #include <errno.h>
@@ -17,9 +18,12 @@
  * image's snapshot for later runs and builds (run does; unpack, an export,
  * does not). */
 int
-image_rootfs (ib_store_t *store, const char *name, const char *dest, bool snapshot,
+image_rootfs (ib_store_t *store, const char *name_given, const char *dest, bool snapshot,
               json_t **config_out, ib_error_t *err)
 {
+  cleanup_free char *name = NULL; /* a short name resolved (oci/shortname.h) */
+  if (ib_short_name_choose (store, name_given, NULL, NULL, NULL, NULL, NULL, &name, err) < 0)
+    return -1;
   ib_descriptor_t desc = { 0 };
   ib_manifest_t *m = NULL;
   json_t *config = NULL;
@@ -112,13 +116,29 @@ cmd_pull (int argc, char **argv, ib_error_t *err)
       ib_store_close (store);
       return r < 0 ? ib_error_prefix (err, "pull") : 0;
     }
-  if (creds && set_creds ("pull", creds, src, err) < 0)
-    return -1;
   ib_store_t *store = NULL;
   if (open_store (&store, err) < 0)
     return -1;
+  /* a short name: an alias, or the search registries (oci/shortname.h) */
+  cleanup_free char *chosen = NULL;
+  const ib_regconf_t *conf = NULL;
+  cleanup_strv char **cand = NULL;
+  int r = ib_regconf_get (&conf, err);
+  if (r == 0)
+    r = ib_short_name_resolve (conf, src, &cand, NULL, err);
+  if (r == 0 && cand[1] == NULL)
+    chosen = xstrdup (cand[0]);
+  else if (r == 0)
+    r = ib_short_name_choose (store, src, os, arch, variant, NULL, NULL, &chosen, err);
+  if (r == 0 && creds)
+    r = set_creds ("pull", creds, chosen, err);
+  if (r < 0)
+    {
+      ib_store_close (store);
+      return -1;
+    }
   ib_descriptor_t d = { 0 };
-  int r = ib_pull (store, src, os, arch, variant, &d, err);
+  r = ib_pull (store, chosen, os, arch, variant, &d, err);
   if (r == 0)
     printf ("%s\n", d.digest);
   ib_descriptor_clear (&d);

@@ -2,6 +2,7 @@
  * or an earlier stage), its platform, and the tree made lazily when a step
  * needs it. */
 #include "builder/engine/engine.h"
+#include "oci/shortname.h"
 #include "oci/ref.h"
 #include "rootfs/overlay.h"
 #include "rootfs/prepare.h"
@@ -53,10 +54,24 @@ config_serves (json_t *config, const char *os, const char *arch, const char *var
 /* FROM an image for os/arch/variant (explicit_platform: from --platform,
  * else the host's): the stored one when its platform serves, else pulled
  * for that platform (which moves the name's tag to it). */
+static void
+pause_for_pull (void *ud)
+{
+  prog_pause (ud);
+}
+
 static int
 from_image (build_t *b, stage_state_t *st, const char *image, const char *os, const char *arch,
             const char *variant, bool explicit_platform, ib_error_t *err)
 {
+  /* a short name means what it means to podman here (oci/shortname.h) */
+  cleanup_free char *chosen = NULL;
+  if (ib_short_name_choose (b->store, image, explicit_platform ? os : NULL,
+                            explicit_platform ? arch : NULL, explicit_platform ? variant : NULL,
+                            pause_for_pull, b, &chosen, err)
+      < 0)
+    return ib_error_prefix (err, "FROM %s", image);
+  image = chosen;
   ib_descriptor_t desc = { 0 };
   ib_manifest_t *m = NULL;
   json_t *config = NULL;

@@ -180,3 +180,55 @@ location = "{registry}"
                ".config/containers/registries.conf.d/60-bad.conf")
     r = imgbuild("pull", "debian:bookworm", store=tmp_path / "s2", env=env)
     assert r.rc == 1 and f"{bad}:3:" in r.err, r
+
+
+def test_short_names_aliases_and_search_registries(registry, base_image, tmp_path):
+    """containers-registries.conf(5)'s short names (issue 21, item 5):
+    an [aliases] entry, unqualified-search-registries tried in order
+    (short-name-mode permissive), and an ambiguous name refused in
+    enforcing mode, for pull, FROM and run alike."""
+    port = dead_port()
+    alias = conf(tmp_path, f"""
+[aliases]
+"shortbase" = "{registry}/debian"
+""", "alias.conf")
+    store = tmp_path / "s"
+    r = imgbuild("pull", "--registries-conf", alias, "shortbase:bookworm", store=store)
+    assert r.rc == 0, r
+    assert f"{registry}/debian:bookworm" in " ".join(l.split()[0] for l in
+                                                     imgbuild("images", "-n", store=store).out.splitlines())
+    recipe = tmp_path / "ctx/r.recipe"
+    recipe.parent.mkdir(parents=True)
+    recipe.write_text("FROM shortbase:bookworm\nRUN cat /etc/debian_version > /v\n")
+    r = imgbuild("build", "--registries-conf", alias, recipe, store=tmp_path / "s-build")
+    assert r.rc == 0, r
+    r = imgbuild("--registries-conf", alias, "run", "shortbase:bookworm", "--", "cat",
+                 "/etc/debian_version", store=tmp_path / "s-run")
+    assert r.rc == 0 and r.out.startswith("12."), r
+    # search registries: a dead one first, then ours, tried in order
+    search = conf(tmp_path, f"""
+unqualified-search-registries = ["127.0.0.1:{port}", "{registry}"]
+short-name-mode = "permissive"
+""", "search.conf")
+    s2 = tmp_path / "s2"
+    r = imgbuild("pull", "--registries-conf", search, "debian:bookworm", store=s2)
+    assert r.rc == 0, r
+    assert [l.split()[0] for l in imgbuild("images", "-n", store=s2).out.splitlines()] == [
+        f"{registry}/debian:bookworm"]
+    # FROM with the name stored: taken from the store, no pull
+    recipe.write_text("FROM debian:bookworm\nRUN true\n")
+    r = imgbuild("build", "--registries-conf", search, recipe, store=s2)
+    assert r.rc == 0 and "pull " not in r.err, r
+    # enforcing (the default): two registries are ambiguous, said before any request
+    enforcing = conf(tmp_path, f"""
+unqualified-search-registries = ["127.0.0.1:{port}", "{registry}"]
+""", "enforcing.conf")
+    r = imgbuild("pull", "--registries-conf", enforcing, "debian:bookworm", store=tmp_path / "s3")
+    assert r.rc == 1, r
+    assert ("short name debian:bookworm is ambiguous: unqualified-search-registries in "
+            f"{enforcing} lists 127.0.0.1:{port}, {registry}") in r.err, r
+    r = imgbuild("build", "--registries-conf", enforcing, recipe, store=tmp_path / "s3")
+    assert r.rc == 1 and "FROM debian:bookworm: short name debian:bookworm is ambiguous" in r.err, r
+    # a name with a registry is never searched
+    r = imgbuild("pull", "--registries-conf", enforcing, base_image, store=tmp_path / "s3")
+    assert r.rc == 0, r

@@ -15,6 +15,7 @@
 #include "oci/digest.h"
 #include "oci/manifest.h"
 #include "oci/regconf.h"
+#include "oci/shortname.h"
 #include "oci/store.h"
 
 #include <errno.h>
@@ -612,6 +613,102 @@ test_drop_ins (void **state)
     setenv ("XDG_CONFIG_HOME", saved_xdg, 1);
 }
 
+/* Short names: [aliases], unqualified-search-registries, short-name-mode
+ * (containers-registries.conf(5)), merged as drop-ins are, and resolved. */
+static void
+expect_candidates (const ib_regconf_t *c, const char *name, const char *want, const char *how)
+{
+  cleanup_strv char **got = NULL;
+  cleanup_free char *h = NULL;
+  ib_error_t err = NULL;
+  if (ib_short_name_resolve (c, name, &got, &h, &err) < 0)
+    fail_msg ("%s: %s", name, err->msg);
+  ib_buf_t b = { 0 };
+  for (char **g = got; *g; g++)
+    ib_buf_printf (&b, "%s%s", g == got ? "" : " ", *g);
+  if (strcmp (b.data, want) != 0)
+    fail_msg ("%s: got \"%s\", want \"%s\"", name, b.data, want);
+  ib_buf_free (&b);
+  if (how == NULL)
+    assert_null (h);
+  else if (h == NULL || strcmp (h, how) != 0)
+    fail_msg ("%s: how \"%s\", want \"%s\"", name, h ? h : "(null)", how);
+}
+
+static void
+test_short_names (void **state)
+{
+  (void) state;
+  ib_regconf_t *c = parse_ok ("unqualified-search-registries = [\"registry.example\", "
+                              "\"docker.io\"]\n"
+                              "short-name-mode = \"permissive\"\n"
+                              "[aliases]\n"
+                              "\"centos\" = \"quay.io/centos/centos\"\n"
+                              "\"team/app\" = \"ghcr.io/team/app\"\n");
+  assert_int_equal (ib_strv_len (c->search), 2);
+  assert_string_equal (c->search_path, "t.conf");
+  assert_int_equal (c->short_name_mode, IB_SHORT_NAME_PERMISSIVE);
+  /* an alias keeps the tag or digest */
+  expect_candidates (c, "centos:7", "quay.io/centos/centos:7", "alias centos in t.conf");
+  expect_candidates (c, "team/app@sha256:" "0123456789abcdef0123456789abcdef0123456789abcdef"
+                        "0123456789abcdef",
+                     "ghcr.io/team/app@sha256:0123456789abcdef0123456789abcdef0123456789abcdef"
+                     "0123456789abcdef",
+                     "alias team/app in t.conf");
+  /* search registries in order, docker.io's library/ for one component */
+  expect_candidates (c, "debian:12", "registry.example/debian:12 docker.io/library/debian:12",
+                     "unqualified-search-registries of t.conf");
+  expect_candidates (c, "pypa/manylinux", "registry.example/pypa/manylinux docker.io/pypa/manylinux",
+                     "unqualified-search-registries of t.conf");
+  /* a name with a registry is itself */
+  expect_candidates (c, "localhost:5000/centos:7", "localhost:5000/centos:7", NULL);
+  expect_candidates (c, "quay.io/x/y", "quay.io/x/y", NULL);
+  /* no configuration: Docker's rule downstream */
+  expect_candidates (NULL, "debian", "debian", NULL);
+
+  /* a drop-in: the search list replaced, an alias replaced, one added,
+   * the mode back to enforcing: two registries are then ambiguous */
+  ib_regconf_t *d = NULL;
+  ib_error_t err = NULL;
+  assert_int_equal (ib_regconf_parse ("d.conf",
+                                      "short-name-mode = \"enforcing\"\n[aliases]\n"
+                                      "\"centos\" = \"registry.example/centos\"\n"
+                                      "\"alpine\" = \"docker.io/library/alpine\"\n",
+                                      &d, &err),
+                    0);
+  ib_regconf_merge (&c, d);
+  expect_candidates (c, "centos", "registry.example/centos", "alias centos in d.conf");
+  expect_candidates (c, "alpine:3", "docker.io/library/alpine:3", "alias alpine in d.conf");
+  cleanup_strv char **got = NULL;
+  assert_int_equal (ib_short_name_resolve (c, "debian", &got, NULL, &err), -1);
+  assert_non_null (strstr (err->msg, "short name debian is ambiguous: unqualified-search-registries "
+                                     "in t.conf lists registry.example, docker.io"));
+  assert_non_null (strstr (err->msg, "write the whole name (registry.example/debian)"));
+  ib_error_free (&err);
+  ib_regconf_t *one = NULL;
+  assert_int_equal (ib_regconf_parse ("e.conf", "unqualified-search-registries = [\"docker.io\"]\n",
+                                      &one, &err),
+                    0);
+  ib_regconf_merge (&c, one);
+  expect_candidates (c, "debian", "docker.io/library/debian",
+                     "unqualified-search-registries of e.conf");
+  ib_regconf_t *none = NULL;
+  assert_int_equal (ib_regconf_parse ("f.conf", "unqualified-search-registries = []\n", &none, &err), 0);
+  ib_regconf_merge (&c, none);
+  assert_int_equal (ib_short_name_resolve (c, "debian", &got, NULL, &err), -1);
+  assert_non_null (strstr (err->msg, "unqualified-search-registries in f.conf is empty"));
+  ib_error_free (&err);
+  ib_regconf_free (c);
+
+  parse_bad ("[aliases]\n\"quay.io/x\" = \"quay.io/x\"\n", "t.conf:2: alias \"quay.io/x\": a short name");
+  parse_bad ("[aliases]\n\"x\" = \"x/y\"\n", "alias x = \"x/y\": the value is REGISTRY/REPOSITORY");
+  parse_bad ("[aliases]\n\"x\" = \"quay.io/x:1\"\n", "the value is REGISTRY/REPOSITORY");
+  parse_bad ("[aliases]\n\"x\" = \"quay.io/x\"\n\"x\" = \"quay.io/y\"\n", "t.conf:3: alias x given twice");
+  parse_bad ("short-name-mode = \"ask\"\n", "short-name-mode \"ask\": expected enforcing");
+  parse_bad ("unqualified-search-registries = [\"https://x\"]\n", "a host[:port], without a path");
+  parse_bad ("unqualified-search-registries = \"docker.io\"\n", "must be an array");
+}
+
 int
 main (void)
 {
@@ -619,6 +716,7 @@ main (void)
     cmocka_unit_test (test_parse_full),
     cmocka_unit_test (test_parse_errors),
     cmocka_unit_test (test_match),
+    cmocka_unit_test (test_short_names),
     cmocka_unit_test (test_sources),
     cmocka_unit_test (test_parse_size),
     cmocka_unit_test (test_parse_seconds),
