@@ -864,3 +864,14 @@ http_once (ib_registry_t *r, xfer_t *x, const char *url, const char *auth, ib_er
   ib_debug ("-> %ld", st);
   return 0;
 }
+
+bool
+ib_registry_error_is_unreachable (const ib_error_t e)
+{
+  if (e == NULL)
+    return false;
+  if (e->status == ENETUNREACH || e->status == EHOSTUNREACH)
+    return true;
+  /* http_error's "resolve HOST: unknown host name (...)", under any prefix */
+  return e->status == ENOENT && (ib_str_has_prefix (e->msg, "resolve ") || strstr (e->msg, ": resolve "));
+}

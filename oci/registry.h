@@ -256,4 +256,11 @@ int ib_push (ib_store_t *store, const char *src_name, const char *dst_ref, ib_er
 int ib_push_refs (ib_store_t *store, const char *src_name, char *const *dst_refs,
                   ib_error_t *err);
 
+/* Whether an error of a registry request says the network is not there
+ * (the host name does not resolve, the network or host is unreachable),
+ * rather than that the registry answered or refused; for hints such as
+ * FROM's ("no network?").  `e` may be NULL (false).  (oci/http.c, which
+ * writes those messages.) */
+bool ib_registry_error_is_unreachable (const ib_error_t e);
+
 #endif

@@ -2,6 +2,7 @@
  * or an earlier stage), its platform, and the tree made lazily when a step
  * needs it. */
 #include "builder/engine/engine.h"
+#include "oci/registry.h"
 #include "oci/shortname.h"
 #include "oci/ref.h"
 #include "rootfs/overlay.h"
@@ -60,6 +61,25 @@ pause_for_pull (void *ud)
   prog_pause (ud);
 }
 
+/* A pull that failed for want of a network (a CI runner without one, a
+ * laptop offline) says what would do without it.  Returns -1. */
+static int
+offline_hint (const char *image, ib_error_t *err)
+{
+  if (err == NULL || !ib_registry_error_is_unreachable (*err))
+    return -1;
+  ib_error_t e = NULL;
+  ib_error_set (&e, (*err)->status,
+                "%s (no network? the image can come from a mirror in registries.conf "
+                "([[registry.mirror]], docs/cli.md), from the store (imgbuild load, imgbuild "
+                "pull on a machine with a network), or another FROM through --build-arg when "
+                "the recipe takes %s from an ARG)",
+                (*err)->msg, image);
+  ib_error_free (err);
+  *err = e;
+  return -1;
+}
+
 static int
 from_image (build_t *b, stage_state_t *st, const char *image, const char *os, const char *arch,
             const char *variant, bool explicit_platform, ib_error_t *err)
@@ -90,8 +110,9 @@ from_image (build_t *b, stage_state_t *st, const char *image, const char *os, co
       json_decref (config);
       m = NULL;
       config = NULL;
-      if (ib_rootfs_pull (b->store, image, os, arch, variant, st->rootfs, true, err) < 0
-          || ib_store_load_image (b->store, image, &desc, &m, &config, err) < 0)
+      if (ib_rootfs_pull (b->store, image, os, arch, variant, st->rootfs, true, err) < 0)
+        return offline_hint (image, err);
+      if (ib_store_load_image (b->store, image, &desc, &m, &config, err) < 0)
         return -1;
       pulled = true;
     }
@@ -105,8 +126,9 @@ from_image (build_t *b, stage_state_t *st, const char *image, const char *os, co
       if (ib_rootfs_pull (b->store, image, explicit_platform ? os : NULL,
                           explicit_platform ? arch : NULL, explicit_platform ? variant : NULL,
                           st->rootfs, true, err)
-              < 0
-          || ib_store_load_image (b->store, image, &desc, &m, &config, err) < 0)
+          < 0)
+        return offline_hint (image, err);
+      if (ib_store_load_image (b->store, image, &desc, &m, &config, err) < 0)
         return -1;
       pulled = true;
     }

@@ -247,3 +247,19 @@ def test_map_mode_without_a_range_names_the_fix(tmp_path):
     assert (f"user namespace mode map: no range for nobody (uid {uid}) in both /etc/subuid "
             "and /etc/subgid; as root: usermod --add-subuids 100000-165535 --add-subgids "
             "100000-165535 nobody (or add 'nobody:100000:65536' to both files)") in p.stderr, p
+
+
+def test_from_without_a_network_says_what_would_do(dstore, registry, tmp_path):
+    """Item 13: a FROM whose registry cannot be reached (its name does not
+    resolve: no network) names the ways that need none; a registry that
+    answers (the image is not there) gets no such hint."""
+    write(tmp_path / "Dockerfile", "ARG BASE=registry.invalid/debian:12\nFROM $BASE\nRUN true\n")
+    r = imgbuild("build", ".", store=dstore, cwd=tmp_path)
+    assert r.rc == 1, r
+    err = r.err.strip().splitlines()[-1]
+    assert "resolve registry.invalid: unknown host name" in err, r
+    assert "(no network? the image can come from a mirror in registries.conf" in err, r
+    assert "--build-arg when the recipe takes registry.invalid/debian:12 from an ARG" in err, r
+    r = imgbuild("build", "--build-arg", f"BASE={registry}/not-there:1", ".", store=dstore,
+                 cwd=tmp_path)
+    assert r.rc == 1 and "not-there" in r.err and "no network?" not in r.err, r
