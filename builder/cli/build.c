@@ -283,11 +283,12 @@ recipe_and_context (const char *cmd, const char *file, const char *operand, cons
     }
 }
 
-/* --secret and --ssh (builder/engine/secrets.h): long options only */
+/* --secret and --ssh (builder/engine/secrets.h), --network: long options only */
 enum
 {
   OPT_SECRET = 0x3a0,
   OPT_SSH,
+  OPT_NETWORK,
 };
 
 /* --secret VALUE or --ssh VALUE into *s; a malformed one is a usage error. */
@@ -322,13 +323,15 @@ cmd_build (int argc, char **argv, ib_error_t *err)
     { "platform", required_argument, NULL, 'P' },  { "matrix", required_argument, NULL, 'M' },
     { "fail-fast", no_argument, NULL, 'X' },
     { "secret", required_argument, NULL, OPT_SECRET }, { "ssh", required_argument, NULL, OPT_SSH },
+    { "network", required_argument, NULL, OPT_NETWORK },
     REGISTRY_OPTIONS,                              GLOBAL_OPTIONS,
     { NULL, 0, NULL, 0 },
   };
   cleanup_strv char **args = NULL, **outputs = NULL, **tags = NULL, **devices = NULL,
                     **cdi_dirs = NULL, **no_cache_filter = NULL, **cache_from = NULL,
                     **cache_to = NULL, **annotations = NULL;
-  bool no_cache = false, keep_on_failure = false, debug_shell = false, fail_fast = false;
+  bool no_cache = false, keep_on_failure = false, debug_shell = false, fail_fast = false,
+       network_none = false;
   const char *target = NULL, *context = NULL, *file = NULL, *platform = NULL;
   __attribute__ ((cleanup (ib_matrix_clear))) ib_matrix_t matrix = { 0 };
   __attribute__ ((cleanup (ib_secrets_clear))) ib_secrets_t secrets = { 0 };
@@ -345,6 +348,13 @@ cmd_build (int argc, char **argv, ib_error_t *err)
       case 'a': ib_strv_push (&args, build_arg_option (optarg)); break;
       case 'M': { ib_error_t me = NULL; matrix_usage_error (ib_matrix_add (&matrix, optarg, &me), &me); } break;
       case 'X': fail_fast = true; break;
+      case OPT_NETWORK:
+        /* docker build --network: host and default are the sandbox's default */
+        if (strcmp (optarg, "none") != 0 && strcmp (optarg, "host") != 0
+            && strcmp (optarg, "default") != 0)
+          usage_error ("build: --network takes host, none or default, got '%s'", optarg);
+        network_none = strcmp (optarg, "none") == 0;
+        break;
       case OPT_SECRET: case OPT_SSH: secret_option (&secrets, c, optarg); break;
       case 'T': target = optarg; break;
       case 'o': ib_strv_push (&outputs, optarg); break;
@@ -445,6 +455,7 @@ cmd_build (int argc, char **argv, ib_error_t *err)
                          .cache_to = cache_to, .annotations = annotations, .jobs = jobs,
                          .wheels = &wheel_hooks };
   bo.secrets = &secrets;
+  bo.network_none = network_none;
   int r = matrix.n_axes ? build_matrix (store, &bo, &matrix, fail_fast, err)
                         : ib_build (store, &bo, err);
   ib_store_close (store);

@@ -81,6 +81,9 @@ typedef struct ib_build_opts
                               * without --platform pulls it; TARGETPLATFORM & co.);
                               * NULL = the host's */
   const ib_wheel_hooks_t *wheels; /* OUTPUT type=local's wheel checks (above) */
+  bool network_none;         /* --network none: every RUN without a --network of its own
+                              * runs without a network (a RUN's key then says so); host
+                              * and default are the sandbox's default, the host's network */
   const ib_secrets_t *secrets; /* --secret, --ssh: what RUN --mount=type=secret|ssh mounts
                               * (secrets.h); NULL: none.  Only a mount's flag text (its
                               * id, target...) is part of a step's cache key, never the

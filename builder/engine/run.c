@@ -208,6 +208,8 @@ run_key_text (build_t *b, stage_state_t *st, const ib_instr_t *in, char **argv,
     }
   for (char **d = b->opts->devices; d && *d; d++)
     key_str (&t, "device", *d);
+  if (b->opts->network_none && spec->network == IB_RUN_NET_DEFAULT)
+    key_str (&t, "network", "none"); /* absent otherwise: earlier keys stay */
   key_layer_format (b, &t);
   return ib_buf_steal (&t);
 }
@@ -440,6 +442,8 @@ run_step (build_t *b, stage_state_t *st, const ib_instr_t *in, const ib_run_spec
       ib_run_mounts_free (&mounts);
       return -1;
     }
+  if (b->opts->network_none && spec->network == IB_RUN_NET_DEFAULT)
+    so.network_none = true; /* build --network none */
   step_scan_t before = { 0 };
   if (step_scan_begin (st, &before, err) < 0)
     {

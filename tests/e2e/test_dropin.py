@@ -263,3 +263,27 @@ def test_from_without_a_network_says_what_would_do(dstore, registry, tmp_path):
     r = imgbuild("build", "--build-arg", f"BASE={registry}/not-there:1", ".", store=dstore,
                  cwd=tmp_path)
     assert r.rc == 1 and "not-there" in r.err and "no network?" not in r.err, r
+
+
+def test_build_network_none_for_every_run(dstore, base_image, tmp_path):
+    """Item 9: `build --network none` runs every RUN without a network
+    (loopback only) unless the RUN says otherwise; its key says so, so the
+    default build does not take its result; host is the default."""
+    write(tmp_path / "Dockerfile", f"FROM {base_image}\n"
+          "RUN sed -n 's/^ *\\([a-z0-9]*\\):.*/\\1/p' /proc/net/dev | sort > /ifaces\n"
+          "RUN --network=default sed -n 's/^ *\\([a-z0-9]*\\):.*/\\1/p' /proc/net/dev | sort > /own\n"
+          "RUN cat /ifaces /own\n")
+    store = tmp_path / "s"
+    r = imgbuild("build", "--network", "none", "--progress", "plain", "-t", "net:none", ".",
+                 store=store, cwd=tmp_path)
+    assert r.rc == 0, r
+    run = imgbuild("run", "net:none", "--", "cat", "/ifaces", store=store)
+    assert run.out.split() == ["lo"], run
+    r = imgbuild("build", "--progress", "plain", "-t", "net:default", ".", store=store, cwd=tmp_path)
+    assert r.rc == 0, r
+    first_run = [l for l in r.err.splitlines() if "RUN sed" in l and "/ifaces" in l]
+    assert first_run and not first_run[0].endswith("CACHED"), r.err
+    r = imgbuild("build", "--network", "host", "--progress", "plain", ".", store=store, cwd=tmp_path)
+    assert r.rc == 0 and "(3 steps cached, 0 run)" in r.err, r
+    r = imgbuild("build", "--network", "bridge", ".", store=store, cwd=tmp_path)
+    assert r.rc == 2 and "--network takes host, none or default, got 'bridge'" in r.err, r
