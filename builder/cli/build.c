@@ -289,6 +289,7 @@ enum
   OPT_SECRET = 0x3a0,
   OPT_SSH,
   OPT_NETWORK,
+  OPT_PULL,
 };
 
 /* --secret VALUE or --ssh VALUE into *s; a malformed one is a usage error. */
@@ -324,6 +325,7 @@ cmd_build (int argc, char **argv, ib_error_t *err)
     { "fail-fast", no_argument, NULL, 'X' },
     { "secret", required_argument, NULL, OPT_SECRET }, { "ssh", required_argument, NULL, OPT_SSH },
     { "network", required_argument, NULL, OPT_NETWORK },
+    { "pull", optional_argument, NULL, OPT_PULL },
     REGISTRY_OPTIONS,                              GLOBAL_OPTIONS,
     { NULL, 0, NULL, 0 },
   };
@@ -332,6 +334,7 @@ cmd_build (int argc, char **argv, ib_error_t *err)
                     **cache_to = NULL, **annotations = NULL;
   bool no_cache = false, keep_on_failure = false, debug_shell = false, fail_fast = false,
        network_none = false;
+  ib_pull_policy_t pull = IB_PULL_MISSING;
   const char *target = NULL, *context = NULL, *file = NULL, *platform = NULL;
   __attribute__ ((cleanup (ib_matrix_clear))) ib_matrix_t matrix = { 0 };
   __attribute__ ((cleanup (ib_secrets_clear))) ib_secrets_t secrets = { 0 };
@@ -354,6 +357,17 @@ cmd_build (int argc, char **argv, ib_error_t *err)
             && strcmp (optarg, "default") != 0)
           usage_error ("build: --network takes host, none or default, got '%s'", optarg);
         network_none = strcmp (optarg, "none") == 0;
+        break;
+      case OPT_PULL:
+        /* --pull alone is always (buildx, podman); true/false as buildx's bool */
+        if (optarg == NULL || !strcmp (optarg, "always") || !strcmp (optarg, "true"))
+          pull = IB_PULL_ALWAYS;
+        else if (!strcmp (optarg, "missing") || !strcmp (optarg, "false"))
+          pull = IB_PULL_MISSING;
+        else if (!strcmp (optarg, "never"))
+          pull = IB_PULL_NEVER;
+        else
+          usage_error ("build: --pull takes always, missing or never, got '%s'", optarg);
         break;
       case OPT_SECRET: case OPT_SSH: secret_option (&secrets, c, optarg); break;
       case 'T': target = optarg; break;
@@ -456,6 +470,7 @@ cmd_build (int argc, char **argv, ib_error_t *err)
                          .wheels = &wheel_hooks };
   bo.secrets = &secrets;
   bo.network_none = network_none;
+  bo.pull = pull;
   int r = matrix.n_axes ? build_matrix (store, &bo, &matrix, fail_fast, err)
                         : ib_build (store, &bo, err);
   ib_store_close (store);

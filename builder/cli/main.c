@@ -31,7 +31,7 @@ static const char usage_text[] =
   "          [--keep-on-failure] [--debug-shell] [--cache-from SPEC] [--cache-to SPEC]\n"
   "          [--annotation KEY=VALUE] [-j N] [--platform OS/ARCH[/VARIANT]]\n"
   "          [--secret id=ID[,src=FILE|,env=VAR]] [--ssh default|ID[=SOCKET]]\n"
-  "          [--network host|none|default]\n"
+  "          [--network host|none|default] [--pull[=always|missing|never]]\n"
   "                         build a recipe (a Dockerfile with OUTPUT); --matrix: once\n"
   "                         per combination of the values, then a summary\n"
   "  plan RECIPE [--build-arg K=V] [--matrix K=V1,V2...] [--target STAGE]\n"

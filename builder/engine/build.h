@@ -45,6 +45,17 @@ typedef struct ib_wheel_hooks
                        const char *repair_exclude, ib_error_t *err);
 } ib_wheel_hooks_t;
 
+/* --pull (docker build's and podman build's): MISSING (the default) pulls
+ * a FROM image the store lacks (or has for another platform); ALWAYS
+ * pulls every FROM image again (a moved tag is seen); NEVER pulls none:
+ * an image the store lacks is an error. */
+typedef enum
+{
+  IB_PULL_MISSING = 0,
+  IB_PULL_ALWAYS,
+  IB_PULL_NEVER,
+} ib_pull_policy_t;
+
 typedef struct ib_build_opts
 {
   const char *recipe_path;   /* read for the recipe's text, unless recipe_text is set; in
@@ -81,6 +92,7 @@ typedef struct ib_build_opts
                               * without --platform pulls it; TARGETPLATFORM & co.);
                               * NULL = the host's */
   const ib_wheel_hooks_t *wheels; /* OUTPUT type=local's wheel checks (above) */
+  ib_pull_policy_t pull;     /* --pull: when FROM images are pulled (below) */
   bool network_none;         /* --network none: every RUN without a --network of its own
                               * runs without a network (a RUN's key then says so); host
                               * and default are the sandbox's default, the host's network */

@@ -96,10 +96,22 @@ from_image (build_t *b, stage_state_t *st, const char *image, const char *os, co
   ib_manifest_t *m = NULL;
   json_t *config = NULL;
   bool pulled = false;
-  if (ib_store_load_image (b->store, image, &desc, &m, &config, err) == 0
+  ib_pull_policy_t policy = b->opts->pull;
+  /* --pull=always: as if not stored (blobs already there are not fetched again) */
+  if ((policy == IB_PULL_ALWAYS ? -1 : ib_store_load_image (b->store, image, &desc, &m, &config, err))
+          == 0
       && !config_serves (config, os, arch, variant))
     {
       cleanup_free char *want = ib_platform_string (os, arch, variant);
+      if (policy == IB_PULL_NEVER)
+        {
+          ib_descriptor_clear (&desc);
+          ib_manifest_free (m);
+          json_decref (config);
+          return ib_error_set (err, ENOENT,
+                               "FROM %s: the stored image is not for %s, and --pull=never", image,
+                               want);
+        }
       if (need_userns (b, err) < 0)
         return -1;
       prog_pause (b);
@@ -119,6 +131,8 @@ from_image (build_t *b, stage_state_t *st, const char *image, const char *os, co
   else if (m == NULL)
     {
       /* not stored: pull it, unpacking each layer while it downloads */
+      if (policy == IB_PULL_NEVER)
+        return ib_error_prefix (err, "FROM %s (--pull=never)", image);
       ib_error_free (err);
       if (need_userns (b, err) < 0)
         return -1;

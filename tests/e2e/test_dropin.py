@@ -6,7 +6,7 @@ import subprocess
 
 import pytest
 
-from conftest import IMGBUILD, imgbuild, write
+from conftest import IMGBUILD, imgbuild, sh, write
 
 DEFAULT_PATH = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
@@ -287,3 +287,35 @@ def test_build_network_none_for_every_run(dstore, base_image, tmp_path):
     assert r.rc == 0 and "(3 steps cached, 0 run)" in r.err, r
     r = imgbuild("build", "--network", "bridge", ".", store=store, cwd=tmp_path)
     assert r.rc == 2 and "--network takes host, none or default, got 'bridge'" in r.err, r
+
+
+def test_build_pull_policy(registry, base_image, tmp_path):
+    """Item 9: --pull (always), --pull=missing (the default), --pull=never,
+    against a tag that moves in the registry."""
+    moving = f"{registry}/dropin-moving:1"
+    sh("skopeo", "copy", "--quiet", "--src-tls-verify=false", "--dest-tls-verify=false",
+       f"docker://{base_image}", f"docker://{moving}")
+    write(tmp_path / "ctx/Dockerfile", f"FROM {moving}\n"
+          "RUN (cat /marker 2>/dev/null || echo none) > /seen\n")
+    store = tmp_path / "s"
+    def seen(*flags):
+        r = imgbuild("build", *flags, "-t", "pulled:1", tmp_path / "ctx", store=store)
+        assert r.rc == 0, r
+        out = imgbuild("run", "pulled:1", "--", "cat", "/seen", store=store)
+        assert out.rc == 0, out
+        return out.out.strip()
+    assert seen() == "none"
+    # the tag moves to an image with /marker
+    write(tmp_path / "b/Dockerfile", f"FROM {base_image}\nRUN echo moved > /marker\n")
+    other = tmp_path / "s-other"
+    r = imgbuild("build", "-t", "b:1", tmp_path / "b", store=other)
+    assert r.rc == 0, r
+    r = imgbuild("push", "b:1", moving, store=other)
+    assert r.rc == 0, r
+    assert seen() == "none"                 # missing: the stored image
+    assert seen("--pull=missing") == "none"
+    assert seen("--pull") == "moved"        # always: the tag as the registry has it now
+    r = imgbuild("build", "--pull=never", tmp_path / "ctx", store=tmp_path / "empty")
+    assert r.rc == 1 and f"FROM {moving} (--pull=never)" in r.err and "not found" in r.err, r
+    r = imgbuild("build", "--pull=sometimes", tmp_path / "ctx", store=store)
+    assert r.rc == 2 and "--pull takes always, missing or never" in r.err, r
