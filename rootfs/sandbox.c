@@ -22,6 +22,7 @@
  * sandbox_proc.c holds S, P1 and C, sandbox_tree.c the mount tree.
  */
 #include "rootfs/sandbox.h"
+#include <ctype.h>
 #include "common/util.h"
 #include "rootfs/console.h"
 #include "rootfs/resolve.h"
@@ -757,5 +758,69 @@ run_in_sandbox (const ib_sandbox_opts_t *opts, ib_userns_mode_t mode, char *root
     return ib_error_sys (err, wait_errno, "sandbox: waitpid");
   if (exit_status)
     *exit_status = rfs_status_to_code (status);
+  return 0;
+}
+
+int
+ib_rlimit_parse (const char *value, ib_rlimit_t *out, ib_error_t *err)
+{
+  static const struct
+  {
+    const char *name;
+    int resource;
+  } names[] = {
+    { "core", RLIMIT_CORE },       { "cpu", RLIMIT_CPU },         { "data", RLIMIT_DATA },
+    { "fsize", RLIMIT_FSIZE },     { "locks", RLIMIT_LOCKS },     { "memlock", RLIMIT_MEMLOCK },
+    { "msgqueue", RLIMIT_MSGQUEUE }, { "nice", RLIMIT_NICE },     { "nofile", RLIMIT_NOFILE },
+    { "nproc", RLIMIT_NPROC },     { "rss", RLIMIT_RSS },         { "rtprio", RLIMIT_RTPRIO },
+    { "rttime", RLIMIT_RTTIME },   { "sigpending", RLIMIT_SIGPENDING },
+    { "stack", RLIMIT_STACK },
+  };
+  memset (out, 0, sizeof *out);
+  const char *eq = strchr (value, '=');
+  size_t i = 0, n = sizeof names / sizeof *names;
+  while (eq && i < n && (strlen (names[i].name) != (size_t) (eq - value)
+                         || strncmp (names[i].name, value, (size_t) (eq - value)) != 0))
+    i++;
+  if (eq == NULL || i == n)
+    return ib_error_set (err, EINVAL,
+                         "--ulimit %s: expected NAME=SOFT[:HARD], NAME one of core, cpu, data, "
+                         "fsize, locks, memlock, msgqueue, nice, nofile, nproc, rss, rtprio, "
+                         "rttime, sigpending, stack",
+                         value);
+  rlim_t v[2];
+  const char *p = eq + 1;
+  for (int k = 0; k < 2; k++)
+    {
+      const char *end = strchr (p, ':');
+      size_t len = end ? (size_t) (end - p) : strlen (p);
+      char *stop = NULL;
+      if ((len == 2 && !strncmp (p, "-1", 2)) || (len == 9 && !strncmp (p, "unlimited", 9)))
+        v[k] = RLIM_INFINITY;
+      else
+        {
+          errno = 0;
+          unsigned long long x = strtoull (p, &stop, 10);
+          if (len == 0 || !isdigit ((unsigned char) *p) || stop != p + len || errno)
+            return ib_error_set (err, EINVAL, "--ulimit %s: a limit is a number, -1 or unlimited",
+                                 value);
+          v[k] = (rlim_t) x;
+        }
+      if (end == NULL)
+        {
+          if (k == 0)
+            v[1] = v[0];
+          break;
+        }
+      if (k == 1)
+        return ib_error_set (err, EINVAL, "--ulimit %s: expected NAME=SOFT[:HARD]", value);
+      p = end + 1;
+    }
+  if (v[1] != RLIM_INFINITY && (v[0] == RLIM_INFINITY || v[0] > v[1]))
+    return ib_error_set (err, EINVAL, "--ulimit %s: the soft limit is above the hard one", value);
+  out->resource = names[i].resource;
+  out->name = names[i].name;
+  out->soft = v[0];
+  out->hard = v[1];
   return 0;
 }

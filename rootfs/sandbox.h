@@ -16,6 +16,8 @@
 
 #include "common/error.h"
 #include <stdbool.h>
+#include <stdint.h>
+#include <sys/resource.h>
 #include <sys/types.h>
 
 /* One mount added to the sandbox (RUN --mount, `imgbuild run -v/--mount`,
@@ -50,6 +52,20 @@ typedef struct ib_sandbox_symlink
                           nothing exists */
   const char *target;  /* written as is */
 } ib_sandbox_symlink_t;
+
+/* One --ulimit NAME=SOFT[:HARD] (setrlimit(2)); `name` for messages. */
+typedef struct ib_rlimit
+{
+  int resource; /* RLIMIT_NOFILE ... */
+  const char *name;
+  rlim_t soft, hard;
+} ib_rlimit_t;
+
+/* Parse docker's --ulimit value "NAME=SOFT[:HARD]" (NAME: core, cpu,
+ * data, fsize, locks, memlock, msgqueue, nice, nofile, nproc, rss,
+ * rtprio, rttime, sigpending, stack; -1 or "unlimited": RLIM_INFINITY;
+ * HARD defaults to SOFT).  EINVAL naming the value. */
+int ib_rlimit_parse (const char *value, ib_rlimit_t *out, ib_error_t *err);
 
 typedef struct ib_sandbox_opts
 {
@@ -119,6 +135,19 @@ typedef struct ib_sandbox_opts
    * lists libraries it does not contain. */
   bool ldconfig;
   char *const *ldconfig_dirs;
+  /* Added (docker run's and docker build's --add-host, --shm-size,
+   * --ulimit): add_hosts, "IP NAME" lines (NULL-terminated or NULL),
+   * appended to the command's copy of /etc/hosts (where /dev is the
+   * sandbox's own, as it is but for `run --rootfs` trees without /dev);
+   * shm_size, the bytes of /dev/shm's tmpfs (0: the kernel's default,
+   * half of the memory); rlimits, set in the command's process before
+   * seccomp and exec: a limit above the caller's hard limit fails the run
+   * ("ulimit nofile=...: Operation not permitted"), since nothing in a
+   * user namespace may raise it. */
+  char *const *add_hosts;
+  uint64_t shm_size;
+  const ib_rlimit_t *rlimits;
+  size_t n_rlimits;
 } ib_sandbox_opts_t;
 
 /* Run the command; *exit_status gets its exit code, or 128+signal.  Returns

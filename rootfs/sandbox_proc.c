@@ -292,6 +292,14 @@ command_main (const struct run_ctx *ctx, int pty)
   if (chdir (ctx->cwd) < 0)
     child_fail (efd, 125, errno, "chdir %s", ctx->cwd);
 
+  for (size_t i = 0; i < o->n_rlimits; i++) /* --ulimit */
+    {
+      const ib_rlimit_t *l = &o->rlimits[i];
+      struct rlimit rl = { .rlim_cur = l->soft, .rlim_max = l->hard };
+      if (setrlimit (l->resource, &rl) < 0)
+        child_fail (efd, 125, errno, "ulimit %s=%llu:%llu", l->name, (unsigned long long) l->soft,
+                    (unsigned long long) l->hard);
+    }
   if (ib_seccomp_install (ctx->mode == IB_USERNS_SINGLE, &err) < 0)
     child_fail_err (efd, 125, &err);
 

@@ -140,7 +140,7 @@ write_small_file (const char *path, const char *data, mode_t mode, ib_error_t *e
 /* /dev: a tmpfs with the harmless host devices bind-mounted in, the usual
  * symlinks, a private devpts instance and /dev/shm. */
 static int
-setup_dev (const char *dev, ib_error_t *err)
+setup_dev (const char *dev, uint64_t shm_size, ib_error_t *err)
 {
   if (do_mount ("tmpfs", dev, "tmpfs", MS_NOSUID | MS_STRICTATIME, "mode=0755", err) < 0)
     return -1;
@@ -189,7 +189,10 @@ setup_dev (const char *dev, ib_error_t *err)
   cleanup_free char *shm = ib_path_join (dev, "shm");
   if (mkdir (shm, 01777) < 0)
     return ib_error_sys (err, errno, "create %s", shm);
-  if (do_mount ("tmpfs", shm, "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777", err) < 0)
+  char shm_opts[64] = "mode=1777";
+  if (shm_size)
+    snprintf (shm_opts, sizeof shm_opts, "mode=1777,size=%llu", (unsigned long long) shm_size);
+  if (do_mount ("tmpfs", shm, "tmpfs", MS_NOSUID | MS_NODEV, shm_opts, err) < 0)
     return -1;
 
   cleanup_free char *priv = ib_path_join (dev, &PRIVATE_DIR[sizeof "/dev/" - 1]);
@@ -279,7 +282,8 @@ protect_kernel_paths (const char *rootfs, const char *top, ib_error_t *err)
  * a step that writes to /etc/hosts changes its copy, never the host's file
  * (otherwise the bind is made read-only). */
 static int
-setup_etc_file (const char *rootfs, const char *name, bool have_dev, ib_error_t *err)
+setup_etc_file (const char *rootfs, const char *name, bool have_dev, char *const *add_hosts,
+                ib_error_t *err)
 {
   cleanup_free char *host = ib_path_join ("/etc", name);
   cleanup_free char *rel = ib_path_join ("etc", name);
@@ -315,6 +319,12 @@ setup_etc_file (const char *rootfs, const char *name, bool have_dev, ib_error_t 
                               *data && data[strlen (data) - 1] != '\n' ? "\n" : "", HOSTNAME);
       free (data);
       data = with;
+      for (char *const *h = add_hosts; h && *h; h++) /* --add-host */
+        {
+          with = xasprintf ("%s%s\n", data, *h);
+          free (data);
+          data = with;
+        }
     }
   cleanup_free char *dev_rel = ib_path_join (PRIVATE_DIR, name);
   cleanup_free char *copy = ib_path_join (rootfs, dev_rel);
@@ -757,7 +767,7 @@ rfs_setup_rootfs (const struct run_ctx *ctx, ib_error_t *err)
   bool have_dev = rfs_is_real_dir (dev);
   if (have_dev)
     {
-      if (setup_dev (dev, err) < 0)
+      if (setup_dev (dev, ctx->opts->shm_size, err) < 0)
         return -1;
     }
   else
@@ -789,8 +799,8 @@ rfs_setup_rootfs (const struct run_ctx *ctx, ib_error_t *err)
   else
     ib_debug ("sandbox: rootfs has no /sys directory, not mounting sysfs");
 
-  if (setup_etc_file (rootfs, "resolv.conf", have_dev, err) < 0
-      || setup_etc_file (rootfs, "hosts", have_dev, err) < 0)
+  if (setup_etc_file (rootfs, "resolv.conf", have_dev, NULL, err) < 0
+      || setup_etc_file (rootfs, "hosts", have_dev, ctx->opts->add_hosts, err) < 0)
     return -1;
 
   for (size_t i = 0; i < ctx->n_mounts; i++)

@@ -326,6 +326,7 @@ cmd_build (int argc, char **argv, ib_error_t *err)
     { "secret", required_argument, NULL, OPT_SECRET }, { "ssh", required_argument, NULL, OPT_SSH },
     { "network", required_argument, NULL, OPT_NETWORK },
     { "pull", optional_argument, NULL, OPT_PULL },
+    SANDBOX_EXTRA_OPTIONS,
     REGISTRY_OPTIONS,                              GLOBAL_OPTIONS,
     { NULL, 0, NULL, 0 },
   };
@@ -335,6 +336,7 @@ cmd_build (int argc, char **argv, ib_error_t *err)
   bool no_cache = false, keep_on_failure = false, debug_shell = false, fail_fast = false,
        network_none = false;
   ib_pull_policy_t pull = IB_PULL_MISSING;
+  __attribute__ ((cleanup (sandbox_extras_clear))) sandbox_extras_t extras = { 0 };
   const char *target = NULL, *context = NULL, *file = NULL, *platform = NULL;
   __attribute__ ((cleanup (ib_matrix_clear))) ib_matrix_t matrix = { 0 };
   __attribute__ ((cleanup (ib_secrets_clear))) ib_secrets_t secrets = { 0 };
@@ -414,7 +416,8 @@ cmd_build (int argc, char **argv, ib_error_t *err)
           break;
         }
       default:
-        if (!registry_option (c, optarg) && !global_option (c, optarg, "build"))
+        if (!sandbox_extra_option (c, optarg, &extras, "build") && !registry_option (c, optarg)
+            && !global_option (c, optarg, "build"))
           exit (2);
       }
   if (optind + 1 < argc)
@@ -471,6 +474,10 @@ cmd_build (int argc, char **argv, ib_error_t *err)
   bo.secrets = &secrets;
   bo.network_none = network_none;
   bo.pull = pull;
+  bo.add_hosts = extras.add_hosts;
+  bo.shm_size = extras.shm_size;
+  bo.rlimits = extras.rlimits;
+  bo.n_rlimits = extras.n_rlimits;
   int r = matrix.n_axes ? build_matrix (store, &bo, &matrix, fail_fast, err)
                         : ib_build (store, &bo, err);
   ib_store_close (store);

@@ -82,6 +82,32 @@ enum
   { "quiet", no_argument, NULL, OPT_QUIET }, { "verbose", no_argument, NULL, OPT_VERBOSE },      \
   { "help", no_argument, NULL, OPT_HELP }
 
+/* docker build's and docker run's --add-host, --shm-size and --ulimit,
+ * for every RUN of a build or for the command of a run (the sandbox's
+ * add_hosts, shm_size and rlimits: rootfs/sandbox.h).  Put
+ * SANDBOX_EXTRA_OPTIONS in the getopt_long table and hand options to
+ * sandbox_extra_option(): true when it was one of them; a bad value is a
+ * usage_error() naming `cmd`.  sandbox_extras_clear frees. */
+enum
+{
+  OPT_ADD_HOST = 0x300,
+  OPT_SHM_SIZE,
+  OPT_ULIMIT,
+};
+#define SANDBOX_EXTRA_OPTIONS                                                                    \
+  { "add-host", required_argument, NULL, OPT_ADD_HOST },                                        \
+  { "shm-size", required_argument, NULL, OPT_SHM_SIZE },                                        \
+  { "ulimit", required_argument, NULL, OPT_ULIMIT }
+typedef struct sandbox_extras
+{
+  char **add_hosts; /* "IP\tNAME" lines for /etc/hosts */
+  uint64_t shm_size;
+  ib_rlimit_t *rlimits;
+  size_t n_rlimits;
+} sandbox_extras_t;
+bool sandbox_extra_option (int c, const char *arg, sandbox_extras_t *x, const char *cmd);
+void sandbox_extras_clear (sandbox_extras_t *x);
+
 /* Apply global option `c` (getopt_long's value; 'q' counts as --quiet)
  * with argument `arg`, for command `cmd` (its --help).  True when `c` is
  * one of GLOBAL_OPTIONS; a bad argument is a usage_error(). */

@@ -1,6 +1,8 @@
 /* imgbuild run: a command in the sandbox, on an image's rootfs or a
  * directory, with docker run's options. */
 #include "builder/cli/cli.h"
+#include "oci/regconf.h"
+#include <arpa/inet.h>
 #include "builder/engine/fsops.h"
 #include "builder/engine/runspec.h"
 #include "common/util.h"
@@ -65,7 +67,7 @@ cmd_run (int argc, char **argv, int *exit_status, ib_error_t *err)
     { "cdi-spec-dir", required_argument, NULL, 'S' }, { "entrypoint", required_argument, NULL, 'P' },
     { "tty", no_argument, NULL, 't' },            { "interactive", no_argument, NULL, 'i' },
     { "rm", no_argument, NULL, 'R' },             { "secret", required_argument, NULL, 0x3a0 },
-    { "ssh", required_argument, NULL, 0x3a1 },    GLOBAL_OPTIONS,
+    { "ssh", required_argument, NULL, 0x3a1 },    SANDBOX_EXTRA_OPTIONS, GLOBAL_OPTIONS,
     { NULL, 0, NULL, 0 },
   };
   bool want_tty = false;
@@ -74,6 +76,7 @@ cmd_run (int argc, char **argv, int *exit_status, ib_error_t *err)
   ib_run_spec_t spec = { 0 };
   /* --secret, --ssh: as build's, for --mount=type=secret|ssh */
   __attribute__ ((cleanup (ib_secrets_clear))) ib_secrets_t secrets = { 0 };
+  __attribute__ ((cleanup (sandbox_extras_clear))) sandbox_extras_t extras = { 0 };
   int c;
   optind = 0; /* 0: GNU getopt re-reads the optstring's ordering flag */
   while ((c = getopt_long (argc, argv, "+e:w:u:v:tiq", opts, NULL)) != -1)
@@ -109,7 +112,7 @@ cmd_run (int argc, char **argv, int *exit_status, ib_error_t *err)
             usage_error ("run: %s", perr->msg);
           continue;
         default:
-          if (global_option (c, optarg, "run"))
+          if (sandbox_extra_option (c, optarg, &extras, "run") || global_option (c, optarg, "run"))
             continue;
           exit (2);
         }
@@ -231,7 +234,9 @@ cmd_run (int argc, char **argv, int *exit_status, ib_error_t *err)
                       .cdi_spec_dirs = cdi_dirs, .secrets = &secrets };
   ib_sandbox_opts_t so = { .rootfs = rootfs, .argv = cmd, .cwd = wd && *wd ? wd : "/",
                            .uid = uid, .gid = gid, .keep_stdin = true, .tty = tty,
-                           .provide_etc_files = true };
+                           .provide_etc_files = true, .add_hosts = extras.add_hosts,
+                           .shm_size = extras.shm_size, .rlimits = extras.rlimits,
+                           .n_rlimits = extras.n_rlimits };
   if (ib_run_spec_sandbox (&spec, &ro, &env, &so, &mounts, err) < 0)
     {
       ib_error_prefix (err, "run");
@@ -252,4 +257,65 @@ out:
   json_decref (config);
   ib_store_close (store);
   return ret;
+}
+
+bool
+sandbox_extra_option (int c, const char *arg, sandbox_extras_t *x, const char *cmd)
+{
+  ib_error_t e = NULL;
+  switch (c)
+    {
+    case OPT_ADD_HOST:
+      {
+        /* NAME:IP (docker's; split at the first ':', so IPv6 works) or NAME=IP */
+        const char *sep = strpbrk (arg, ":=");
+        unsigned char buf[sizeof (struct in6_addr)];
+        cleanup_free char *ip = sep ? xstrdup (sep + 1) : NULL;
+        if (ip && *ip == '[' && ip[strlen (ip) - 1] == ']')
+          {
+            memmove (ip, ip + 1, strlen (ip));
+            ip[strlen (ip) - 1] = '\0';
+          }
+        if (sep == NULL || sep == arg
+            || (inet_pton (AF_INET, ip, buf) != 1 && inet_pton (AF_INET6, ip, buf) != 1))
+          {
+            cleanup_free char *m = xasprintf ("%s: --add-host %s: expected NAME:IP (an IPv4 or "
+                                              "IPv6 address)",
+                                              cmd, arg);
+            usage_error ("%s", m);
+          }
+        cleanup_free char *line = xasprintf ("%s\t%.*s", ip, (int) (sep - arg), arg);
+        ib_strv_push (&x->add_hosts, line);
+        return true;
+      }
+    case OPT_SHM_SIZE:
+      if (ib_parse_size (arg, &x->shm_size, &e) < 0 || x->shm_size == 0)
+        {
+          cleanup_free char *m = xasprintf ("%s: --shm-size %s: expected a size above 0 (64m, "
+                                            "1g)",
+                                            cmd, arg);
+          ib_error_free (&e);
+          usage_error ("%s", m);
+        }
+      return true;
+    case OPT_ULIMIT:
+      x->rlimits = xrealloc (x->rlimits, (x->n_rlimits + 1) * sizeof *x->rlimits);
+      if (ib_rlimit_parse (arg, &x->rlimits[x->n_rlimits], &e) < 0)
+        {
+          cleanup_free char *m = xasprintf ("%s: %s", cmd, e->msg);
+          ib_error_free (&e);
+          usage_error ("%s", m);
+        }
+      x->n_rlimits++;
+      return true;
+    default: return false;
+    }
+}
+
+void
+sandbox_extras_clear (sandbox_extras_t *x)
+{
+  ib_strv_free (x->add_hosts);
+  free (x->rlimits);
+  memset (x, 0, sizeof *x);
 }

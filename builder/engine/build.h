@@ -93,6 +93,10 @@ typedef struct ib_build_opts
                               * NULL = the host's */
   const ib_wheel_hooks_t *wheels; /* OUTPUT type=local's wheel checks (above) */
   ib_pull_policy_t pull;     /* --pull: when FROM images are pulled (below) */
+  char *const *add_hosts;    /* --add-host, --shm-size, --ulimit: the sandbox's add_hosts, */
+  uint64_t shm_size;         /* shm_size and rlimits for every RUN (rootfs/sandbox.h); in */
+  const ib_rlimit_t *rlimits; /* the RUN's key when given (BuildKit's ExecOp has them) */
+  size_t n_rlimits;
   bool network_none;         /* --network none: every RUN without a --network of its own
                               * runs without a network (a RUN's key then says so); host
                               * and default are the sandbox's default, the host's network */

@@ -210,6 +210,14 @@ run_key_text (build_t *b, stage_state_t *st, const ib_instr_t *in, char **argv,
     key_str (&t, "device", *d);
   if (b->opts->network_none && spec->network == IB_RUN_NET_DEFAULT)
     key_str (&t, "network", "none"); /* absent otherwise: earlier keys stay */
+  for (char *const *h = b->opts->add_hosts; h && *h; h++) /* the same: only when given */
+    key_str (&t, "add-host", *h);
+  if (b->opts->shm_size)
+    ib_buf_printf (&t, "shm-size %llu\n", (unsigned long long) b->opts->shm_size);
+  for (size_t i = 0; i < b->opts->n_rlimits; i++)
+    ib_buf_printf (&t, "ulimit %s %llu %llu\n", b->opts->rlimits[i].name,
+                   (unsigned long long) b->opts->rlimits[i].soft,
+                   (unsigned long long) b->opts->rlimits[i].hard);
   key_layer_format (b, &t);
   return ib_buf_steal (&t);
 }
@@ -444,6 +452,10 @@ run_step (build_t *b, stage_state_t *st, const ib_instr_t *in, const ib_run_spec
     }
   if (b->opts->network_none && spec->network == IB_RUN_NET_DEFAULT)
     so.network_none = true; /* build --network none */
+  so.add_hosts = b->opts->add_hosts;
+  so.shm_size = b->opts->shm_size;
+  so.rlimits = b->opts->rlimits;
+  so.n_rlimits = b->opts->n_rlimits;
   step_scan_t before = { 0 };
   if (step_scan_begin (st, &before, err) < 0)
     {

@@ -319,3 +319,37 @@ def test_build_pull_policy(registry, base_image, tmp_path):
     assert r.rc == 1 and f"FROM {moving} (--pull=never)" in r.err and "not found" in r.err, r
     r = imgbuild("build", "--pull=sometimes", tmp_path / "ctx", store=store)
     assert r.rc == 2 and "--pull takes always, missing or never" in r.err, r
+
+
+def test_add_host_shm_size_ulimit(dstore, base_image, tmp_path):
+    """Item 9: docker build's (and run's) --add-host, --shm-size and --ulimit
+    reach every RUN; they are part of the step's key only when given."""
+    write(tmp_path / "Dockerfile", f"FROM {base_image}\n"
+          "RUN (grep -E 'myhost|v6host' /etc/hosts; df -k /dev/shm | awk 'NR==2 {print $2}';"
+          " ulimit -Sn; ulimit -Hn) > /seen\n")
+    store = tmp_path / "s"
+    flags = ["--add-host", "myhost:10.1.2.3", "--add-host", "v6host=[fd00::1]",
+             "--shm-size", "16m", "--ulimit", "nofile=512:1024"]
+    r = imgbuild("build", *flags, "-t", "extras:1", ".", store=store, cwd=tmp_path)
+    assert r.rc == 0, r
+    seen = imgbuild("run", "extras:1", "--", "cat", "/seen", store=store)
+    assert seen.out.split("\n")[:5] == ["10.1.2.3\tmyhost", "fd00::1\tv6host", "16384", "512",
+                                        "1024"], seen
+    # the same flags: cached; none: another step
+    r = imgbuild("build", *flags, ".", store=store, cwd=tmp_path)
+    assert r.rc == 0 and "(1 steps cached, 0 run)" in r.err, r
+    r = imgbuild("build", ".", store=store, cwd=tmp_path)
+    assert r.rc == 0 and "(0 steps cached, 1 run)" in r.err, r
+    # imgbuild run takes them too
+    r = imgbuild("run", "--add-host", "db:192.0.2.7", "--shm-size", "8m", "--ulimit", "nproc=4000",
+                 base_image, "--", "bash", "-c",
+                 "grep db /etc/hosts; df -k /dev/shm | awk 'NR==2 {print $2}'; ulimit -u",
+                 store=store)
+    assert r.rc == 0 and r.out.split("\n")[:3] == ["192.0.2.7\tdb", "8192", "4000"], r
+    for bad, msg in [(["--add-host", "nohost"], "--add-host nohost: expected NAME:IP"),
+                     (["--add-host", "h:999.1.1.1"], "expected NAME:IP"),
+                     (["--ulimit", "files=1"], "--ulimit files=1: expected NAME=SOFT[:HARD]"),
+                     (["--ulimit", "nofile=2048:1024"], "the soft limit is above the hard one"),
+                     (["--shm-size", "0"], "--shm-size 0: expected a size above 0")]:
+        r = imgbuild("build", *bad, ".", store=store, cwd=tmp_path)
+        assert r.rc == 2 and msg in r.err, (bad, r)
