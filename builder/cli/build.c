@@ -290,6 +290,7 @@ enum
   OPT_SSH,
   OPT_NETWORK,
   OPT_PULL,
+  OPT_LABEL,
 };
 
 /* --secret VALUE or --ssh VALUE into *s; a malformed one is a usage error. */
@@ -326,13 +327,14 @@ cmd_build (int argc, char **argv, ib_error_t *err)
     { "secret", required_argument, NULL, OPT_SECRET }, { "ssh", required_argument, NULL, OPT_SSH },
     { "network", required_argument, NULL, OPT_NETWORK },
     { "pull", optional_argument, NULL, OPT_PULL },
+    { "label", required_argument, NULL, OPT_LABEL },
     SANDBOX_EXTRA_OPTIONS,
     REGISTRY_OPTIONS,                              GLOBAL_OPTIONS,
     { NULL, 0, NULL, 0 },
   };
   cleanup_strv char **args = NULL, **outputs = NULL, **tags = NULL, **devices = NULL,
                     **cdi_dirs = NULL, **no_cache_filter = NULL, **cache_from = NULL,
-                    **cache_to = NULL, **annotations = NULL;
+                    **cache_to = NULL, **annotations = NULL, **labels = NULL;
   bool no_cache = false, keep_on_failure = false, debug_shell = false, fail_fast = false,
        network_none = false;
   ib_pull_policy_t pull = IB_PULL_MISSING;
@@ -359,6 +361,11 @@ cmd_build (int argc, char **argv, ib_error_t *err)
             && strcmp (optarg, "default") != 0)
           usage_error ("build: --network takes host, none or default, got '%s'", optarg);
         network_none = strcmp (optarg, "none") == 0;
+        break;
+      case OPT_LABEL:
+        if (strchr (optarg, '=') == NULL || *optarg == '=')
+          usage_error ("build: --label %s: expected KEY=VALUE", optarg);
+        ib_strv_push (&labels, optarg);
         break;
       case OPT_PULL:
         /* --pull alone is always (buildx, podman); true/false as buildx's bool */
@@ -474,6 +481,7 @@ cmd_build (int argc, char **argv, ib_error_t *err)
   bo.secrets = &secrets;
   bo.network_none = network_none;
   bo.pull = pull;
+  bo.labels = labels;
   bo.add_hosts = extras.add_hosts;
   bo.shm_size = extras.shm_size;
   bo.rlimits = extras.rlimits;

@@ -295,6 +295,12 @@ ib_build (ib_store_t *store, const ib_build_opts_t *opts, ib_error_t *err)
         ib_error_set (err, EINVAL, "--annotation %s: expected KEY=VALUE", *a);
         goto out;
       }
+  for (char *const *l = opts->labels; l && *l; l++)
+    if (strchr (*l, '=') == NULL || **l == '=')
+      {
+        ib_error_set (err, EINVAL, "--label %s: expected KEY=VALUE", *l);
+        goto out;
+      }
   for (char **f = opts->no_cache_filter; f && *f; f++)
     if (ib_recipe_stage (b.recipe, *f) == NULL)
       {

@@ -82,6 +82,9 @@ typedef struct ib_build_opts
   int jobs;                  /* -j N: stages built at once (0 or 1: one after the other) */
   char **annotations;        /* --annotation KEY=VALUE: in the manifest of every image the
                               * build stores (image-spec annotations) */
+  char *const *labels;       /* --label KEY=VALUE: config Labels of every image the build
+                              * stores (over the recipe's LABELs); not inherited by a stage
+                              * FROM another, and not part of any step's key */
   char **cache_from;         /* --cache-from SPEC: imported before the build (cache_io.h) */
   char **cache_to;           /* --cache-to SPEC: the build's records exported after it */
   bool keep_on_failure;      /* a failed RUN's tree is kept (store tmp/debug-*) and the

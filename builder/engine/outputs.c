@@ -34,7 +34,28 @@ store_stage_image (build_t *b, stage_state_t *st, ib_error_t *err)
                        "created"));
   cleanup_free char *created = last ? xstrdup (last) : created_now (b);
   json_object_set_new (st->config, "created", json_string (created));
-  cleanup_free char *cfg = json_dumps (st->config, JSON_COMPACT | JSON_SORT_KEYS);
+  /* --label KEY=VALUE: in the stored image's config only (a stage FROM
+   * this one does not inherit them: they are the build's, not the recipe's) */
+  json_t *labeled = NULL;
+  if (b->opts->labels)
+    {
+      labeled = json_deep_copy (st->config);
+      json_t *cc = json_object_get (labeled, "config");
+      if (!json_is_object (cc))
+        json_object_set_new (labeled, "config", cc = json_object ());
+      json_t *labels = json_object_get (cc, "Labels");
+      if (!json_is_object (labels))
+        json_object_set_new (cc, "Labels", labels = json_object ());
+      for (char *const *l = b->opts->labels; *l; l++)
+        {
+          const char *eq = strchr (*l, '=');
+          cleanup_free char *k = xstrndup (*l, (size_t) (eq - *l));
+          json_object_set_new (labels, k, json_string (eq + 1));
+        }
+    }
+  cleanup_free char *cfg = json_dumps (labeled ? labeled : st->config, JSON_COMPACT | JSON_SORT_KEYS);
+  if (labeled)
+    json_decref (labeled);
   ib_descriptor_t cd = { .media_type = IB_MT_OCI_CONFIG, .size = (int64_t) strlen (cfg) };
   if (ib_store_put_blob (b->store, cfg, strlen (cfg), cd.digest, err) < 0)
     return -1;

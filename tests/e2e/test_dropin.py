@@ -353,3 +353,23 @@ def test_add_host_shm_size_ulimit(dstore, base_image, tmp_path):
                      (["--shm-size", "0"], "--shm-size 0: expected a size above 0")]:
         r = imgbuild("build", *bad, ".", store=store, cwd=tmp_path)
         assert r.rc == 2 and msg in r.err, (bad, r)
+
+
+def test_build_label(dstore, base_image, tmp_path):
+    """Item 9: --label KEY=VALUE sets the stored image's config labels over
+    the recipe's LABELs, without touching any step's key."""
+    write(tmp_path / "Dockerfile", f"FROM {base_image}\nLABEL a=recipe b=recipe\nRUN echo x > /x\n")
+    store = tmp_path / "s"
+    r = imgbuild("build", "--label", "b=cli", "--label", "org.example.c=with spaces", "-t", "lab:1",
+                 ".", store=store, cwd=tmp_path)
+    assert r.rc == 0, r
+    import json
+    cfg = json.loads(imgbuild("inspect", "lab:1", store=store).out)["config"]
+    assert cfg["config"]["Labels"] == {"a": "recipe", "b": "cli", "org.example.c": "with spaces"}
+    r = imgbuild("build", "--label", "b=other", "-t", "lab:2", ".", store=store, cwd=tmp_path)
+    assert r.rc == 0 and "(2 steps cached, 0 run)" in r.err, r
+    cfg2 = json.loads(imgbuild("inspect", "lab:2", store=store).out)["config"]
+    assert cfg2["config"]["Labels"]["b"] == "other"
+    assert cfg2["rootfs"] == cfg["rootfs"]
+    r = imgbuild("build", "--label", "novalue", ".", store=store, cwd=tmp_path)
+    assert r.rc == 2 and "--label novalue: expected KEY=VALUE" in r.err, r
