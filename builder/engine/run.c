@@ -438,7 +438,7 @@ run_step (build_t *b, stage_state_t *st, const ib_instr_t *in, const ib_run_spec
       return -1;
     }
   step_scan_t before = { 0 };
-  if (step_scan_begin (st, &before, err) < 0)
+  if (step_scan_begin (st, &before, ib_layer_exclude, err) < 0)
     {
       ib_run_mounts_free (&mounts);
       return -1;

@@ -2,6 +2,7 @@
 .dockerignore (and RECIPE.dockerignore beside the recipe), --exclude,
 --parents; what lands in the image and what the cache key sees.  A
 FROM scratch stage with a static busybox, so no registry is needed."""
+import json
 import shutil
 
 from conftest import imgbuild, write
@@ -85,11 +86,24 @@ def test_recipe_dockerignore_wins_and_errors(tmp_path):
     assert r.rc == 0, r
     assert tree(store, "copysrc:latest", "/py") == ["/py", "/py/a.py"]
     assert "/ctx/node_modules" in tree(store, "copysrc:latest", "/ctx")
-    # a pattern matching nothing, an ignored explicit file
-    write(c / "bad.recipe", "FROM scratch\nCOPY src/*.rs /x/\n")
+    # a pattern matching nothing copies nothing (BuildKit; the classic
+    # builder's "no source files were specified" is gone: moby/moby#26332),
+    # but its directory must exist (moby/buildkit#2933); an ignored
+    # explicit file
+    write(c / "none.recipe", "FROM scratch\nCOPY busybox /bin/\nCOPY src/*.rs /x/\n"
+          "OUTPUT type=image,name=none:latest\n")
+    r = imgbuild("build", c / "none.recipe", store=store)
+    assert r.rc == 0, r
+    # no /x, and no layer for that step
+    r = imgbuild("run", "none:latest", "--", "/bin/busybox", "test", "!", "-e", "/x", store=store)
+    assert r.rc == 0, r
+    r = imgbuild("inspect", "none:latest", store=store)
+    assert r.rc == 0, r
+    assert len(json.loads(r.out)["manifest"]["layers"]) == 1, r.out
+    write(c / "bad.recipe", "FROM scratch\nCOPY nodir/*.rs /x/\n")
     r = imgbuild("build", c / "bad.recipe", store=store)
     assert r.rc != 0
-    assert "bad.recipe:2: COPY: src/*.rs: no source files were specified" in r.err, r.err
+    assert "bad.recipe:2: COPY: nodir/*.rs: no such directory: nodir" in r.err, r.err
     write(c / "bad2.recipe", "FROM scratch\nCOPY node_modules/x/n.js /x/\n")
     r = imgbuild("build", c / "bad2.recipe", store=store)
     assert r.rc != 0
