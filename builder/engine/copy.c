@@ -521,7 +521,8 @@ do_copy (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err)
                 goto out;
               continue;
             }
-          if (!into_dir && n_copied++ == 1 && !is_dir (dst_host))
+          /* a second file to one path (directories merge their contents) */
+          if (!into_dir && !S_ISDIR (ssb.st_mode) && n_copied++ == 1 && !is_dir (dst_host))
             ib_warn ("%s %s: several sources to %s, which does not end with '/': each is "
                      "written to %s in turn (as BuildKit does); end it with '/' to copy "
                      "them into a directory", in->keyword, shown, dest, dest);
