@@ -144,8 +144,10 @@ int ib_build (ib_store_t *store, const ib_build_opts_t *opts, ib_error_t *err);
  * line). */
 int ib_build_plan (const ib_build_opts_t *opts, json_t **out, ib_error_t *err);
 
-/* Paths under a rootfs that are never part of a layer: mount points the
- * sandbox covers. */
+/* Paths under a rootfs that are never part of a RUN step's layer: mount
+ * points the sandbox covers.  COPY, ADD and WORKDIR layers leave nothing
+ * out (`COPY --from=STAGE / /` copies the stage's dev/, proc/ and sys/ as
+ * BuildKit does). */
 extern char *const ib_layer_exclude[];
 
 #endif

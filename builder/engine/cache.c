@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <search.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -206,10 +207,37 @@ file_digest (int fd, const struct stat *sb, ib_cache_memo_t *memo, const char *s
   return 0;
 }
 
+/* A file with more than one link met in a walk: its first path, so that
+ * a later name of it hashes as a link to that path (COPY keeps the links
+ * among the files of one source). */
+typedef struct walk_inode
+{
+  dev_t dev;
+  ino_t ino;
+  char *rel;
+} walk_inode_t;
+
+static int
+cmp_walk_inode (const void *a, const void *b)
+{
+  const walk_inode_t *x = a, *y = b;
+  if (x->dev != y->dev)
+    return x->dev < y->dev ? -1 : 1;
+  return x->ino < y->ino ? -1 : x->ino > y->ino;
+}
+
+static void
+free_walk_inode (void *p)
+{
+  walk_inode_t *w = p;
+  free (w->rel);
+  free (w);
+}
+
 static int
 hash_entry (int dirfd, const char *name, const char *shown, const char *rel, bool follow,
             ib_cache_memo_t *memo, const ib_path_filter_t *filter, ib_sha256_t *h,
-            size_t *entries, ib_error_t *err)
+            size_t *entries, void **inodes, ib_error_t *err)
 {
   struct stat sb;
   if (fstatat (dirfd, name, &sb, follow ? 0 : AT_SYMLINK_NOFOLLOW) < 0)
@@ -230,6 +258,27 @@ hash_entry (int dirfd, const char *name, const char *shown, const char *rel, boo
       target[n] = '\0';
       hash_str (h, target);
       return 0;
+    }
+  if (S_ISREG (sb.st_mode) && sb.st_nlink > 1)
+    {
+      /* the second and later names of a file: "= first path" hashed
+       * besides the content (nothing for files with one name, so the
+       * hashes of trees without hard links are as they were) */
+      walk_inode_t key = { .dev = sb.st_dev, .ino = sb.st_ino };
+      void *node = tfind (&key, inodes, cmp_walk_inode);
+      if (node)
+        {
+          cleanup_free char *eq = xasprintf ("= %s", (*(walk_inode_t **) node)->rel);
+          hash_str (h, eq);
+        }
+      else
+        {
+          walk_inode_t *w = xmalloc (sizeof *w);
+          *w = key;
+          w->rel = xstrdup (rel);
+          if (tsearch (w, inodes, cmp_walk_inode) == NULL)
+            free_walk_inode (w);
+        }
     }
   if (S_ISREG (sb.st_mode))
     {
@@ -284,7 +333,8 @@ hash_entry (int dirfd, const char *name, const char *shown, const char *rel, boo
           cleanup_free char *cshown = xasprintf ("%s/%s", shown, names[i]);
           bool descend = false;
           if (!filter || !ib_path_filter_skip (filter, crel, &descend) || descend)
-            ret = hash_entry (fd, names[i], cshown, crel, false, memo, filter, h, entries, err);
+            ret = hash_entry (fd, names[i], cshown, crel, false, memo, filter, h, entries, inodes,
+                              err);
         }
       free (names[i]);
     }
@@ -295,14 +345,17 @@ hash_entry (int dirfd, const char *name, const char *shown, const char *rel, boo
 int
 ib_cache_hash_path (const char *path, ib_sha256_t *h, size_t *entries, ib_error_t *err)
 {
-  return hash_entry (AT_FDCWD, path, path, "", true, NULL, NULL, h, entries, err);
+  return ib_cache_hash_path_memo (path, NULL, NULL, h, entries, err);
 }
 
 int
 ib_cache_hash_path_memo (const char *path, ib_cache_memo_t *memo, const ib_path_filter_t *filter,
                          ib_sha256_t *h, size_t *entries, ib_error_t *err)
 {
-  return hash_entry (AT_FDCWD, path, path, "", true, memo, filter, h, entries, err);
+  void *inodes = NULL;
+  int r = hash_entry (AT_FDCWD, path, path, "", true, memo, filter, h, entries, &inodes, err);
+  tdestroy (inodes, free_walk_inode);
+  return r;
 }
 
 void

@@ -38,7 +38,9 @@
  * recursively, every entry's path relative to `path` (sorted by bytes), type,
  * mode bits and content.  Not hashed: owners (COPY sets them), times (as
  * BuildKit: touching a file does not invalidate), xattrs.  `path` itself is
- * followed when it is a symlink (callers pass resolved paths).  Other file
+ * followed when it is a symlink (callers pass resolved paths).  A regular
+ * file met before under another name (a hard link) hashes that name too
+ * (trees without hard links hash as they did).  Other file
  * types (devices, sockets, fifos) hash as their type and mode.  Errors
  * (unreadable entries) name the path.  `*entries` (may be NULL) is
  * incremented by the number of entries hashed. */

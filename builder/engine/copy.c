@@ -28,17 +28,26 @@ source_rel (const char *word)
   return xstrdup (*word ? word : ".");
 }
 
+static bool
+has_wildcard (const char *s)
+{
+  return strpbrk (s, "*?[") != NULL;
+}
+
 /* The sources a COPY/ADD word names under `root`, relative to it: the word
  * itself, or the sorted matches of a pattern (`*`, `?`, `[...]`: Go's
  * filepath.Match, dotfiles included), leaving out what `ignore`
- * (.dockerignore) excludes.  A pattern matching nothing is an error, as in
- * Docker; a plain path is checked when it is copied. */
+ * (.dockerignore) excludes.  A pattern matching nothing names no source,
+ * as in BuildKit (moby/moby#26332; the classic builder's "no source files
+ * were specified" is gone), but the directory above its first pattern
+ * component must exist (BuildKit: "lstat ...: no such file or directory",
+ * moby/buildkit#2933); a plain path is checked when it is copied. */
 static int
 source_matches (const char *root, const char *word, const ib_ignore_t *ignore, char ***out,
                 ib_error_t *err)
 {
   cleanup_free char *rel = source_rel (word);
-  if (strpbrk (rel, "*?[") == NULL)
+  if (!has_wildcard (rel))
     {
       if (!ib_ignore_excluded (ignore, rel))
         ib_strv_push (out, rel);
@@ -62,8 +71,60 @@ source_matches (const char *root, const char *word, const ib_ignore_t *ignore, c
   if (r == 0)
     globfree (&g);
   if (found == 0)
-    return ib_error_set (err, ENOENT, "%s: no source files were specified (nothing matches)", word);
+    {
+      /* the directory the pattern is matched in: the components before
+       * the first one holding a wildcard */
+      char *w = strpbrk (rel, "*?[");
+      while (w > rel && w[-1] != '/')
+        w--;
+      *w = '\0';
+      cleanup_free char *dir_host = NULL;
+      struct stat sb;
+      if (*rel && (ib_root_resolve (root, rel, true, &dir_host, err) < 0))
+        return -1;
+      if (*rel && (stat (dir_host, &sb) < 0 || !S_ISDIR (sb.st_mode)))
+        return ib_error_set (err, ENOENT, "%s: no such directory: %s", word, rel);
+    }
   return 0;
+}
+
+/* The name a source word gives its copy in a directory destination: its
+ * last component as written (a symlink's name, not its target's); NULL
+ * for none ("." or a path ending in ".."). */
+static char *
+source_name (const char *m)
+{
+  cleanup_free char *p = xstrdup (m);
+  size_t len = strlen (p);
+  while (len > 1 && p[len - 1] == '/')
+    p[--len] = '\0';
+  const char *base = strrchr (p, '/');
+  base = base ? base + 1 : p;
+  if (!*base || strcmp (base, ".") == 0 || strcmp (base, "..") == 0)
+    return NULL;
+  return xstrdup (base);
+}
+
+/* --parents: what of a source's path is kept under the destination, from
+ * its path under the root: all of it, or what follows the first "/./" (the
+ * pivot, BuildKit's `COPY --parents ./x/./y/a.txt` keeping y/...). */
+static const char *
+parents_kept (const char *rel)
+{
+  const char *pivot = strstr (rel, "/./");
+  if (pivot == NULL)
+    return rel;
+  pivot += 3;
+  while (*pivot == '/' || (pivot[0] == '.' && pivot[1] == '/'))
+    pivot += *pivot == '/' ? 1 : 2;
+  return pivot;
+}
+
+static bool
+is_dir (const char *path)
+{
+  struct stat sb;
+  return stat (path, &sb) == 0 && S_ISDIR (sb.st_mode);
 }
 
 static void
@@ -203,6 +264,7 @@ do_copy (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err)
   cleanup_free char *hdoc_dir = NULL;
   step_scan_t before = { 0 };
   int ret = -1;
+  size_t n_copied = 0;
   for (size_t i = 0; i + 1 < n; i++)
     {
       ib_strv_push (&url_files, "");
@@ -237,9 +299,15 @@ do_copy (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err)
       char *joined = ib_buf_steal (&j);
       ib_strv_push (&ctx_srcs, joined);
       free (joined);
-      n_sources += m ? ib_strv_len (m) : 1;
+      n_sources += m ? ib_strv_len (m) : url || ib_instr_heredoc (in, i) || src_stage ? 1 : 0;
     }
-  bool dst_is_dir = ib_str_has_suffix (dest, "/") || n_sources > 1 || n > 2;
+  /* A directory destination is written as one: "dir/", ".", "dir/.".
+   * Otherwise each source is copied to DEST itself, even when there are
+   * several: BuildKit writes them in turn, the last one wins
+   * (moby/buildkit#4550), unless DEST is an existing directory. */
+  bool dst_is_dir = ib_str_has_suffix (dest, "/") || strcmp (dest, ".") == 0
+                    || ib_str_has_suffix (dest, "/.");
+  bool several = n_sources > 1 || n > 2;
   {
     ib_buf_t s = { 0 };
     for (size_t i = 0; i < n; i++)
@@ -255,6 +323,20 @@ do_copy (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err)
     if (chown_x)
       key_str (&t, "chown", chown_x);
     ib_buf_printf (&t, "chmod %d parents %d\n", co.chmod, parents);
+    /* Lines only where a step copies otherwise than before (so that the
+     * keys of other steps stay as they were): several sources to a
+     * destination without '/' (a directory before), --parents with a
+     * "/./" pivot (ignored before), a copy of another stage (symlink
+     * sources' names, hard links, /dev, /proc, /sys: not known before the
+     * stage's tree is). */
+    if (several && !dst_is_dir)
+      ib_buf_printf (&t, "several-to-dest\n");
+    if (parents)
+      for (size_t i = 0; i + 1 < n; i++)
+        if (strstr (words[i], "/./"))
+          ib_buf_printf (&t, "parents-pivot\n");
+    if (src_stage)
+      ib_buf_printf (&t, "stage-copy 2\n");
     for (char **e = ex_words; e && *e; e++)
       key_str (&t, "exclude", *e);
     for (size_t i = 0; i < n; i++)
@@ -276,7 +358,16 @@ do_copy (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err)
           cleanup_free char *list = xstrdup (ctx_srcs[i]);
           char *save = NULL;
           for (char *m = strtok_r (list, "\1", &save); m; m = strtok_r (NULL, "\1", &save))
-            key_context_path (b, &t, m, excl);
+            {
+              key_context_path (b, &t, m, excl);
+              /* a symlink source: named after the link since COPY
+               * follows BuildKit there (after its target before) */
+              cleanup_free char *unfollowed = NULL;
+              struct stat lsb;
+              if (ib_root_resolve (b->context, m, false, &unfollowed, NULL) == 0
+                  && lstat (unfollowed, &lsb) == 0 && S_ISLNK (lsb.st_mode))
+                key_str (&t, "source-symlink", m);
+            }
           if (!*ctx_srcs[i])
             key_str (&t, "excluded", words[i]);
         }
@@ -298,7 +389,7 @@ do_copy (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err)
   if (chown_x && ib_lookup_user (st->rootfs, chown_x, &co.uid, &co.gid, err) < 0)
     goto out;
 
-  if (step_scan_begin (st, &before, err) < 0)
+  if (step_scan_begin (st, &before, NULL, err) < 0)
     goto out;
   if (ib_root_resolve (st->rootfs, dest_abs, true, &dst_host, err) < 0)
     goto out;
@@ -355,7 +446,10 @@ do_copy (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err)
             }
           cleanup_free char *base = ib_add_url_basename (words[i]);
           cleanup_free char *target = dst_is_dir ? ib_path_join (dst_host, base) : xstrdup (dst_host);
-          if (ib_copy_into (url_files[i], target, false, &co, err) < 0)
+          co.name = base; /* into an existing directory: the URL's name */
+          int r_url = ib_copy_into (url_files[i], target, false, &co, err);
+          co.name = NULL;
+          if (r_url < 0)
             goto out;
           continue;
         }
@@ -371,16 +465,14 @@ do_copy (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err)
           char *save = NULL;
           for (char *m = strtok_r (list, "\1", &save); m; m = strtok_r (NULL, "\1", &save))
             ib_strv_push (&srcs, m);
-          if (srcs == NULL)
+          if (srcs == NULL && !has_wildcard (words[i]))
             {
               ib_error_set (err, ENOENT, "%s: no such file or directory in the build context "
                             "(excluded by .dockerignore)", words[i]);
               goto out;
             }
         }
-      if (ib_strv_len (srcs) > 1 || dst_is_dir)
-        dst_is_dir = true;
-      for (char **m = srcs; *m; m++)
+      for (char **m = srcs; m && *m; m++)
         {
           cleanup_free char *src_host = NULL;
           int r = src_root ? ib_root_resolve (src_root, *m, true, &src_host, err)
@@ -406,8 +498,9 @@ do_copy (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err)
           bool into_dir = dst_is_dir;
           if (parents && strcmp (*m, ".") != 0)
             {
-              /* --parents: the source's path under its root is kept */
-              cleanup_free char *rel = source_rel (*m);
+              /* --parents: the source's path under its root is kept,
+               * from the pivot on when the word has one */
+              cleanup_free char *rel = xstrdup (parents_kept (*m));
               char *slash = strrchr (rel, '/');
               if (S_ISDIR (ssb.st_mode))
                 target = ib_path_join (dst_host, rel);
@@ -428,8 +521,17 @@ do_copy (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err)
                 goto out;
               continue;
             }
+          /* a second file to one path (directories merge their contents) */
+          if (!into_dir && !S_ISDIR (ssb.st_mode) && n_copied++ == 1 && !is_dir (dst_host))
+            ib_warn ("%s %s: several sources to %s, which does not end with '/': each is "
+                     "written to %s in turn (as BuildKit does); end it with '/' to copy "
+                     "them into a directory", in->keyword, shown, dest, dest);
+          /* a symlink source: its target's content under the link's name */
+          cleanup_free char *name = source_name (*m);
+          co.name = name;
           r = ib_copy_into (src_host, target ? target : dst_host, into_dir, &co, err);
           co.filter = NULL;
+          co.name = NULL;
           if (r < 0)
             goto out;
         }
@@ -477,7 +579,7 @@ do_workdir (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err
     return -1;
   json_object_set_new (config_section (st->config), "WorkingDir", json_string (abs));
   step_scan_t before = { 0 };
-  if (step_scan_begin (st, &before, err) < 0)
+  if (step_scan_begin (st, &before, NULL, err) < 0)
     return -1;
   cleanup_free char *host = NULL;
   /* after USER, the directories made are that user's (BuildKit) */

@@ -146,6 +146,7 @@ typedef struct step_scan
   ib_fs_scan_t *full;
   char *upper;
   char **lowers;
+  char *const *exclude; /* ib_layer_exclude for RUN, NULL for the others */
 } step_scan_t;
 
 /* Variable lookup inside a stage: ENV of the image first (Dockerfile: ENV
@@ -196,7 +197,9 @@ int ensure_rootfs (build_t *b, stage_state_t *st, ib_error_t *err);
 int commit_layer (build_t *b, stage_state_t *st, step_scan_t *ss, const char *created_by, ib_error_t *err);
 void drop_layer_jobs (build_t *b);
 int join_layers (build_t *b, stage_state_t *only, ib_error_t *err);
-int step_scan_begin (stage_state_t *st, step_scan_t *ss, ib_error_t *err);
+/* The state before a step; `exclude`: paths its layer leaves out
+ * (ib_layer_exclude for RUN, NULL for COPY, ADD, WORKDIR). */
+int step_scan_begin (stage_state_t *st, step_scan_t *ss, char *const *exclude, ib_error_t *err);
 void step_scan_free (step_scan_t *ss);
 
 /* lookup.c */

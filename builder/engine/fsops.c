@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <search.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -94,15 +95,52 @@ apply_meta (const char *dst, const struct stat *st, const ib_copy_opts_t *o)
   utimensat (AT_FDCWD, dst, ts, AT_SYMLINK_NOFOLLOW);
 }
 
-static int copy_entry (const char *src, const char *dst, const char *rel, const ib_copy_opts_t *o,
+/* One ib_copy_into call: its options, and the files with more than one
+ * link copied so far, so that names hard-linked to each other in the
+ * source are hard-linked in the copy (BuildKit's copier keeps the links
+ * among the files of one source; tonistiigi/fsutil copy.go). */
+typedef struct copied_inode
+{
+  dev_t dev;
+  ino_t ino;
+  char *dst; /* the first copy's path */
+} copied_inode_t;
+
+typedef struct copy_run
+{
+  const ib_copy_opts_t *o;
+  void *inodes;        /* tsearch tree of copied_inode_t */
+  size_t dev_skipped;  /* device nodes the namespace may not make */
+  char *dev_first;     /* the first of them, for the warning */
+} copy_run_t;
+
+static int
+cmp_inode (const void *a, const void *b)
+{
+  const copied_inode_t *x = a, *y = b;
+  if (x->dev != y->dev)
+    return x->dev < y->dev ? -1 : 1;
+  return x->ino < y->ino ? -1 : x->ino > y->ino;
+}
+
+static void
+free_inode (void *p)
+{
+  copied_inode_t *c = p;
+  free (c->dst);
+  free (c);
+}
+
+static int copy_entry (const char *src, const char *dst, const char *rel, copy_run_t *run,
                        ib_error_t *err);
 
 /* `rel`: src's path relative to the directory the copy started at ("" for
  * that directory), for the filter. */
 static int
-copy_dir_contents (const char *src, const char *dst, const char *rel, const ib_copy_opts_t *o,
+copy_dir_contents (const char *src, const char *dst, const char *rel, copy_run_t *run,
                    ib_error_t *err)
 {
+  const ib_copy_opts_t *o = run->o;
   DIR *d = opendir (src);
   if (d == NULL)
     return ib_error_sys (err, errno, "open directory %s", src);
@@ -118,7 +156,7 @@ copy_dir_contents (const char *src, const char *dst, const char *rel, const ib_c
         continue;
       cleanup_free char *s = ib_path_join (src, de->d_name);
       cleanup_free char *t = ib_path_join (dst, de->d_name);
-      if ((ret = copy_entry (s, t, crel, o, err)) < 0)
+      if ((ret = copy_entry (s, t, crel, run, err)) < 0)
         break;
     }
   closedir (d);
@@ -138,9 +176,9 @@ shown_dst (const ib_copy_opts_t *o, const char *dst)
 }
 
 static int
-copy_entry (const char *src, const char *dst, const char *rel, const ib_copy_opts_t *o,
-            ib_error_t *err)
+copy_entry (const char *src, const char *dst, const char *rel, copy_run_t *run, ib_error_t *err)
 {
+  const ib_copy_opts_t *o = run->o;
   struct stat st, dst_st;
   if (lstat (src, &st) < 0)
     return ib_error_sys (err, errno, "copy %s", src);
@@ -151,7 +189,7 @@ copy_entry (const char *src, const char *dst, const char *rel, const ib_copy_opt
         return ib_error_sys (err, errno, "replace %s", dst);
       if ((!dst_exists || !S_ISDIR (dst_st.st_mode)) && mkdir (dst, 0700) < 0)
         return ib_error_sys (err, errno, "create directory %s", shown_dst (o, dst));
-      if (copy_dir_contents (src, dst, rel, o, err) < 0)
+      if (copy_dir_contents (src, dst, rel, run, err) < 0)
         return -1;
       apply_meta (dst, &st, o);
       return 0;
@@ -179,7 +217,35 @@ copy_entry (const char *src, const char *dst, const char *rel, const ib_copy_opt
       return 0;
     }
   if (!S_ISREG (st.st_mode))
-    return ib_error_set (err, EINVAL, "copy %s: not a regular file, directory or symlink", src);
+    {
+      /* fifos and sockets are made as they are; device nodes where the
+       * user namespace allows it (never: mknod needs CAP_MKNOD in the
+       * initial namespace), else left out and counted for one warning,
+       * as unpacking a layer does */
+      if (mknod (dst, st.st_mode, S_ISCHR (st.st_mode) || S_ISBLK (st.st_mode) ? st.st_rdev : 0)
+          < 0)
+        {
+          if ((errno == EPERM || errno == EACCES) && (S_ISCHR (st.st_mode) || S_ISBLK (st.st_mode)))
+            {
+              if (run->dev_skipped++ == 0)
+                run->dev_first = xstrdup (shown_dst (o, dst));
+              return 0;
+            }
+          return ib_error_sys (err, errno, "create %s", shown_dst (o, dst));
+        }
+      apply_meta (dst, &st, o);
+      return 0;
+    }
+  copied_inode_t key = { .dev = st.st_dev, .ino = st.st_ino }, *seen = NULL;
+  if (st.st_nlink > 1)
+    {
+      void *node = tfind (&key, &run->inodes, cmp_inode);
+      seen = node ? *(copied_inode_t **) node : NULL;
+      if (seen && link (seen->dst, dst) == 0)
+        return 0;
+      /* the first name of the file (or a link the file system refused:
+       * EMLINK): copied */
+    }
   cleanup_close int in = open (src, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
   if (in < 0)
     return ib_error_sys (err, errno, "open %s", src);
@@ -192,6 +258,14 @@ copy_entry (const char *src, const char *dst, const char *rel, const ib_copy_opt
   if (close (steal_fd (&out)) < 0) /* NFS, quotas: a deferred write error */
     return ib_error_sys (err, errno, "write %s", shown_dst (o, dst));
   apply_meta (dst, &st, o);
+  if (st.st_nlink > 1 && seen == NULL)
+    {
+      copied_inode_t *c = xmalloc (sizeof *c);
+      *c = key;
+      c->dst = xstrdup (dst);
+      if (tsearch (c, &run->inodes, cmp_inode) == NULL)
+        free_inode (c); /* out of memory: that file's other names are copies */
+    }
   return 0;
 }
 
@@ -229,10 +303,10 @@ ib_mkdir_p_owned (const char *dir, const ib_copy_opts_t *o, ib_error_t *err)
   return 0;
 }
 
-int
-ib_copy_into (const char *src, const char *dst, bool dst_is_dir, const ib_copy_opts_t *o,
-              ib_error_t *err)
+static int
+copy_into (const char *src, const char *dst, bool dst_is_dir, copy_run_t *run, ib_error_t *err)
 {
+  const ib_copy_opts_t *o = run->o;
   struct stat st, dst_st;
   if (lstat (src, &st) < 0)
     return ib_error_sys (err, errno, "copy %s", src);
@@ -240,7 +314,7 @@ ib_copy_into (const char *src, const char *dst, bool dst_is_dir, const ib_copy_o
     {
       if (ib_mkdir_p_owned (dst, o, err) < 0)
         return -1;
-      if (copy_dir_contents (src, dst, "", o, err) < 0)
+      if (copy_dir_contents (src, dst, "", run, err) < 0)
         return -1;
       return 0;
     }
@@ -250,7 +324,7 @@ ib_copy_into (const char *src, const char *dst, bool dst_is_dir, const ib_copy_o
       if (ib_mkdir_p_owned (dst, o, err) < 0)
         return -1;
       const char *base = strrchr (src, '/');
-      target = ib_path_join (dst, base ? base + 1 : src);
+      target = ib_path_join (dst, o->name ? o->name : base ? base + 1 : src);
     }
   else
     {
@@ -265,7 +339,22 @@ ib_copy_into (const char *src, const char *dst, bool dst_is_dir, const ib_copy_o
             return -1;
         }
     }
-  return copy_entry (src, target, "", o, err);
+  return copy_entry (src, target, "", run, err);
+}
+
+int
+ib_copy_into (const char *src, const char *dst, bool dst_is_dir, const ib_copy_opts_t *o,
+              ib_error_t *err)
+{
+  copy_run_t run = { .o = o };
+  int r = copy_into (src, dst, dst_is_dir, &run, err);
+  tdestroy (run.inodes, free_inode);
+  if (run.dev_skipped)
+    ib_warn ("copy %s: %zu device node%s left out: a user namespace cannot make them (%s%s)",
+             src, run.dev_skipped, run.dev_skipped > 1 ? "s" : "", run.dev_first,
+             run.dev_skipped > 1 ? ", ..." : "");
+  free (run.dev_first);
+  return r;
 }
 
 /* Find `name` (or numeric id) in an /etc/passwd- or /etc/group-style file;

@@ -30,13 +30,22 @@ typedef struct ib_copy_opts
                             destination is in: errors about destinations name
                             the path in the image ("write /usr/lib/big: No space
                             left on device"), not the host path */
+  const char *name;      /* NULL, or the name a file gets when it is copied into a
+                            directory: the source's name as written, when src is
+                            the target of a symlink that source named (COPY
+                            follows a source symlink for the content and names
+                            the copy after the link, as BuildKit does) */
 } ib_copy_opts_t;
 
 /* Dockerfile COPY semantics for one source: a directory's *contents* are
  * merged into dst (created with parents), a file is copied to dst, or into
- * dst when dst is an existing directory or dst_is_dir.  Existing files are
- * replaced.  Symlinks are copied as links; modes and mtimes kept.  Both paths
- * are host paths (callers resolve them first). */
+ * dst (as o->name, else its own name) when dst is an existing directory or
+ * dst_is_dir.  Existing files are replaced.  Symlinks are copied as links;
+ * modes and mtimes kept; files hard-linked to each other among what this
+ * call copies are hard-linked in the copy (BuildKit keeps the links within
+ * one source); fifos and sockets are made, device nodes too where the user
+ * namespace allows (never, in practice: left out, with one warning).  Both
+ * paths are host paths (callers resolve them first). */
 int ib_copy_into (const char *src, const char *dst, bool dst_is_dir, const ib_copy_opts_t *o,
                   ib_error_t *err);
 

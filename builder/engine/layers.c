@@ -342,12 +342,13 @@ drop_layer_jobs (build_t *b)
 }
 
 int
-step_scan_begin (stage_state_t *st, step_scan_t *ss, ib_error_t *err)
+step_scan_begin (stage_state_t *st, step_scan_t *ss, char *const *exclude, ib_error_t *err)
 {
   memset (ss, 0, sizeof *ss);
+  ss->exclude = exclude;
   if (ib_rootfs_overlay_clean (st->rootfs, &ss->upper, &ss->lowers))
     return 0;
-  return ib_fs_scan (st->rootfs, ib_layer_exclude, &ss->full, err);
+  return ib_fs_scan (st->rootfs, exclude, &ss->full, err);
 }
 
 void
@@ -371,13 +372,13 @@ step_scans (build_t *b, stage_state_t *st, step_scan_t *ss, ib_fs_scan_t **befor
   if (mounted < 0)
     return -1;
   ib_error_t e = NULL;
-  int r = ib_fs_scan_overlay (st->rootfs, ss->upper, view, ib_layer_exclude, before, cur, &e);
+  int r = ib_fs_scan_overlay (st->rootfs, ss->upper, view, ss->exclude, before, cur, &e);
   if (r < 0 && e->status == EOPNOTSUPP)
     {
       ib_debug ("%s: %s: scanning the whole tree", st->rootfs, e->msg);
       ib_error_free (&e);
-      r = ib_fs_scan_nodev (view, ib_layer_exclude, before, err);
-      if (r == 0 && (r = ib_fs_scan_nodev (st->rootfs, ib_layer_exclude, cur, err)) < 0)
+      r = ib_fs_scan_nodev (view, ss->exclude, before, err);
+      if (r == 0 && (r = ib_fs_scan_nodev (st->rootfs, ss->exclude, cur, err)) < 0)
         {
           ib_fs_scan_free (*before);
           *before = NULL;
@@ -433,7 +434,7 @@ commit_layer (build_t *b, stage_state_t *st, step_scan_t *ss, const char *create
   bool background = false;
   int ret = -1;
   ib_error_t e = NULL;
-  if (ib_layer_write_diff_scans (st->rootfs, before, cur, ib_layer_exclude, tmp, &lo, &res, &e) < 0)
+  if (ib_layer_write_diff_scans (st->rootfs, before, cur, ss->exclude, tmp, &lo, &res, &e) < 0)
     {
       abandon_compressor (&rc);
       /* the tar may not fit where the compressed blob does */
@@ -445,7 +446,7 @@ commit_layer (build_t *b, stage_state_t *st, step_scan_t *ss, const char *create
       ib_error_free (&e);
       lo.raw_above = 0;
       lo.raw_start = NULL;
-      if (ib_layer_write_diff_scans (st->rootfs, before, cur, ib_layer_exclude, tmp, &lo, &res, err) < 0)
+      if (ib_layer_write_diff_scans (st->rootfs, before, cur, ss->exclude, tmp, &lo, &res, err) < 0)
         goto out;
     }
   background = res.raw;

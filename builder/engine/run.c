@@ -457,7 +457,7 @@ run_step (build_t *b, stage_state_t *st, const ib_instr_t *in, const ib_run_spec
   so.rlimits = b->opts->rlimits;
   so.n_rlimits = b->opts->n_rlimits;
   step_scan_t before = { 0 };
-  if (step_scan_begin (st, &before, err) < 0)
+  if (step_scan_begin (st, &before, ib_layer_exclude, err) < 0)
     {
       ib_run_mounts_free (&mounts);
       return -1;

@@ -152,6 +152,7 @@ COPY busybox /bin/busybox
 ADD --checksum={good} {srv.url("/files/tool.sh?x=1")} /opt/renamed.sh
 ADD {srv.url("/files/tool.sh")} /opt/
 ADD {srv.url("/files/archive.tar.gz")} /opt/
+ADD {srv.url("/files/tool.sh")} /bin
 OUTPUT type=image,name=add-url:latest
 """)
         r = imgbuild("build", ctx / "r.recipe", store=store)
@@ -159,6 +160,8 @@ OUTPUT type=image,name=add-url:latest
         assert run(store, "add-url:latest", "cat", "/opt/tool.sh", "/opt/renamed.sh") == body.decode() * 2
         assert run(store, "add-url:latest", "stat", "-c", "%a %Y", "/opt/tool.sh") == "600 1577836800\n"
         assert run(store, "add-url:latest", "cat", "/opt/archive.tar.gz") == "not extracted"
+        # an existing directory without '/': the file in it, by the URL's name
+        assert run(store, "add-url:latest", "cat", "/bin/tool.sh") == body.decode()
         # the same content: cached (the URLs without --checksum are fetched to know)
         r = imgbuild("build", ctx / "r.recipe", store=store)
         assert r.rc == 0 and ", 0 run)" in r.err, r.err
@@ -170,7 +173,7 @@ OUTPUT type=image,name=add-url:latest
         assert r.rc == 0, r
         lines = [l for l in r.err.splitlines() if "] ADD " in l]
         assert lines[0].endswith("CACHED") and not lines[1].endswith("CACHED"), lines
-        assert srv.hits - hits == 2  # tool.sh and archive.tar.gz, not tool.sh?x=1
+        assert srv.hits - hits == 3  # tool.sh (twice) and archive.tar.gz, not tool.sh?x=1
         assert run(store, "add-url:latest", "cat", "/opt/tool.sh") == "version 2\n"
         # a wrong checksum fails, naming both digests
         bad = "sha256:" + "0" * 64

@@ -114,6 +114,30 @@ COPY --from=builder /etc/os-release /opt/os-release
 LABEL stage=final greeting=hello
 CMD ["/opt/out/bin/tool", "--flag"]
 """, {"GREETING": "hello"}),
+
+    # COPY as BuildKit does it, where buildah 1.28 agrees (issue 21; the
+    # rest is in test_copy_sources.py): a whole stage root with its dev/,
+    # proc/, sys/ and hard links (perl, perl5.36.0); hard links made by
+    # RUN, in the context, in another stage; a symlink source named after
+    # the link (its content the target's), from the context and a stage;
+    # a wildcard of several files to a destination without '/' (one file,
+    # the last match's content).
+    "copysem": ("""
+FROM {base} AS root
+
+FROM {base} AS linked
+RUN set -e; mkdir -p /opt/bin /opt/m; echo exe > /opt/bin/myexe.1; ln -s myexe.1 /opt/bin/myexe; \\
+    echo m > /opt/m/f; ln /opt/m/f /opt/m/g; ln -s f /opt/m/s
+
+FROM {base}
+COPY --from=root / /rootcopy/
+RUN set -e; mkdir /srv/hl; echo x > /srv/hl/one; ln /srv/hl/one /srv/hl/two
+COPY links/ /ctxlinks/
+COPY --from=linked /opt/m /stagelinks/
+COPY hello_world.sh /tmp/
+COPY --from=linked /opt/bin/myexe /usr/bin/
+COPY pair/* /onefile
+""", {}),
 }
 
 
@@ -131,6 +155,16 @@ def ctx(tmp_path_factory, base_image):
     for d in ("files", "files/sub", "files/sub/deep"):
         (c / d).chmod(0o755)
     (c / "files/sub/empty").chmod(0o750)
+    write(c / "links/a", "linked\n", 0o644)
+    for n in ("b", "c", "d"):
+        os.link(c / "links/a", c / f"links/{n}")
+    write(c / "links/other", "other\n", 0o644)
+    write(c / "hello.sh", "#!/bin/sh\necho hello\n", 0o755)
+    os.symlink("hello.sh", c / "hello_world.sh")
+    write(c / "pair/1.txt", "first\n", 0o644)
+    write(c / "pair/2.txt", "second\n", 0o644)
+    for d in ("links", "pair"):
+        (c / d).chmod(0o755)
     for name, (text, _) in RECIPES.items():
         write(c / f"{name}.recipe", text.format(base=base_image), 0o644)
     return c
@@ -584,6 +618,14 @@ def normalize_trees(a, b, base, volumes, single):
         # path, imgbuild's image too, and buildah's is an empty file.
         if p not in base and p not in a and b.get(p, {}).get("size") == 0:
             del b[p]
+    for p in [p for p, e in b.items() if e["type"] in ("char", "block") and p not in a
+              and p not in base]:
+        # A device node copied from a stage (COPY --from=root / /rootcopy/):
+        # buildah as root makes it; imgbuild works in a user namespace,
+        # where the kernel refuses mknod of a device, and leaves it out
+        # with a warning (as when it unpacks a layer; rootless BuildKit
+        # cannot make one either).
+        del b[p]
     for t in (a, b):
         # A hard link made by RUN to a file of the base: buildah's vfs
         # driver finds changes by comparing trees, the base file is

@@ -2,6 +2,8 @@
 .dockerignore (and RECIPE.dockerignore beside the recipe), --exclude,
 --parents; what lands in the image and what the cache key sees.  A
 FROM scratch stage with a static busybox, so no registry is needed."""
+import json
+import os
 import shutil
 
 from conftest import imgbuild, write
@@ -85,12 +87,115 @@ def test_recipe_dockerignore_wins_and_errors(tmp_path):
     assert r.rc == 0, r
     assert tree(store, "copysrc:latest", "/py") == ["/py", "/py/a.py"]
     assert "/ctx/node_modules" in tree(store, "copysrc:latest", "/ctx")
-    # a pattern matching nothing, an ignored explicit file
-    write(c / "bad.recipe", "FROM scratch\nCOPY src/*.rs /x/\n")
+    # a pattern matching nothing copies nothing (BuildKit; the classic
+    # builder's "no source files were specified" is gone: moby/moby#26332),
+    # but its directory must exist (moby/buildkit#2933); an ignored
+    # explicit file
+    write(c / "none.recipe", "FROM scratch\nCOPY busybox /bin/\nCOPY src/*.rs /x/\n"
+          "OUTPUT type=image,name=none:latest\n")
+    r = imgbuild("build", c / "none.recipe", store=store)
+    assert r.rc == 0, r
+    # no /x, and no layer for that step
+    r = imgbuild("run", "none:latest", "--", "/bin/busybox", "test", "!", "-e", "/x", store=store)
+    assert r.rc == 0, r
+    r = imgbuild("inspect", "none:latest", store=store)
+    assert r.rc == 0, r
+    assert len(json.loads(r.out)["manifest"]["layers"]) == 1, r.out
+    write(c / "bad.recipe", "FROM scratch\nCOPY nodir/*.rs /x/\n")
     r = imgbuild("build", c / "bad.recipe", store=store)
     assert r.rc != 0
-    assert "bad.recipe:2: COPY: src/*.rs: no source files were specified" in r.err, r.err
+    assert "bad.recipe:2: COPY: nodir/*.rs: no such directory: nodir" in r.err, r.err
     write(c / "bad2.recipe", "FROM scratch\nCOPY node_modules/x/n.js /x/\n")
     r = imgbuild("build", c / "bad2.recipe", store=store)
     assert r.rc != 0
     assert "node_modules/x/n.js: no such file or directory in the build context (excluded by .dockerignore)" in r.err, r.err
+
+
+# COPY where buildah 1.28 differs from BuildKit (issue 21; what they agree on
+# is compared with buildah in test_buildah_compat.py's "copysem" recipe).
+# The expected trees are BuildKit's documented behaviour, cited per case.
+SEM_RECIPE = """FROM scratch AS root
+COPY root/ /
+
+FROM scratch
+COPY --from=root / /
+COPY --parents ./tree/./y/*.txt /pivot/
+COPY --parents tree/./y /pivotdir/
+COPY --parents tree/y/a.txt /nopivot/
+COPY one.txt two.txt /onefile
+COPY links/ /links/
+OUTPUT type=image,name=copysem:latest
+"""
+
+
+def layer_members(store, ref):
+    """Per layer of `ref`: {path: TarInfo}, from the stored blobs."""
+    import tarfile
+    r = imgbuild("inspect", ref, store=store)
+    assert r.rc == 0, r
+    out = []
+    for l in json.loads(r.out)["manifest"]["layers"]:
+        with tarfile.open(store / "blobs/sha256" / l["digest"].split(":")[1]) as t:
+            members = {}
+            for m in t:
+                f = t.extractfile(m) if m.isreg() else None
+                members[m.name.rstrip("/")] = (m, f.read() if f else None)
+            out.append(members)
+    return out
+
+
+def test_copy_semantics_buildkit(tmp_path):
+    store = tmp_path / "store"
+    c = tmp_path / "ctx"
+    (c / "root/bin").mkdir(parents=True)
+    shutil.copy("/bin/busybox", c / "root/bin/busybox")
+    os.link(c / "root/bin/busybox", c / "root/bin/sh")
+    for d in ("dev/pts", "proc", "sys"):
+        (c / "root" / d).mkdir(parents=True)
+    for p, t in {"tree/y/a.txt": "a", "tree/y/b.txt": "b", "tree/y/c.md": "c",
+                 "one.txt": "one", "two.txt": "two", "links/a": "linked"}.items():
+        write(c / p, t + "\n")
+    os.link(c / "links/a", c / "links/b")
+    write(c / "r.recipe", SEM_RECIPE)
+    r = imgbuild("build", c / "r.recipe", store=store)
+    assert r.rc == 0, r
+    root, pivot, pivotdir, nopivot, onefile, links = layer_members(store, "copysem:latest")
+
+    # COPY --from=STAGE / /: the stage's dev/, proc/, sys/ too (BuildKit
+    # copies a stage's whole tree; only RUN's mount points are left out of
+    # a layer), and its hard links (BuildKit's copier keeps the links among
+    # the files of one source)
+    for d in ("dev", "dev/pts", "proc", "sys"):
+        assert root[d][0].isdir(), sorted(root)
+    assert root["bin/busybox"][0].isreg()
+    assert root["bin/sh"][0].islnk() and root["bin/sh"][0].linkname == "bin/busybox", sorted(root)
+
+    # --parents with a pivot: the Dockerfile reference's example
+    # (`COPY --parents ./x/./y/*.txt /parents/` -> /parents/y/a.txt ...):
+    # what follows "/./" is kept; without one, the whole path
+    files = lambda layer: sorted(p for p, (m, _) in layer.items() if not m.isdir())
+    assert files(pivot) == ["pivot/y/a.txt", "pivot/y/b.txt"]
+    assert files(pivotdir) == ["pivotdir/y/a.txt", "pivotdir/y/b.txt", "pivotdir/y/c.md"]
+    assert files(nopivot) == ["nopivot/tree/y/a.txt"]
+
+    # several sources to a destination without '/': BuildKit copies each
+    # to that path in turn, the last one wins (moby/buildkit#4550); buildah
+    # 1.28 makes a directory.  A warning says so.
+    assert files(onefile) == ["onefile"] and onefile["onefile"][1] == b"two\n"
+    assert "several sources to /onefile" in r.err, r.err
+
+    # hard links in the build context
+    assert links["links/b"][0].islnk() and links["links/b"][0].linkname == "links/a"
+
+    # the links are part of the step's key: the same bytes without the link
+    # copy again, and the copy has two files
+    r = imgbuild("build", c / "r.recipe", store=store)
+    assert r.rc == 0 and all(l.endswith(" CACHED") for l in steps(r)), r.err
+    (c / "links/b").unlink()
+    write(c / "links/b", "linked\n")
+    r = imgbuild("build", c / "r.recipe", store=store)
+    assert r.rc == 0, r
+    cached = {l.split("] ")[1].rsplit(" CACHED", 1)[0]: l.endswith(" CACHED") for l in steps(r)}
+    assert not cached["COPY links/ /links/"] and cached["COPY one.txt two.txt /onefile"], r.err
+    links = layer_members(store, "copysem:latest")[-1]
+    assert links["links/a"][0].isreg() and links["links/b"][0].isreg()

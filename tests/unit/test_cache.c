@@ -115,6 +115,40 @@ test_hash_sees_content_mode_names_links (void **state)
   assert_string_equal (h0, h1);
 }
 
+/* Hard links: a tree whose files are hard-linked to each other hashes
+ * otherwise than the same bytes as separate files (COPY keeps the links);
+ * a link to a file outside the tree changes nothing (trees without links
+ * inside hash as they always did). */
+static void
+test_hash_sees_hard_links (void **state)
+{
+  const char *dir = *state;
+  cleanup_free char *src = ib_path_join (dir, "src");
+  cleanup_free char *a = ib_path_join (src, "a");
+  cleanup_free char *b = ib_path_join (src, "b");
+  cleanup_free char *outside = ib_path_join (dir, "outside");
+  assert_int_equal (mkdir (src, 0755), 0);
+  put (src, "a", "same\n", 0644);
+  put (src, "b", "same\n", 0644);
+  char copies[IB_DIGEST_LEN], linked[IB_DIGEST_LEN], h[IB_DIGEST_LEN];
+  hash (src, copies, NULL);
+
+  /* b a second name of a */
+  assert_int_equal (unlink (b), 0);
+  assert_int_equal (link (a, b), 0);
+  hash (src, linked, NULL);
+  assert_string_not_equal (copies, linked);
+  hash (src, h, NULL);
+  assert_string_equal (linked, h);
+
+  /* b a copy again, a linked from outside the tree: as the copies */
+  assert_int_equal (unlink (b), 0);
+  put (src, "b", "same\n", 0644);
+  assert_int_equal (link (a, outside), 0);
+  hash (src, h, NULL);
+  assert_string_equal (copies, h);
+}
+
 static void
 test_hash_file_vs_dir_and_errors (void **state)
 {
@@ -319,6 +353,7 @@ main (void)
 {
   const struct CMUnitTest tests[] = {
     unit_test_in_tmpdir (test_hash_sees_content_mode_names_links),
+    unit_test_in_tmpdir (test_hash_sees_hard_links),
     unit_test_in_tmpdir (test_hash_file_vs_dir_and_errors),
     cmocka_unit_test (test_key_depends_on_parent_and_text),
     unit_test_in_tmpdir (test_record_roundtrip_and_misses),
