@@ -185,7 +185,13 @@ void step_output (void *ud, const char *data, size_t len);
 /* from.c */
 int from_target (build_t *b, const ib_instr_t *in, char **image, char **want, char **os, char **arch,
                  char **variant, ib_error_t *err);
+/* The stage named `name` (case-insensitive), -1 if none.  A name given to
+ * several stages means, as in BuildKit (dockerfile2llb): in FROM, the last
+ * such stage before the one being defined (stage_index_before with that
+ * stage's index); anywhere else (COPY --from, RUN --mount from=, --target),
+ * the last in the recipe (stage_index). */
 int stage_index (build_t *b, const char *name);
+int stage_index_before (build_t *b, const char *name, size_t limit);
 stage_state_t *earlier_stage (build_t *b, stage_state_t *st, const char *name);
 bool config_serves (json_t *config, const char *os, const char *arch, const char *variant);
 int do_from (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err);

@@ -14,7 +14,13 @@
 int
 stage_index (build_t *b, const char *name)
 {
-  for (size_t i = 0; i < b->n_stages; i++)
+  return stage_index_before (b, name, b->n_stages);
+}
+
+int
+stage_index_before (build_t *b, const char *name, size_t limit)
+{
+  for (size_t i = limit < b->n_stages ? limit : b->n_stages; i-- > 0;)
     {
       const ib_stage_t *s = b->stages[i].def;
       if (s->name && strcasecmp (s->name, name) == 0)
@@ -291,7 +297,7 @@ do_from (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err)
     st->foreign = ib_platform_string (os, arch, variant);
   if (ib_store_tmp_dir (b->store, "stage", &st->rootfs, err) < 0)
     return -1;
-  int idx = stage_index (b, image);
+  int idx = stage_index_before (b, image, (size_t) (st - b->stages));
   step_line (b, st, "FROM", image, false, false);
   if (idx >= 0 && (size_t) idx < (size_t) (st - b->stages))
     {

@@ -230,7 +230,7 @@ plan_stage (build_t *b, stage_state_t *st, json_t *js, ib_error_t *err)
           json_object_set_new (js, "line", json_integer (in->line));
           if (want)
             json_object_set_new (js, "platform", json_string (want));
-          int idx = stage_index (b, image);
+          int idx = stage_index_before (b, image, (size_t) (st - b->stages));
           if (idx >= 0 && (size_t) idx < (size_t) (st - b->stages))
             {
               stage_state_t *src = &b->stages[idx];

@@ -192,6 +192,45 @@ OUTPUT type=local,dest={out},src=/got
         assert (out / "got").read_text() == "made\n"
 
 
+def test_a_stage_name_used_twice_warns_and_builds(dstore, base_image, tmp_path):
+    """A stage name given twice (here in two cases: BuildKit lower-cases stage
+    names) is BuildKit's DuplicateStageName warning, not an error; as in
+    dockerfile2llb (addState, findStateByName), FROM finds the last stage of
+    the name before it, COPY --from and --target the last of the file."""
+    ctx = tmp_path / "ctx"
+    out = tmp_path / "out"
+    write(ctx / "Dockerfile", f"""FROM {base_image} AS base
+RUN echo one > /which
+FROM {base_image} AS Base
+RUN echo two > /which
+FROM BASE AS mid
+RUN cp /which /from-base
+FROM {base_image} AS base
+RUN echo three > /which
+FROM mid
+COPY --from=base /which /copied
+OUTPUT type=local,dest={out}/final,src=/from-base
+OUTPUT type=local,dest={out}/final,src=/copied
+""")
+    for jobs in ("1", "2"):
+        r = imgbuild("build", "-j", jobs, "--no-cache", ctx, store=dstore)
+        assert r.rc == 0, r
+        assert "Dockerfile:3: the stage name 'base' is also used on line 1" in r.err, r.err
+        assert "Dockerfile:7: the stage name 'base' is also used on line 3" in r.err, r.err
+        assert (out / "final/from-base").read_text() == "two\n"
+        assert (out / "final/copied").read_text() == "three\n"
+    r = imgbuild("plan", ctx, store=dstore)
+    assert r.rc == 0, r
+    assert "stage 2 mid\n  from: stage 1 base\n" in r.out, r.out
+    assert "depends on: 2 mid, 3 base" in r.out, r.out
+    r = imgbuild("build", "--target", "base", "-t", "dup:target", ctx, store=dstore)
+    assert r.rc == 0, r
+    layers = config_of(dstore, "dup:target")["rootfs"]["diff_ids"]
+    r = imgbuild("build", "--target", "3", "-t", "dup:third", ctx, store=dstore)
+    assert r.rc == 0, r
+    assert config_of(dstore, "dup:third")["rootfs"]["diff_ids"] == layers
+
+
 @pytest.mark.parametrize("recipe,message", [
     ("ARG BASE\nFROM ${BASE}\n", "Dockerfile:2: FROM: ${BASE}: BASE is not set (give --build-arg "
                                  "BASE=..., or a default: ARG BASE=... before the first FROM)"),
