@@ -387,6 +387,10 @@ run_step (build_t *b, stage_state_t *st, const ib_instr_t *in, const ib_run_spec
   gid_t gid;
   if (resolve_user (st, &uid, &gid, err) < 0)
     return -1;
+  /* USER's supplementary groups from the image's /etc/group, as runc's
+   * additionalGids in BuildKit */
+  cleanup_free gid_t *groups = NULL;
+  size_t n_groups = ib_lookup_groups (st->rootfs, config_string (st->config, "User"), &groups);
   /* the heredoc script (RUN <<EOF with "#!"): a file of its own */
   ib_run_mounts_t mounts = { 0 };
   ib_mount_t script_mount = { 0 };
@@ -426,6 +430,8 @@ run_step (build_t *b, stage_state_t *st, const ib_instr_t *in, const ib_run_spec
     .cwd = ro.cwd,
     .uid = uid,
     .gid = gid,
+    .groups = groups,
+    .n_groups = n_groups,
     .tail_lines = TAIL_LINES,
     .tail = &tail,
     .provide_etc_files = true, /* DNS in images without /etc/resolv.conf */

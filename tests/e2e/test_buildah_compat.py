@@ -132,6 +132,26 @@ RUN echo three > /which
 FROM mid
 COPY --from=base /which /copied
 """, {}),
+
+    # USER's supplementary groups: the groups of /etc/group listing the
+    # user, when USER names no group (runc's GetExecUser, which BuildKit
+    # uses for a step's additional gids), found by name or by uid; none with
+    # an explicit group or for a user no group lists.
+    "user-groups": ("""
+FROM {base}
+RUN groupadd -g 1500 extra && groupadd -g 1600 other \\
+    && useradd -u 1500 -g 1500 -G extra,audio,other u1 && useradd -u 1700 solo
+USER u1
+RUN id -G > /tmp/g-name
+USER 1500
+RUN id -G > /tmp/g-uid
+USER u1:other
+RUN id -G > /tmp/g-explicit
+USER solo
+RUN id -G > /tmp/g-solo
+USER root
+RUN id -G > /tmp/g-root
+""", {}),
 }
 
 
@@ -561,7 +581,8 @@ def tree_diff(a, b):
 
 # Files whose content is the output of `id` (or `pwd`, `id -un`) in a RUN
 # under USER.
-USER_DEPENDENT = ("/tmp/shell-out", "/tmp/user-run")
+USER_DEPENDENT = ("/tmp/shell-out", "/tmp/user-run", "/tmp/g-name", "/tmp/g-uid",
+                  "/tmp/g-explicit", "/tmp/g-solo", "/tmp/g-root")
 
 
 def single_id_mode():
