@@ -114,12 +114,20 @@ copy_dir_contents (const char *src, const char *dst, const char *rel, const ib_c
         continue;
       cleanup_free char *crel = *rel ? xasprintf ("%s/%s", rel, de->d_name) : xstrdup (de->d_name);
       bool descend = false;
-      if (o->filter && ib_path_filter_skip (o->filter, crel, &descend) && !descend)
-        continue;
+      bool skip = o->filter && ib_path_filter_skip (o->filter, crel, &descend);
       cleanup_free char *s = ib_path_join (src, de->d_name);
       cleanup_free char *t = ib_path_join (dst, de->d_name);
+      struct stat sb;
+      if (skip && (!descend || lstat (s, &sb) < 0 || !S_ISDIR (sb.st_mode)))
+        continue;
+      /* an excluded directory walked for the exceptions below it is made
+       * only when something below it is copied (BuildKit's fsutil walker
+       * emits a skipped parent with its first included child) */
+      bool made = skip && lstat (t, &sb) < 0;
       if ((ret = copy_entry (s, t, crel, o, err)) < 0)
         break;
+      if (made)
+        rmdir (t); /* fails unless empty: then it stays */
     }
   closedir (d);
   return ret;
