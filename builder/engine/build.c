@@ -87,30 +87,43 @@ mark_mount_deps (build_t *b, size_t i, const ib_instr_t *in, ib_error_t *err)
   return r;
 }
 
+static void
+stage_state_free (stage_state_t *st)
+{
+  if (st->rootfs)
+    {
+      ib_error_t e = NULL;
+      if (ib_rootfs_remove (st->rootfs, &e) < 0)
+        ib_warn ("%s", e->msg);
+      ib_error_free (&e);
+      free (st->rootfs);
+    }
+  json_decref (st->config);
+  for (size_t k = 0; k < st->n_layers; k++)
+    free (st->layers[k].media_type);
+  free (st->layers);
+  vars_free (&st->args);
+  ib_strv_free (st->shell);
+  free (st->foreign);
+  free (st->deps);
+}
+
 void
 build_free (build_t *b)
 {
   drop_layer_jobs (b);
   for (size_t i = 0; i < b->n_stages; i++)
+    stage_state_free (&b->stages[i]);
+  for (size_t i = 0; i < b->n_image_sources; i++)
     {
-      stage_state_t *st = &b->stages[i];
-      if (st->rootfs)
-        {
-          ib_error_t e = NULL;
-          if (ib_rootfs_remove (st->rootfs, &e) < 0)
-            ib_warn ("%s", e->msg);
-          ib_error_free (&e);
-          free (st->rootfs);
-        }
-      json_decref (st->config);
-      for (size_t k = 0; k < st->n_layers; k++)
-        free (st->layers[k].media_type);
-      free (st->layers);
-      vars_free (&st->args);
-      ib_strv_free (st->shell);
-      free (st->foreign);
-      free (st->deps);
+      stage_state_t *st = b->image_sources[i];
+      ib_stage_t *def = (ib_stage_t *) st->def;
+      stage_state_free (st);
+      free (def->name);
+      free (def);
+      free (st);
     }
+  free (b->image_sources);
   free (b->stages);
   vars_free (&b->build_args);
   vars_free (&b->global_args);

@@ -283,6 +283,24 @@ plan_stage (build_t *b, stage_state_t *st, json_t *js, ib_error_t *err)
           json_array_append_new (outputs, o);
           continue;
         }
+      const char *from = (in->kind == IB_I_COPY || in->kind == IB_I_ADD)
+                             ? ib_instr_flag (in, "from") : NULL;
+      cleanup_free char *fx = NULL;
+      if (from && expand (b, st, from, &fx, NULL) == 0 && stage_index (b, fx) < 0
+          && strspn (fx, "0123456789") != strlen (fx))
+        {
+          /* COPY --from=IMAGE: pulled by the step (image_source) */
+          json_t *images = json_object_get (js, "copies_from_images");
+          if (images == NULL)
+            json_object_set_new (js, "copies_from_images", images = json_array ());
+          bool seen = false;
+          size_t k;
+          json_t *v;
+          json_array_foreach (images, k, v)
+            seen |= strcmp (json_string_value (v), fx) == 0;
+          if (!seen)
+            json_array_append_new (images, json_string (fx));
+        }
       json_t *step = json_object ();
       json_array_append_new (steps, step);
       json_object_set_new (step, "line", json_integer (in->line));

@@ -133,6 +133,13 @@ FROM mid
 COPY --from=base /which /copied
 """, {}),
 
+    # COPY --from=IMAGE (an image reference, not a stage): the image's files.
+    "copy-from-image": ("""
+FROM {base}
+COPY --from={base} /etc/os-release /opt/os-release-copy
+COPY --from={base} /usr/share/doc/sed/ /opt/sed-doc/
+""", {}),
+
     # USER's supplementary groups: the groups of /etc/group listing the
     # user, when USER names no group (runc's GetExecUser, which BuildKit
     # uses for a step's additional gids), found by name or by uid; none with

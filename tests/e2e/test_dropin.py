@@ -263,3 +263,39 @@ def test_single_id_mode_by_default_says_what_is_lost(dstore, tmp_path):
     r = imgbuild("build", "--no-cache", ".", store=tmp_path / "s", cwd=tmp_path,
                  env={"IMGBUILD_USERNS": "single"})
     assert r.rc == 0 and "single-id mode:" not in r.err, r
+
+
+def test_copy_from_an_image(dstore, registry, base_image, tmp_path):
+    """COPY --from=IMAGE (BuildKit: "--from: image, stage or context name"):
+    the image is pulled when the store lacks it and its files copied;
+    `imgbuild plan` names it.  A stage defined after the step is not taken
+    for an image."""
+    ctx = tmp_path / "ctx"
+    out = tmp_path / "out"
+    # an image of our own in the registry, not in the store
+    src = tmp_path / "src"
+    write(src / "Dockerfile", f"FROM {base_image}\nRUN echo from-the-image > /made && chown 7:8 /made\n")
+    ref = f"{registry}/copy-src:1"
+    sstore = tmp_path / "src-store"
+    r = imgbuild("build", "-t", ref, src, store=sstore)
+    assert r.rc == 0, r
+    r = imgbuild("push", ref, ref, store=sstore)
+    assert r.rc == 0, r
+    write(ctx / "Dockerfile", f"""FROM scratch
+COPY --from={ref} /made /got
+COPY --from={base_image} /etc/os-release /os-release
+OUTPUT type=local,dest={out}
+""")
+    r = imgbuild("build", ctx, store=dstore)
+    assert r.rc == 0, r
+    assert (out / "got").read_text() == "from-the-image\n"
+    assert "Debian" in (out / "os-release").read_text()
+    r = imgbuild("plan", ctx, store=dstore)
+    assert r.rc == 0, r
+    assert f"copies from image {ref}" in r.out, r.out
+    # a stage defined later is no image
+    write(ctx / "Dockerfile", f"FROM scratch\nCOPY --from=later /x /x\nFROM {base_image} AS later\n")
+    r = imgbuild("build", "--target", "0", ctx, store=dstore)
+    assert r.rc != 0
+    assert "Dockerfile:2: COPY: --from=later: the stage is defined after this step (line 3)" \
+        in r.err, r.err
