@@ -20,7 +20,7 @@ LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o)
 UNIT_SRC := $(wildcard tests/unit/test_*.c)
 UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 
-.PHONY: all deps test unit e2e e2e-realworld e2e-debian-wheels e2e-torch asan fuzz demo clean lint
+.PHONY: all man install uninstall deps test unit e2e e2e-realworld e2e-debian-wheels e2e-torch asan fuzz demo clean lint
 all: $(BIN)/imgbuild
 
 $(BUILD)/%.o: %.c $(HEADERS)
@@ -41,6 +41,33 @@ $(BIN)/imgbuild: $(CLI_OBJ) $(BUILD)/libimgbuild.a
 $(BUILD)/tests/%: tests/unit/%.c tests/unit/unit.h $(BUILD)/libimgbuild.a
 	@mkdir -p $(dir $@)
 	$(CC) $(IB_CFLAGS) $(CFLAGS) -o $@ $< $(BUILD)/libimgbuild.a $(LDFLAGS) $(LDLIBS) -lcmocka
+
+# `make install [PREFIX=/usr/local] [DESTDIR=]`: the binary, the man pages,
+# bash completion and the docs (GNU's directory variables).
+PREFIX      ?= /usr/local
+bindir      ?= $(PREFIX)/bin
+datadir     ?= $(PREFIX)/share
+mandir      ?= $(datadir)/man
+docdir      ?= $(datadir)/doc/imgbuild
+bashcompdir ?= $(datadir)/bash-completion/completions
+
+# Man pages, cut from docs/cli.md (docs/man/mkman.sh; needs go-md2man):
+# imgbuild(1) and imgbuild-COMMAND(1).
+MAN_DIR  ?= $(BUILD)/man
+man: $(MAN_DIR)/imgbuild.1
+$(MAN_DIR)/imgbuild.1: docs/cli.md docs/man/mkman.sh $(BIN)/imgbuild
+	rm -rf $(MAN_DIR) && sh docs/man/mkman.sh docs/cli.md $(BIN)/imgbuild $(MAN_DIR) $(docdir)
+
+install: all man
+	install -d $(DESTDIR)$(bindir) $(DESTDIR)$(mandir)/man1 $(DESTDIR)$(docdir) $(DESTDIR)$(bashcompdir)
+	install -m 0755 $(BIN)/imgbuild $(DESTDIR)$(bindir)/imgbuild
+	install -m 0644 $(MAN_DIR)/*.1 $(DESTDIR)$(mandir)/man1/
+	install -m 0644 completions/imgbuild.bash $(DESTDIR)$(bashcompdir)/imgbuild
+	install -m 0644 README.md docs/*.md $(DESTDIR)$(docdir)/
+uninstall:
+	rm -f $(DESTDIR)$(bindir)/imgbuild $(DESTDIR)$(mandir)/man1/imgbuild.1 \
+	  $(DESTDIR)$(mandir)/man1/imgbuild-*.1 $(DESTDIR)$(bashcompdir)/imgbuild
+	rm -rf $(DESTDIR)$(docdir)
 
 deps:
 	bash tests/install-deps.sh

@@ -312,25 +312,43 @@ tty_put_tail (ib_buf_t *b, const struct item *it, int cols, int cap)
     }
 }
 
+/* The item's row.  Where it is wider than the terminal, its id (a
+ * step's command line, a reference) is cut, with "...", and what follows
+ * the id stays whole: the state ("DONE 2.2s", "ERROR after 1.0s"), the
+ * sizes; where that is too long itself, the row is cut at the end.  A
+ * running item's elapsed seconds ("  12s") stay at the end either way. */
 static void
 tty_put_item (ib_buf_t *b, const struct item *it, int cols, int64_t now)
 {
   ib_buf_t l = { 0 };
   tty_item_line (it, cols, now, &l);
+  char t[32] = "";
   if (it->elapsed && !it->finished)
+    snprintf (t, sizeof t, "  %llds", (long long) ((now - it->start_ns) / NS_PER_S));
+  size_t max = cols > 1 ? (size_t) cols - 1 : 1, tl = strlen (t), id_len = strlen (it->id);
+  if (l.len + tl > max)
     {
-      /* "  12s" stays at the end: the text before it is cut instead */
-      char t[32];
-      snprintf (t, sizeof t, "  %llds", (long long) ((now - it->start_ns) / NS_PER_S));
-      size_t tl = strlen (t), max = cols - 1 > (int) tl ? (size_t) cols - 1 - tl : 0;
-      if (l.len > max)
+      size_t rest = l.len > id_len ? l.len - id_len : 0; /* what follows the id */
+      if (rest > 0 && rest + tl + 3 + 8 <= max)
         {
-          l.len = max;
+          size_t keep = max - rest - tl - 3;
+          while (keep > 0 && ((unsigned char) l.data[keep] & 0xC0) == 0x80)
+            keep--;
+          ib_buf_t cut = { 0 };
+          ib_buf_append (&cut, l.data, keep);
+          ib_buf_puts (&cut, "...");
+          ib_buf_append (&cut, l.data + id_len, rest);
+          ib_buf_free (&l);
+          l = cut;
+        }
+      else
+        {
+          l.len = max > tl ? max - tl : 0;
           while (l.len > 0 && ((unsigned char) l.data[l.len] & 0xC0) == 0x80)
             l.len--;
         }
-      ib_buf_puts (&l, t);
     }
+  ib_buf_puts (&l, t);
   tty_put_line (b, l.data, l.len, cols);
   ib_buf_free (&l);
 }
@@ -630,8 +648,22 @@ ib_progress_resolved_mode (void)
   return resolve_mode (g_out ? g_out : stderr);
 }
 
+static ib_progress_t *progress_begin (const char *title, bool show_title);
+
 ib_progress_t *
 ib_progress_begin (const char *title)
+{
+  return progress_begin (title, true);
+}
+
+ib_progress_t *
+ib_progress_continue (const char *title)
+{
+  return progress_begin (title, false);
+}
+
+static ib_progress_t *
+progress_begin (const char *title, bool show_title)
 {
   ib_progress_t *p = xmalloc (sizeof *p);
   pthread_mutex_init (&p->lock, NULL);
@@ -644,7 +676,7 @@ ib_progress_begin (const char *title)
     }
   p->title = clean_dup (title ? title : "");
   p->last_draw_ns = INT64_MIN / 2;
-  if (p->mode == IB_PROGRESS_TTY || p->mode == IB_PROGRESS_PLAIN)
+  if (show_title && (p->mode == IB_PROGRESS_TTY || p->mode == IB_PROGRESS_PLAIN))
     {
       ib_buf_t b = { 0 };
       ib_buf_printf (&b, "%s\n", p->title);

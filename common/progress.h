@@ -82,6 +82,11 @@ typedef struct ib_progress ib_progress_t;
  * ib_log_set_sink) are printed above its bars instead of through them. */
 ib_progress_t *ib_progress_begin (const char *title);
 
+/* ib_progress_begin for a display that goes on after another one showed
+ * in between (a build's, after a pull's): the title is not printed again
+ * (JSON events still carry it). */
+ib_progress_t *ib_progress_continue (const char *title);
+
 /* Add an item and return its index (0, 1, ...).  id: short name shown
  * first, e.g. the first 12 hex digits of a digest; action: what is done
  * to it, e.g. "Downloading", "Preparing" (both copied); total: size in

@@ -411,6 +411,7 @@ struct ib_pull_session
   char *data;                 /* the image manifest's bytes as the registry sent them */
   size_t len;
   char mdigest[IB_DIGEST_LEN];
+  char index_digest[IB_DIGEST_LEN]; /* the index it was chosen from, or "" */
   ib_manifest_t *m;
   json_t *config;
   ib_fetch_t *fetch;
@@ -501,6 +502,9 @@ ib_pull_begin (ib_store_t *store, const char *ref_string, const char *os, const 
   s->data = steal_pointer (&data);
   s->len = len;
   memcpy (s->mdigest, mdigest, IB_DIGEST_LEN);
+  /* a manifest that is not the document the reference named came from an index */
+  snprintf (s->index_digest, sizeof s->index_digest, "%s",
+            strcmp (mdigest, top_digest) != 0 ? top_digest : "");
   s->m = steal_pointer (&m);
   s->config = config;
   s->fetch = fetch;
@@ -560,43 +564,49 @@ ib_pull_end (ib_pull_session_t *s, ib_descriptor_t *out, ib_error_t *err)
   ib_manifest_t *m = s->m;
   /* where it came from (a mirror, maybe): a source for cross-repo mounts */
   cleanup_free char *source = xasprintf ("%s/%s", s->ref.registry, s->ref.repository);
+  /* the registry's bytes, kept as they came: their digest is the image's
+   * digest everywhere it is shown, and what a push sends */
+  ib_descriptor_t served = { .media_type = xstrdup (m->media_type), .size = (int64_t) s->len };
+  memcpy (served.digest, s->mdigest, IB_DIGEST_LEN);
+  char tagged[IB_DIGEST_LEN]; /* what index.json's tag points at */
+  memcpy (tagged, s->mdigest, IB_DIGEST_LEN);
+  size_t tagged_len = s->len;
+  const char *tagged_type = m->media_type;
+  cleanup_free char *oci = NULL;
   int ret = -1;
-  if (ib_fetch_wait (s->fetch, err) < 0)
-    goto out;
-  if (ib_store_put_blob (store, s->data, s->len, NULL, err) < 0)
+  if (ib_fetch_wait (s->fetch, err) < 0
+      || ib_store_put_blob (store, s->data, s->len, NULL, err) < 0)
     goto out;
   if (strcmp (m->media_type, IB_MT_DOCKER_MANIFEST) == 0)
     {
       /* skopeo's oci: transport reads only OCI descriptors from index.json:
-       * tag an OCI rendering of the same config and layers. */
-      char *oci = ib_manifest_serialize (&m->config, m->layers, m->n_layers, NULL);
-      ib_progress_message (s->progress, "Docker schema 2 manifest stored as an OCI manifest");
-      free (s->data);
-      s->data = oci;
-      s->len = strlen (oci);
-      free (m->media_type);
-      m->media_type = xstrdup (IB_MT_OCI_MANIFEST);
-      if (ib_store_put_blob (store, s->data, s->len, s->mdigest, err) < 0)
+       * tag an OCI rendering of the same config and layers, and record the
+       * served manifest on the tag (IB_REGISTRY_DIGEST_ANNOTATION). */
+      oci = ib_manifest_serialize (&m->config, m->layers, m->n_layers, NULL);
+      tagged_len = strlen (oci);
+      tagged_type = IB_MT_OCI_MANIFEST;
+      if (ib_store_put_blob (store, oci, tagged_len, tagged, err) < 0)
         goto out;
     }
-  if (ib_store_tag_source (store, shown, m->media_type, s->mdigest, (int64_t) s->len, source,
-                          err)
-      < 0)
+  ib_tag_meta_t meta = { .source = source, .served_digest = served.digest,
+                         .served_media_type = served.media_type,
+                         .index_digest = s->index_digest[0] ? s->index_digest : NULL };
+  if (ib_store_tag_meta (store, shown, tagged_type, tagged, (int64_t) tagged_len, &meta, err) < 0)
     goto out;
   if (ib_progress_get_mode () == IB_PROGRESS_QUIET)
-    ib_info ("pull %s: manifest %s", shown, s->mdigest);
+    ib_info ("pull %s: manifest %s", shown, served.digest);
   else
-    ib_progress_message (s->progress, "Digest: %s", s->mdigest);
+    ib_progress_message (s->progress, "Digest: %s", served.digest);
   if (out)
     {
-      out->media_type = xstrdup (m->media_type);
-      memcpy (out->digest, s->mdigest, IB_DIGEST_LEN);
-      out->size = (int64_t) s->len;
+      *out = served;
+      memset (&served, 0, sizeof served);
     }
   ret = 0;
 out:
   if (ret < 0)
     ib_error_prefix (err, "pull %s", shown);
+  ib_descriptor_clear (&served);
   pull_session_free (s);
   return ret;
 }

@@ -462,7 +462,8 @@ ib_push_refs (ib_store_t *store, const char *src_name, char *const *dst_refs, ib
   cleanup_free char *data = NULL;
   size_t len = 0;
   ib_doc_kind_t kind;
-  if (ib_store_resolve (store, src_name, &d, err) < 0
+  /* a pulled image goes out as its registry served it (same digest) */
+  if (ib_store_resolve_served (store, src_name, &d, NULL, NULL, err) < 0
       || ib_store_read_blob (store, d.digest, &data, &len, err) < 0
       || ib_doc_kind (data, len, d.media_type, &kind, err) < 0)
     {

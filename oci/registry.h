@@ -200,8 +200,11 @@ int ib_registry_put_manifest (ib_registry_t *r, const char *repo, const char *re
  * manifest is tagged as its OCI rendering (ib_manifest_serialize: same
  * config and layer blobs, OCI media types, so a different manifest digest),
  * because skopeo/umoci read only OCI descriptors from index.json; the
- * registry's bytes are kept as a blob too.  out (may be NULL) gets the
- * descriptor of the manifest tagged; caller clears it.  Progress lines go
+ * registry's bytes are kept as a blob too, and the tag records their digest
+ * and media type (IB_REGISTRY_DIGEST_ANNOTATION, oci/store.h), and the
+ * index the manifest was chosen from (IB_REGISTRY_INDEX_ANNOTATION).  out
+ * (may be NULL) gets the descriptor of the manifest as the registry served
+ * it (the digest shown as "Digest:"); caller clears it.  Progress lines go
  * through ib_info.  Errors start "pull REF: ". */
 int ib_pull (ib_store_t *store, const char *ref_string, const char *os, const char *arch,
              const char *variant, ib_descriptor_t *out, ib_error_t *err);
@@ -234,8 +237,9 @@ void ib_pull_session_layer_done (ib_pull_session_t *s, size_t layer, bool ok, co
 
 /* Push stored image `src_name` (name or digest) to `dst_ref` (its
  * registries.conf location; never a mirror; blocked refused): blobs then
- * the manifest (its stored bytes and media type, so its digest is kept),
- * tagged with dst_ref's tag (or by digest).  A stored index is pushed with
+ * the manifest (its stored bytes and media type, so its digest is kept; a
+ * pulled image's as the registry served them, ib_store_resolve_served),
+ * tagged with dst_ref's tag (or by digest, which must be that digest).  A stored index is pushed with
  * every platform manifest it lists, by digest, before the index (each must
  * be in the store).  Per blob: HEAD says the registry has it -> skipped;
  * else mounted (POST ?mount=&from=, token scope "repository:DST:pull,push

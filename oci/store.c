@@ -515,12 +515,43 @@ int
 ib_store_tag_source (ib_store_t *s, const char *name, const char *media_type, const char *digest,
                      int64_t size, const char *source, ib_error_t *err)
 {
+  ib_tag_meta_t meta = { .source = source };
+  return ib_store_tag_meta (s, name, media_type, digest, size, &meta, err);
+}
+
+static void
+annotate (json_t *d, const char *key, const char *value)
+{
+  if (value && *value)
+    json_object_set_new (json_object_get (d, "annotations"), key, json_string (value));
+}
+
+int
+ib_store_tag_meta (ib_store_t *s, const char *name, const char *media_type, const char *digest,
+                   int64_t size, const ib_tag_meta_t *meta, ib_error_t *err)
+{
   if (!ib_digest_valid (digest))
     return ib_error_set (err, EINVAL, "tag %s: bad digest \"%s\"", name, digest);
   if (name == NULL || *name == '\0')
     return ib_error_set (err, EINVAL, "tag: empty name");
+  ib_tag_meta_t none = { 0 };
+  if (meta == NULL)
+    meta = &none;
+  json_t *d = json_pack ("{s:s, s:s, s:I, s:{s:s}}", "mediaType",
+                         media_type ? media_type : IB_MT_OCI_MANIFEST, "digest", digest, "size",
+                         (json_int_t) size, "annotations", REF_NAME_ANNOTATION, name);
+  annotate (d, IB_SOURCE_ANNOTATION, meta->source);
+  if (meta->served_digest && strcmp (meta->served_digest, digest) != 0)
+    {
+      annotate (d, IB_REGISTRY_DIGEST_ANNOTATION, meta->served_digest);
+      annotate (d, IB_REGISTRY_MEDIA_TYPE_ANNOTATION, meta->served_media_type);
+    }
+  annotate (d, IB_REGISTRY_INDEX_ANNOTATION, meta->index_digest);
   if (ib_store_lock (s, true, err) < 0)
-    return -1;
+    {
+      json_decref (d);
+      return -1;
+    }
   int ret = -1;
   json_t *index = load_index (s, err);
   if (index)
@@ -534,38 +565,73 @@ ib_store_tag_source (ib_store_t *s, const char *name, const char *media_type, co
           if (n && strcmp (n, name) == 0)
             {
               /* already so (a rebuild from the cache): leave index.json be */
-              const char *src = json_string_value (json_object_get (
-                  json_object_get (e, "annotations"), IB_SOURCE_ANNOTATION));
-              bool eq = strcmp (json_string_value (json_object_get (e, "digest")) ?: "", digest) == 0
-                     && json_integer_value (json_object_get (e, "size")) == size
-                     && strcmp (json_string_value (json_object_get (e, "mediaType")) ?: "",
-                                media_type ? media_type : IB_MT_OCI_MANIFEST) == 0
-                     && strcmp (src ? src : "", source ? source : "") == 0;
-              if (eq && !same)
+              if (json_equal (e, d) && !same)
                 same = true;
               else
                 json_array_remove (ms, i);
             }
         }
       if (same)
+        ret = 0;
+      else
         {
-          json_decref (index);
-          ib_store_unlock (s);
-          return 0;
+          json_array_append (ms, d);
+          ret = save_index (s, index, err);
         }
-      json_t *d = json_pack ("{s:s, s:s, s:I, s:{s:s}}", "mediaType",
-                             media_type ? media_type : IB_MT_OCI_MANIFEST, "digest", digest, "size",
-                             (json_int_t) size, "annotations", REF_NAME_ANNOTATION, name);
-      if (source && *source)
-        json_object_set_new (json_object_get (d, "annotations"), IB_SOURCE_ANNOTATION,
-                             json_string (source));
-      json_array_append_new (ms, d);
-      ret = save_index (s, index, err);
       json_decref (index);
     }
+  json_decref (d);
   ib_store_unlock (s);
   if (ret < 0)
     ib_error_prefix (err, "tag %s in store %s", name, s->root);
+  return ret;
+}
+
+int
+ib_store_untag (ib_store_t *s, const char *name, char **removed, ib_error_t *err)
+{
+  if (removed)
+    *removed = NULL;
+  cleanup_free char *full = NULL;
+  ib_ref_t ref;
+  if (ib_ref_parse (name, &ref, NULL) == 0)
+    {
+      full = ib_ref_string (&ref);
+      ib_ref_free (&ref);
+    }
+  if (ib_store_lock (s, true, err) < 0)
+    return -1;
+  int ret = -1;
+  json_t *index = load_index (s, err);
+  if (index)
+    {
+      /* the exact name first (names other tools wrote), else the normalized one */
+      json_t *ms = json_object_get (index, "manifests");
+      const char *want[2] = { name, full };
+      for (int k = 0; k < 2 && ret < 0; k++)
+        for (size_t i = json_array_size (ms); want[k] && i-- > 0;)
+          {
+            const char *n = entry_name (json_array_get (ms, i));
+            if (n && strcmp (n, want[k]) == 0)
+              {
+                if (removed && *removed == NULL)
+                  *removed = xstrdup (n);
+                json_array_remove (ms, i);
+                ret = 0;
+              }
+          }
+      if (ret < 0)
+        ib_error_set (err, ENOENT, "image %s not found in store %s", name, s->root);
+      else if ((ret = save_index (s, index, err)) < 0)
+        ib_error_prefix (err, "untag %s in store %s", name, s->root);
+      json_decref (index);
+    }
+  ib_store_unlock (s);
+  if (ret < 0 && removed)
+    {
+      free (*removed);
+      *removed = NULL;
+    }
   return ret;
 }
 
@@ -635,13 +701,45 @@ fill_descriptor (json_t *e, ib_descriptor_t *out)
   return 0;
 }
 
-int
-ib_store_resolve (ib_store_t *s, const char *name, ib_descriptor_t *out, ib_error_t *err)
+static const char *
+entry_annotation (json_t *e, const char *key)
 {
-  memset (out, 0, sizeof *out);
-  cleanup_json json_t *index = load_index (s, err);
-  if (index == NULL)
-    return -1;
+  return json_string_value (json_object_get (json_object_get (e, "annotations"), key));
+}
+
+/* Does tag entry `e` stand for manifest or index `digest`: the one it
+ * points at, or one its IB_REGISTRY_* annotations record? */
+static bool
+entry_has_digest (json_t *e, const char *digest)
+{
+  const char *dg = json_string_value (json_object_get (e, "digest"));
+  const char *served = entry_annotation (e, IB_REGISTRY_DIGEST_ANNOTATION);
+  const char *idx = entry_annotation (e, IB_REGISTRY_INDEX_ANNOTATION);
+  return (dg && strcmp (dg, digest) == 0) || (served && strcmp (served, digest) == 0)
+         || (idx && strcmp (idx, digest) == 0);
+}
+
+/* Is tag entry `e` named in repository registry/repository? */
+static bool
+entry_in_repository (json_t *e, const char *registry, const char *repository)
+{
+  const char *n = entry_name (e);
+  ib_ref_t r;
+  if (n == NULL || ib_ref_parse (n, &r, NULL) < 0)
+    return false;
+  bool same = strcmp (r.registry, registry) == 0 && strcmp (r.repository, repository) == 0;
+  ib_ref_free (&r);
+  return same;
+}
+
+/* The index.json entry `name` finds (borrowed from `index`), or NULL when
+ * none does; then *blob_only is set when `name` is a digest of a manifest
+ * or index in blobs/ that no tag names, *out filled for it. */
+static json_t *
+resolve_entry (ib_store_t *s, json_t *index, const char *name, ib_descriptor_t *out,
+               bool *blob_only)
+{
+  *blob_only = false;
   json_t *ms = json_object_get (index, "manifests");
   size_t i;
   json_t *e;
@@ -652,8 +750,12 @@ ib_store_resolve (ib_store_t *s, const char *name, ib_descriptor_t *out, ib_erro
       {
         const char *dg = json_string_value (json_object_get (e, "digest"));
         if (dg && strcmp (dg, name) == 0 && fill_descriptor (e, out) == 0)
-          return 0;
+          return e;
       }
+      /* the digest a pulled manifest or its index was served under */
+      json_array_foreach (ms, i, e)
+      if (entry_has_digest (e, name) && fill_descriptor (e, out) == 0)
+        return e;
       /* An untagged manifest that is in blobs/ all the same. */
       cleanup_free char *data = NULL;
       size_t len;
@@ -668,12 +770,11 @@ ib_store_resolve (ib_store_t *s, const char *name, ib_descriptor_t *out, ib_erro
               out->media_type = xstrdup (mt ? mt : idx ? IB_MT_OCI_INDEX : IB_MT_OCI_MANIFEST);
               snprintf (out->digest, sizeof out->digest, "%s", name);
               out->size = (int64_t) len;
+              *blob_only = true;
             }
           json_decref (j);
-          if (out->media_type)
-            return 0;
         }
-      return ib_error_set (err, ENOENT, "image %s not found in store %s", name, s->root);
+      return NULL;
     }
 
   /* exact name first (also names that other tools wrote, such as "t") */
@@ -681,21 +782,94 @@ ib_store_resolve (ib_store_t *s, const char *name, ib_descriptor_t *out, ib_erro
   {
     const char *n = entry_name (e);
     if (n && strcmp (n, name) == 0 && fill_descriptor (e, out) == 0)
-      return 0;
+      return e;
   }
   ib_ref_t ref;
-  if (ib_ref_parse (name, &ref, NULL) == 0)
-    {
-      cleanup_free char *full = ib_ref_string (&ref);
-      ib_ref_free (&ref);
-      json_array_foreach (ms, i, e)
+  if (ib_ref_parse (name, &ref, NULL) < 0)
+    return NULL;
+  cleanup_free char *full = ib_ref_string (&ref);
+  json_t *found = NULL;
+  json_array_foreach (ms, i, e)
+  {
+    const char *n = entry_name (e);
+    if (n && strcmp (n, full) == 0 && fill_descriptor (e, out) == 0)
       {
-        const char *n = entry_name (e);
-        if (n && strcmp (n, full) == 0 && fill_descriptor (e, out) == 0)
-          return 0;
+        found = e;
+        break;
       }
+  }
+  /* NAME@DIGEST: any tag of NAME's repository that stands for DIGEST
+   * (docker's RepoDigests), so a pinned FROM needs no request */
+  if (found == NULL && ref.digest)
+    json_array_foreach (ms, i, e)
+    {
+      if (entry_has_digest (e, ref.digest)
+          && entry_in_repository (e, ref.registry, ref.repository)
+          && fill_descriptor (e, out) == 0)
+        {
+          found = e;
+          break;
+        }
     }
+  ib_ref_free (&ref);
+  return found;
+}
+
+int
+ib_store_resolve (ib_store_t *s, const char *name, ib_descriptor_t *out, ib_error_t *err)
+{
+  memset (out, 0, sizeof *out);
+  cleanup_json json_t *index = load_index (s, err);
+  if (index == NULL)
+    return -1;
+  bool blob_only;
+  if (resolve_entry (s, index, name, out, &blob_only) || blob_only)
+    return 0;
   return ib_error_set (err, ENOENT, "image %s not found in store %s", name, s->root);
+}
+
+int
+ib_store_resolve_served (ib_store_t *s, const char *name, ib_descriptor_t *out,
+                         ib_descriptor_t *stored, char index_digest[IB_DIGEST_LEN],
+                         ib_error_t *err)
+{
+  memset (out, 0, sizeof *out);
+  if (stored)
+    memset (stored, 0, sizeof *stored);
+  if (index_digest)
+    index_digest[0] = '\0';
+  cleanup_json json_t *index = load_index (s, err);
+  if (index == NULL)
+    return -1;
+  ib_descriptor_t d = { 0 };
+  bool blob_only;
+  json_t *e = resolve_entry (s, index, name, &d, &blob_only);
+  if (e == NULL && !blob_only)
+    return ib_error_set (err, ENOENT, "image %s not found in store %s", name, s->root);
+  const char *served = e ? entry_annotation (e, IB_REGISTRY_DIGEST_ANNOTATION) : NULL;
+  const char *smt = e ? entry_annotation (e, IB_REGISTRY_MEDIA_TYPE_ANNOTATION) : NULL;
+  const char *idx = e ? entry_annotation (e, IB_REGISTRY_INDEX_ANNOTATION) : NULL;
+  struct stat st;
+  cleanup_free char *p = served && ib_digest_valid (served) ? ib_store_blob_path (s, served) : NULL;
+  if (p && stat (p, &st) == 0)
+    {
+      out->media_type = xstrdup (smt ? smt : IB_MT_DOCKER_MANIFEST);
+      snprintf (out->digest, sizeof out->digest, "%s", served);
+      out->size = (int64_t) st.st_size;
+    }
+  else
+    {
+      out->media_type = xstrdup (d.media_type);
+      memcpy (out->digest, d.digest, IB_DIGEST_LEN);
+      out->size = d.size;
+    }
+  if (index_digest && idx && ib_digest_valid (idx))
+    snprintf (index_digest, IB_DIGEST_LEN, "%s", idx);
+  if (stored)
+    *stored = d;
+  else
+    ib_descriptor_clear (&d);
+  return 0;
 }
 
 int

@@ -139,14 +139,63 @@ int ib_store_tag (ib_store_t *s, const char *name, const char *media_type, const
  * IB_SOURCE_ANNOTATION. */
 int ib_store_tag_source (ib_store_t *s, const char *name, const char *media_type,
                          const char *digest, int64_t size, const char *source, ib_error_t *err);
+
+/* Annotations on a pulled image's tag in index.json: the manifest as the
+ * registry served it, when the tag points at another rendering of it (a
+ * Docker schema 2 manifest is tagged as its OCI equivalent, which skopeo
+ * and umoci read in an image layout), and the index the manifest was
+ * chosen from.  The served bytes are a blob of the store; prune keeps
+ * the blobs these name. */
+#define IB_REGISTRY_DIGEST_ANNOTATION "org.imgbuild.registry.digest"
+#define IB_REGISTRY_MEDIA_TYPE_ANNOTATION "org.imgbuild.registry.mediaType"
+#define IB_REGISTRY_INDEX_ANNOTATION "org.imgbuild.registry.index"
+
+/* What a pulled image's tag records besides the descriptor it points at;
+ * every field may be NULL (none). */
+typedef struct ib_tag_meta
+{
+  const char *source;            /* IB_SOURCE_ANNOTATION */
+  const char *served_digest;     /* IB_REGISTRY_DIGEST_ANNOTATION: the manifest's digest as
+                                    served, when it differs from the tagged one */
+  const char *served_media_type; /* IB_REGISTRY_MEDIA_TYPE_ANNOTATION, with served_digest */
+  const char *index_digest;      /* IB_REGISTRY_INDEX_ANNOTATION: the (outermost) index the
+                                    manifest was chosen from */
+} ib_tag_meta_t;
+
+/* ib_store_tag with the annotations of `meta` (may be NULL).  A tag that
+ * is already exactly so leaves index.json untouched. */
+int ib_store_tag_meta (ib_store_t *s, const char *name, const char *media_type,
+                       const char *digest, int64_t size, const ib_tag_meta_t *meta,
+                       ib_error_t *err);
 /* The distinct sources (IB_SOURCE_ANNOTATION values) of stored images whose
  * manifest lists `digest` as config or layer, in index.json order.
  * *sources is a NULL-terminated vector owned by the caller (NULL when
  * none).  Error only when index.json cannot be read. */
 int ib_store_blob_sources (ib_store_t *s, const char *digest, char ***sources, ib_error_t *err);
 /* Look a name up: accepts the full name, or anything ib_ref_parse normalizes
- * to it, or a manifest digest.  Error "image NAME not found in store DIR". */
+ * to it, or a manifest digest.  A digest ("sha256:..", "NAME@sha256:..",
+ * the tag in NAME@ ignored) also finds a tag by the digests its
+ * IB_REGISTRY_* annotations record (the manifest as served, the index it
+ * came from); with NAME the tag must be of NAME's repository.  *out is the
+ * descriptor the tag points at (the store's own rendering).  Error "image
+ * NAME not found in store DIR". */
 int ib_store_resolve (ib_store_t *s, const char *name, ib_descriptor_t *out, ib_error_t *err);
+/* Remove tag `name` from index.json (`docker rmi`, `podman untag`): the
+ * exact name, else what ib_ref_parse normalizes it to.  The blobs stay
+ * until `imgbuild prune`.  *removed (may be NULL) gets the name removed
+ * (caller frees).  Error ENOENT "image NAME not found in store DIR". */
+int ib_store_untag (ib_store_t *s, const char *name, char **removed, ib_error_t *err);
+
+/* The manifest a name stands for as its registry served it (what docker
+ * and skopeo show as its digest, what a push sends): ib_store_resolve's
+ * descriptor, or the one IB_REGISTRY_DIGEST_ANNOTATION and
+ * IB_REGISTRY_MEDIA_TYPE_ANNOTATION record when that blob is in the store.
+ * `stored` (may be NULL) gets ib_store_resolve's descriptor, index_digest
+ * (may be NULL) the IB_REGISTRY_INDEX_ANNOTATION ("" when none).  The
+ * caller clears both descriptors.  Errors as ib_store_resolve. */
+int ib_store_resolve_served (ib_store_t *s, const char *name, ib_descriptor_t *out,
+                             ib_descriptor_t *stored, char index_digest[IB_DIGEST_LEN],
+                             ib_error_t *err);
 /* index.json's "manifests" array (new reference, caller decrefs). */
 int ib_store_list (ib_store_t *s, json_t **manifests, ib_error_t *err);
 

@@ -357,8 +357,11 @@ plan_maps (ib_userns_mode_t requested, struct map_plan *plan, ib_error_t *err)
       if (!have_ranges)
         return ib_error_set (err, ENOENT,
                              "user namespace mode map: no range for %s (uid %lu) in both "
-                             "/etc/subuid and /etc/subgid",
-                             user ? user : "?", (unsigned long) plan->uid);
+                             "/etc/subuid and /etc/subgid; as root: usermod --add-subuids "
+                             "100000-165535 --add-subgids 100000-165535 %s (or add "
+                             "'%s:100000:65536' to both files)",
+                             user ? user : "?", (unsigned long) plan->uid, user ? user : "USER",
+                             user ? user : "USER");
       break;
     default:
       break;

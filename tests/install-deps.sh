@@ -20,6 +20,8 @@ pkgs=(
   # conformance test (tests/e2e/test_buildah_compat.py): the same recipes built by buildah
   buildah
   python3 python3-pytest ca-certificates curl gzip zstd unzip
+  # tests/e2e/test_progress.py: what an 80-column terminal shows (a VT100 emulator)
+  python3-pyte
   # tests/run-e2e.sh: the suite's scratch on a loop-mounted ext4 (mkfs.ext4, mount)
   e2fsprogs mount
   # auth tests: htpasswd (bcrypt) for the basic-auth registry; openssl and
@@ -28,6 +30,9 @@ pkgs=(
   # wheel tests (tests/e2e/test_wheel.py): fixture extensions built into wheels
   # on the host; wheel repair edits ELF objects with patchelf
   g++ python3-dev python3-setuptools python3-wheel patchelf
+  # make man / make install: man pages cut from docs/cli.md by go-md2man;
+  # tests/e2e/test_install.py reads them with man-db's man
+  go-md2man man-db
   # TLS e2e tests: a test CA and certificates made at test time
   # (openssl above also makes the TLS tests' CA and certificates)
 )

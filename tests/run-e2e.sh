@@ -94,7 +94,8 @@ if [ "$(id -u)" -eq 0 ]; then
   scratch_fs
   mkdir -p "$e2e_dir/bin"
   cp "$bin" "$e2e_dir/bin/imgbuild"
-  cp -r tests recipes "$e2e_dir/"
+  # (Makefile, docs, completions: test_install.py's `make install`)
+  cp -r tests recipes docs completions Makefile README.md "$e2e_dir/"
   chmod -R a+rX "$e2e_dir"
   select_targets
   # The base image tarball is made once, as root (mmdebstrap), for both runs.

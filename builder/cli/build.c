@@ -283,6 +283,27 @@ recipe_and_context (const char *cmd, const char *file, const char *operand, cons
     }
 }
 
+/* --secret and --ssh (builder/engine/secrets.h): long options only */
+enum
+{
+  OPT_SECRET = 0x3a0,
+  OPT_SSH,
+};
+
+/* --secret VALUE or --ssh VALUE into *s; a malformed one is a usage error. */
+static void
+secret_option (ib_secrets_t *s, int c, const char *arg)
+{
+  ib_error_t e = NULL;
+  if ((c == OPT_SECRET ? ib_secrets_add_secret (s, arg, &e) : ib_secrets_add_ssh (s, arg, &e))
+      < 0)
+    {
+      cleanup_free char *m = xasprintf ("build: %s", e->msg);
+      ib_error_free (&e);
+      usage_error ("%s", m);
+    }
+}
+
 int
 cmd_build (int argc, char **argv, ib_error_t *err)
 {
@@ -300,6 +321,7 @@ cmd_build (int argc, char **argv, ib_error_t *err)
     { "annotation", required_argument, NULL, 'A' }, { "jobs", required_argument, NULL, 'j' },
     { "platform", required_argument, NULL, 'P' },  { "matrix", required_argument, NULL, 'M' },
     { "fail-fast", no_argument, NULL, 'X' },
+    { "secret", required_argument, NULL, OPT_SECRET }, { "ssh", required_argument, NULL, OPT_SSH },
     REGISTRY_OPTIONS,                              GLOBAL_OPTIONS,
     { NULL, 0, NULL, 0 },
   };
@@ -309,6 +331,7 @@ cmd_build (int argc, char **argv, ib_error_t *err)
   bool no_cache = false, keep_on_failure = false, debug_shell = false, fail_fast = false;
   const char *target = NULL, *context = NULL, *file = NULL, *platform = NULL;
   __attribute__ ((cleanup (ib_matrix_clear))) ib_matrix_t matrix = { 0 };
+  __attribute__ ((cleanup (ib_secrets_clear))) ib_secrets_t secrets = { 0 };
   ib_compression_t compression = IB_COMPRESSION_GZIP;
   int level = -1;
   bool reproducible = false;
@@ -322,6 +345,7 @@ cmd_build (int argc, char **argv, ib_error_t *err)
       case 'a': ib_strv_push (&args, build_arg_option (optarg)); break;
       case 'M': { ib_error_t me = NULL; matrix_usage_error (ib_matrix_add (&matrix, optarg, &me), &me); } break;
       case 'X': fail_fast = true; break;
+      case OPT_SECRET: case OPT_SSH: secret_option (&secrets, c, optarg); break;
       case 'T': target = optarg; break;
       case 'o': ib_strv_push (&outputs, optarg); break;
       case 't': ib_strv_push (&tags, optarg); break;
@@ -401,6 +425,9 @@ cmd_build (int argc, char **argv, ib_error_t *err)
                level, ranges[compression]);
       exit (2);
     }
+  /* as BuildKit: the files and sockets must be there when the build starts */
+  if (ib_secrets_check (&secrets, err) < 0)
+    return ib_error_prefix (err, "build");
   /* The build enters the user namespace itself, when it first needs a
    * rootfs or the network (build.h). */
   ib_store_t *store = NULL;
@@ -417,6 +444,7 @@ cmd_build (int argc, char **argv, ib_error_t *err)
                          .debug_shell = debug_shell, .cache_from = cache_from,
                          .cache_to = cache_to, .annotations = annotations, .jobs = jobs,
                          .wheels = &wheel_hooks };
+  bo.secrets = &secrets;
   int r = matrix.n_axes ? build_matrix (store, &bo, &matrix, fail_fast, err)
                         : ib_build (store, &bo, err);
   ib_store_close (store);

@@ -92,6 +92,10 @@ bool global_option (int c, const char *arg, const char *cmd);
  * operand (getopt's optind); an unknown option exits 2. */
 int command_operands (int argc, char **argv, const char *cmd);
 
+/* Whether the store (--store, else the default) exists; a listing of a
+ * store that does not exist is empty, and must not create it. */
+bool store_exists (void);
+
 /* Open the store (cli_store_dir or the default) into *store and hold its
  * gc lock shared for the rest of the command, so that `imgbuild prune`
  * waits for it.  0, or -1 with *err set and *store NULL. */
@@ -122,6 +126,33 @@ int cmd_unpack (int argc, char **argv, ib_error_t *err);
 int cmd_inspect (int argc, char **argv, ib_error_t *err);
 int cmd_prune (int argc, char **argv, ib_error_t *err);
 int cmd_images (int argc, char **argv, ib_error_t *err);
+/* manage.c: tag, rmi, save, load */
+int cmd_tag (int argc, char **argv, ib_error_t *err);
+int cmd_rmi (int argc, char **argv, ib_error_t *err);
+int cmd_save (int argc, char **argv, ib_error_t *err);
+int cmd_load (int argc, char **argv, ib_error_t *err);
+
+/* An image location as skopeo names it (manage.c): "oci:DIR[:NAME]",
+ * "oci-archive:FILE[:NAME]", "docker-archive:FILE[:NAME]", "docker://REF";
+ * anything else is TRANSPORT_NONE (a reference).  *path (DIR, FILE, REF or
+ * the whole argument) and *name (NAME or NULL) are the caller's to free.
+ * An empty path is a usage_error(). */
+typedef enum
+{
+  TRANSPORT_NONE,
+  TRANSPORT_REGISTRY,
+  TRANSPORT_OCI_DIR,
+  TRANSPORT_OCI_ARCHIVE,
+  TRANSPORT_DOCKER_ARCHIVE,
+} transport_t;
+transport_t transport_parse (const char *arg, char **path, char **name);
+/* Load an archive or layout (ib_import) and print "Loaded image: NAME"
+ * (or "Loaded image ID: DIGEST") per image; `name` may be NULL. */
+int load_archive (ib_store_t *store, const char *path, const char *name, ib_error_t *err);
+/* Write stored `image` to `dest` as transport `t` (OCI_DIR,
+ * DOCKER_ARCHIVE, OCI_ARCHIVE), named `name` (NULL: the image's own). */
+int save_archive (ib_store_t *store, const char *image, transport_t t, const char *dest,
+                  const char *name, ib_error_t *err);
 /* login.c */
 int cmd_login (int argc, char **argv, ib_error_t *err);
 int cmd_logout (int argc, char **argv, ib_error_t *err);

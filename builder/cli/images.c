@@ -100,13 +100,25 @@ cmd_pull (int argc, char **argv, ib_error_t *err)
     }
   if (argc - optind != 1)
     usage_error ("%s", "pull: expected one image reference");
-  if (creds && set_creds ("pull", creds, argv[optind], err) < 0)
+  /* skopeo's transports: an archive or layout is loaded (imgbuild load) */
+  cleanup_free char *src = NULL, *name = NULL;
+  transport_t t = transport_parse (argv[optind], &src, &name);
+  if (t != TRANSPORT_NONE && t != TRANSPORT_REGISTRY)
+    {
+      ib_store_t *store = NULL;
+      if (open_store (&store, err) < 0)
+        return -1;
+      int r = load_archive (store, src, name, err);
+      ib_store_close (store);
+      return r < 0 ? ib_error_prefix (err, "pull") : 0;
+    }
+  if (creds && set_creds ("pull", creds, src, err) < 0)
     return -1;
   ib_store_t *store = NULL;
   if (open_store (&store, err) < 0)
     return -1;
   ib_descriptor_t d = { 0 };
-  int r = ib_pull (store, argv[optind], os, arch, variant, &d, err);
+  int r = ib_pull (store, src, os, arch, variant, &d, err);
   if (r == 0)
     printf ("%s\n", d.digest);
   ib_descriptor_clear (&d);
@@ -152,13 +164,35 @@ cmd_push (int argc, char **argv, ib_error_t *err)
       ib_ref_free (&ref);
       ib_strv_push (&dsts, full);
     }
-  for (char **d = dsts; creds && d && *d; d++)
+  /* skopeo's transports: an archive or layout is written (imgbuild save);
+   * docker://REF is REF */
+  cleanup_strv char **refs = NULL, **archives = NULL;
+  for (char **d = dsts; d && *d; d++)
+    {
+      cleanup_free char *path = NULL, *name = NULL;
+      transport_t t = transport_parse (*d, &path, &name);
+      if (t == TRANSPORT_NONE || t == TRANSPORT_REGISTRY)
+        ib_strv_push (&refs, path);
+      else
+        ib_strv_push (&archives, *d);
+    }
+  for (char **d = refs; creds && d && *d; d++)
     if (set_creds ("push", creds, *d, err) < 0)
       return -1;
   ib_store_t *store = NULL;
   if (open_store (&store, err) < 0)
     return -1;
-  int r = ib_push_refs (store, argv[optind], dsts, err);
+  int r = 0;
+  for (char **a = archives; r == 0 && a && *a; a++)
+    {
+      cleanup_free char *path = NULL, *name = NULL;
+      transport_t t = transport_parse (*a, &path, &name);
+      r = save_archive (store, argv[optind], t, path, name, err);
+      if (r == 0)
+        printf ("%s\n", *a);
+    }
+  if (r == 0 && refs)
+    r = ib_push_refs (store, argv[optind], refs, err);
   ib_store_close (store);
   return r;
 }
@@ -189,18 +223,27 @@ cmd_inspect (int argc, char **argv, ib_error_t *err)
   ib_store_t *store = NULL;
   if (open_store (&store, err) < 0)
     return -1;
-  ib_descriptor_t d = { 0 };
+  ib_descriptor_t d = { 0 }, served = { 0 }, stored = { 0 };
+  char index_digest[IB_DIGEST_LEN];
   int r = -1;
   char *mdata = NULL, *cdata = NULL;
   size_t mlen = 0, clen = 0;
   ib_manifest_t *m = NULL;
-  if (ib_store_load_image (store, argv[i], &d, &m, NULL, err) < 0
-      || ib_store_read_blob (store, d.digest, &mdata, &mlen, err) < 0
+  if (ib_store_resolve_served (store, argv[i], &served, &stored, index_digest, err) < 0
+      || ib_store_load_image (store, argv[i], &d, &m, NULL, err) < 0
       || ib_store_read_blob (store, m->config.digest, &cdata, &clen, err) < 0)
+    goto out;
+  /* a pulled image as its registry served it; else the manifest the tag
+   * points at (an index's: the host platform's) */
+  const ib_descriptor_t *shown = strcmp (served.digest, stored.digest) != 0 ? &served : &d;
+  if (ib_store_read_blob (store, shown->digest, &mdata, &mlen, err) < 0)
     goto out;
   {
     json_t *jm = json_loadb (mdata, mlen, 0, NULL), *jc = json_loadb (cdata, clen, 0, NULL);
-    json_t *o = json_pack ("{s:s, s:o, s:o}", "digest", d.digest, "manifest", jm, "config", jc);
+    json_t *o = json_pack ("{s:s, s:s, s:o, s:o}", "digest", shown->digest, "stored_digest",
+                           d.digest, "manifest", jm, "config", jc);
+    if (index_digest[0])
+      json_object_set_new (o, "index_digest", json_string (index_digest));
     json_dumpf (o, stdout, JSON_INDENT (2) | JSON_PRESERVE_ORDER);
     printf ("\n");
     json_decref (o);
@@ -211,6 +254,8 @@ out:
   free (cdata);
   ib_manifest_free (m);
   ib_descriptor_clear (&d);
+  ib_descriptor_clear (&served);
+  ib_descriptor_clear (&stored);
   ib_store_close (store);
   return r;
 }
@@ -276,8 +321,23 @@ cmd_prune (int argc, char **argv, ib_error_t *err)
 int
 cmd_images (int argc, char **argv, ib_error_t *err)
 {
-  if (command_operands (argc, argv, "images") != argc)
+  static const struct option opts[] = {
+    { "noheading", no_argument, NULL, 'n' }, GLOBAL_OPTIONS, { NULL, 0, NULL, 0 },
+  };
+  bool heading = true; /* -n, --noheading: podman's, for scripts and completion */
+  int c;
+  optind = 0;
+  while ((c = getopt_long (argc, argv, "nq", opts, NULL)) != -1)
+    if (c == 'n')
+      heading = false;
+    else if (!global_option (c, optarg, "images"))
+      exit (2);
+  if (optind != argc)
     usage_error ("%s", "images: takes no arguments");
+  if (heading)
+    printf ("%-60s %-19s %-16s %10s\n", "NAME", "DIGEST", "PLATFORM", "SIZE");
+  if (!store_exists ())
+    return 0; /* nothing stored; completion's listing does not make a store */
   ib_store_t *store = NULL;
   if (open_store (&store, err) < 0)
     return -1;
@@ -287,7 +347,6 @@ cmd_images (int argc, char **argv, ib_error_t *err)
       ib_store_close (store);
       return -1;
     }
-  printf ("%-60s %-19s %-16s %10s\n", "NAME", "DIGEST", "PLATFORM", "SIZE");
   size_t i;
   json_t *e;
   json_array_foreach (list, i, e)
@@ -317,7 +376,12 @@ cmd_images (int argc, char **argv, ib_error_t *err)
     ib_descriptor_clear (&d);
     if (config)
       json_decref (config);
-    printf ("%-60s %.19s %-16s %8.1fMB\n", name ? name : "<none>", digest,
+    /* a pulled image's digest as its registry served it */
+    const char *served = json_string_value (json_object_get (
+        json_object_get (e, "annotations"), IB_REGISTRY_DIGEST_ANNOTATION));
+    if (served && (!ib_digest_valid (served) || !ib_store_has_blob (store, served)))
+      served = NULL; /* as ib_store_resolve_served: the bytes are needed */
+    printf ("%-60s %.19s %-16s %8.1fMB\n", name ? name : "<none>", served ? served : digest,
             platform ? platform : "-", size / 1e6);
   }
   json_decref (list);

@@ -10,6 +10,7 @@
 
 #include <getopt.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #ifndef IMGBUILD_VERSION
@@ -29,6 +30,7 @@ static const char usage_text[] =
   "          [--device CDI-NAME] [--cdi-spec-dir DIR] [--no-cache] [--no-cache-filter STAGE]\n"
   "          [--keep-on-failure] [--debug-shell] [--cache-from SPEC] [--cache-to SPEC]\n"
   "          [--annotation KEY=VALUE] [-j N] [--platform OS/ARCH[/VARIANT]]\n"
+  "          [--secret id=ID[,src=FILE|,env=VAR]] [--ssh default|ID[=SOCKET]]\n"
   "                         build a recipe (a Dockerfile with OUTPUT); --matrix: once\n"
   "                         per combination of the values, then a summary\n"
   "  plan RECIPE [--build-arg K=V] [--matrix K=V1,V2...] [--target STAGE]\n"
@@ -45,12 +47,19 @@ static const char usage_text[] =
   "                         remove stored credentials\n"
   "  unpack REF DIR         unpack an image's rootfs into DIR\n"
   "  run [-e K=V] [--env-file F] [-w DIR] [-u USER] [--entrypoint CMD] [--network host|none] [-v SRC:DST[:ro]]\n"
-  "      [--mount type=bind|cache|tmpfs,...] [--tmpfs DST[:size=N]] [--device CDI-NAME]\n"
-  "      [--cdi-spec-dir DIR] (REF | --rootfs DIR) [-- CMD...]\n"
+  "      [--mount type=bind|cache|tmpfs|secret|ssh,...] [--tmpfs DST[:size=N]] [--device CDI-NAME]\n"
+  "      [--cdi-spec-dir DIR] [--secret id=ID,...] [--ssh default|ID[=SOCKET]]\n"
+  "      (REF | --rootfs DIR) [-- CMD...]\n"
   "                         run a command in the sandbox; exits with its status\n"
   "  inspect REF            print the manifest and config as JSON\n"
-  "  images                 list stored images\n"
-  "  prune [--cache] [--all] remove leftovers of dead builds, blobs no tag or cache\n"
+  "  images [-n]            list stored images; -n, --noheading: no header line\n"
+  "  tag SOURCE TARGET...   give a stored image more names\n"
+  "  rmi NAME...            remove names from the store (blobs go at the next prune)\n"
+  "  save [-o FILE] [--format docker-archive|oci-dir] NAME\n"
+  "                         write a stored image as an archive (docker save)\n"
+  "  load [-i FILE]         read an archive or OCI layout into the store (docker load)\n"
+  "  prune [--cache] [--all]\n"
+  "                         remove leftovers of dead builds, blobs no tag or cache\n"
   "                         record names, unused snapshots; --cache: the build cache\n"
   "                         too; --all: also every snapshot\n"
   "  wheel audit FILE.whl [--json] [--root DIR]\n"
@@ -216,9 +225,10 @@ print_command_usage (const char *cmd, FILE *f)
       p = nl + 1;
     }
   if (found)
-    fputs ("\nGlobal options (before or after the command) and registry options:\n"
-           "'imgbuild --help'; docs/cli.md has the whole reference.\n",
-           f);
+    fprintf (f,
+             "\nGlobal options (before or after the command) and registry options:\n"
+             "'imgbuild --help'; 'man imgbuild-%s' (docs/cli.md) has the whole reference.\n",
+             cmd);
   return found;
 }
 
@@ -263,6 +273,14 @@ command_operands (int argc, char **argv, const char *cmd)
     if (!global_option (c, optarg, cmd))
       exit (2);
   return optind;
+}
+
+bool
+store_exists (void)
+{
+  cleanup_free char *def = cli_store_dir ? NULL : ib_store_default_root ();
+  struct stat st;
+  return stat (cli_store_dir ? cli_store_dir : def, &st) == 0;
 }
 
 int
@@ -349,6 +367,14 @@ main (int argc, char **argv)
     r = cmd_inspect (sub_argc, sub_argv, &err);
   else if (strcmp (cmd, "images") == 0)
     r = cmd_images (sub_argc, sub_argv, &err);
+  else if (strcmp (cmd, "tag") == 0)
+    r = cmd_tag (sub_argc, sub_argv, &err);
+  else if (strcmp (cmd, "rmi") == 0)
+    r = cmd_rmi (sub_argc, sub_argv, &err);
+  else if (strcmp (cmd, "save") == 0)
+    r = cmd_save (sub_argc, sub_argv, &err);
+  else if (strcmp (cmd, "load") == 0)
+    r = cmd_load (sub_argc, sub_argv, &err);
   else if (strcmp (cmd, "prune") == 0)
     r = cmd_prune (sub_argc, sub_argv, &err);
   else if (strcmp (cmd, "wheel") == 0)

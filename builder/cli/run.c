@@ -64,13 +64,16 @@ cmd_run (int argc, char **argv, int *exit_status, ib_error_t *err)
     { "env-file", required_argument, NULL, 'E' }, { "device", required_argument, NULL, 'D' },
     { "cdi-spec-dir", required_argument, NULL, 'S' }, { "entrypoint", required_argument, NULL, 'P' },
     { "tty", no_argument, NULL, 't' },            { "interactive", no_argument, NULL, 'i' },
-    { "rm", no_argument, NULL, 'R' },             GLOBAL_OPTIONS,
+    { "rm", no_argument, NULL, 'R' },             { "secret", required_argument, NULL, 0x3a0 },
+    { "ssh", required_argument, NULL, 0x3a1 },    GLOBAL_OPTIONS,
     { NULL, 0, NULL, 0 },
   };
   bool want_tty = false;
   cleanup_strv char **extra_env = NULL, **cdi_dirs = NULL;
   const char *workdir = NULL, *rootfs = NULL, *network = NULL, *user = NULL, *entrypoint = NULL;
   ib_run_spec_t spec = { 0 };
+  /* --secret, --ssh: as build's, for --mount=type=secret|ssh */
+  __attribute__ ((cleanup (ib_secrets_clear))) ib_secrets_t secrets = { 0 };
   int c;
   optind = 0; /* 0: GNU getopt re-reads the optstring's ordering flag */
   while ((c = getopt_long (argc, argv, "+e:w:u:v:tiq", opts, NULL)) != -1)
@@ -98,6 +101,13 @@ cmd_run (int argc, char **argv, int *exit_status, ib_error_t *err)
         case 'M': pr = ib_mount_spec_parse (optarg, &ms, &perr); break;
         case 'T': pr = ib_mount_spec_parse_tmpfs (optarg, &ms, &perr); break;
         case 'R': continue; /* docker's --rm: a run leaves nothing behind anyway */
+        case 0x3a0:
+        case 0x3a1:
+          if ((c == 0x3a0 ? ib_secrets_add_secret (&secrets, optarg, &perr)
+                          : ib_secrets_add_ssh (&secrets, optarg, &perr))
+              < 0)
+            usage_error ("run: %s", perr->msg);
+          continue;
         default:
           if (global_option (c, optarg, "run"))
             continue;
@@ -142,6 +152,13 @@ cmd_run (int argc, char **argv, int *exit_status, ib_error_t *err)
         usage_error ("run: -u %s: a uid is 0 to 4294967294", user);
       if (g && *g && strspn (g, "0123456789") == strlen (g) && ib_parse_id (g, &id) < 0)
         usage_error ("run: -u %s: a gid is 0 to 4294967294", user);
+    }
+  /* as build's: the files opened and the sockets found before the user
+   * namespace is entered */
+  if (ib_secrets_check (&secrets, err) < 0)
+    {
+      ib_run_spec_clear (&spec);
+      return ib_error_prefix (err, "run");
     }
 
   ib_store_t *store = NULL;
@@ -211,7 +228,7 @@ cmd_run (int argc, char **argv, int *exit_status, ib_error_t *err)
    * store's cache directories; tmpfs) and devices, as RUN's */
   const char *wd = workdir ? workdir : json_string_value (json_object_get (cc, "WorkingDir"));
   ib_run_env_t ro = { .store = store, .bind_writable = true, .bind = host_bind_source,
-                      .cdi_spec_dirs = cdi_dirs };
+                      .cdi_spec_dirs = cdi_dirs, .secrets = &secrets };
   ib_sandbox_opts_t so = { .rootfs = rootfs, .argv = cmd, .cwd = wd && *wd ? wd : "/",
                            .uid = uid, .gid = gid, .keep_stdin = true, .tty = tty,
                            .provide_etc_files = true };

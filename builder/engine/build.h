@@ -23,6 +23,7 @@
 #define IB_EXPAND_BUILD_MAX ((size_t) 64 << 20)
 
 #include "common/error.h"
+#include "builder/engine/secrets.h"
 #include "oci/store.h"
 #include "rootfs/layer.h"
 #include "rootfs/sandbox.h"
@@ -80,6 +81,10 @@ typedef struct ib_build_opts
                               * without --platform pulls it; TARGETPLATFORM & co.);
                               * NULL = the host's */
   const ib_wheel_hooks_t *wheels; /* OUTPUT type=local's wheel checks (above) */
+  const ib_secrets_t *secrets; /* --secret, --ssh: what RUN --mount=type=secret|ssh mounts
+                              * (secrets.h); NULL: none.  Only a mount's flag text (its
+                              * id, target...) is part of a step's cache key, never the
+                              * bytes, as in BuildKit */
 } ib_build_opts_t;
 
 /* Run the build.  Relative OUTPUT dest paths resolve against the current

@@ -123,7 +123,7 @@ prog_resume (build_t *b)
   if (b->prog_paused)
     {
       cleanup_free char *title = xasprintf ("build %s", b->recipe->path);
-      b->prog = ib_progress_begin (title);
+      b->prog = ib_progress_continue (title);
       b->prog_paused = false;
       if (b->step_open && b->step_text) /* the running step goes on in the new display */
         {

@@ -84,6 +84,7 @@ typedef struct layer_job
   int fd;                    /* the child's struct job_result */
   char *tar, *blob;          /* temp files in the store */
   char *what;                /* "RECIPE:LINE: KEYWORD" of the step, for messages */
+  char *label;               /* the step's "[build 2/5]" (or NULL), for its layer line */
   uint64_t entries;
   struct timespec t0;        /* when the step's layer write began */
 } layer_job_t;

@@ -34,10 +34,12 @@ seconds_since (const struct timespec *t0)
   return (double) (t1.tv_sec - t0->tv_sec) + (double) (t1.tv_nsec - t0->tv_nsec) / 1e9;
 }
 
+/* The layer's line, under its step's label ("[build 2/5]"): a layer
+ * written in the background may be done after later steps' lines. */
 static void
-layer_line (const char *digest, uint64_t entries, uint64_t size, double secs)
+layer_line (const char *label, const char *digest, uint64_t entries, uint64_t size, double secs)
 {
-  ib_info ("  layer %.19s  %llu entries, %.1f kB, written in %.2f s", digest,
+  ib_info ("%s layer %.19s  %llu entries, %.1f kB, written in %.2f s", label ? label : "", digest,
            (unsigned long long) entries, (double) size / 1000.0, secs);
 }
 
@@ -186,6 +188,7 @@ add_layer_job (build_t *b, stage_state_t *st, raw_start_ctx_t *c, char **tar, ui
   j->what = b->cur_in ? xasprintf ("%s:%d: %s", b->recipe->path, b->cur_in->line,
                                    b->cur_in->keyword)
                       : xstrdup (b->recipe->path);
+  j->label = b->step_label ? xstrdup (b->step_label) : NULL;
   j->entries = entries;
   j->t0 = *t0;
   st->n_pending++;
@@ -233,12 +236,13 @@ finish_layer_job (build_t *b, layer_job_t *j, ib_error_t *err)
       ib_descriptor_t *d = &st->layers[j->index];
       memcpy (d->digest, r.digest, IB_DIGEST_LEN);
       d->size = (int64_t) r.size;
-      layer_line (r.digest, j->entries, r.size, seconds_since (&j->t0));
+      layer_line (j->label, r.digest, j->entries, r.size, seconds_since (&j->t0));
     }
   st->n_pending--;
   free (j->tar);
   free (j->blob);
   free (j->what);
+  free (j->label);
   return ret;
 }
 
@@ -324,6 +328,7 @@ drop_layer_jobs (build_t *b)
       free (j->tar);
       free (j->blob);
       free (j->what);
+      free (j->label);
       j->st->n_pending--;
     }
   free (b->jobs);
@@ -485,7 +490,7 @@ commit_layer (build_t *b, stage_state_t *st, step_scan_t *ss, const char *create
       }
   }
   if (!background)
-    layer_line (res.digest, res.entries, res.size, seconds_since (&t0));
+    layer_line (b->step_label, res.digest, res.entries, res.size, seconds_since (&t0));
   ret = 0;
 out:
   abandon_compressor (&rc); /* none left once the job is added */

@@ -17,6 +17,7 @@ ib_mount_spec_clear (ib_mount_spec_t *m)
   free (m->id);
   free (m->sharing);
   free (m->size);
+  free (m->env);
   memset (m, 0, sizeof *m);
 }
 
@@ -83,6 +84,53 @@ ib_tmpfs_size_parse (const char *v, char **norm, ib_error_t *err)
   return 0;
 }
 
+/* type=secret and type=ssh: BuildKit's checks and defaults
+ * (dockerfile2llb: dispatchSecret, dispatchSSH). */
+static int
+secret_defaults (ib_mount_spec_t *m, const char *value, ib_error_t *err)
+{
+  const char *what = m->type == IB_MSPEC_SECRET ? "secret" : "ssh";
+  if (m->from)
+    return ib_error_set (err, EINVAL, "--mount=%s: a %s mount takes no from=", value, what);
+  if (m->sharing)
+    return ib_error_set (err, EINVAL, "--mount=%s: sharing= is for type=cache", value);
+  if (m->size)
+    return ib_error_set (err, EINVAL, "--mount=%s: size= is for type=tmpfs", value);
+  if (m->rw)
+    return ib_error_set (err, EINVAL, "--mount=%s: a %s mount is read-only", value, what);
+  if (m->type == IB_MSPEC_SSH)
+    {
+      if (m->source)
+        return ib_error_set (err, EINVAL, "--mount=%s: an ssh mount takes no source=", value);
+      if (m->id == NULL)
+        m->id = xstrdup ("default");
+      return 0;
+    }
+  if (m->source && m->id)
+    return ib_error_set (err, EINVAL, "--mount=%s: give id= or source=, not both", value);
+  if (m->source)
+    {
+      m->id = m->source;
+      m->source = NULL;
+    }
+  if (m->id == NULL && m->target == NULL)
+    return ib_error_set (err, EINVAL, "--mount=%s: a secret mount needs id= or target=", value);
+  if (m->id == NULL)
+    {
+      const char *slash = strrchr (m->target, '/');
+      m->id = xstrdup (slash ? slash + 1 : m->target);
+      if (*m->id == '\0')
+        return ib_error_set (err, EINVAL, "--mount=%s: no secret id in target=%s (give id=)", value,
+                             m->target);
+    }
+  if (m->target == NULL && m->env == NULL)
+    {
+      const char *slash = strrchr (m->id, '/');
+      m->target = xasprintf ("/run/secrets/%s", slash ? slash + 1 : m->id);
+    }
+  return 0;
+}
+
 int
 ib_mount_spec_parse (const char *value, ib_mount_spec_t *out, ib_error_t *err)
 {
@@ -90,7 +138,7 @@ ib_mount_spec_parse (const char *value, ib_mount_spec_t *out, ib_error_t *err)
   cleanup_free char *copy = xstrdup (value);
   char *save = NULL;
   const char *type = "bind";
-  bool saw_type = false;
+  bool saw_type = false, saw_mode = false, saw_required = false;
   for (char *tok = strtok_r (copy, ",", &save); tok; tok = strtok_r (NULL, ",", &save))
     {
       char *eq = strchr (tok, '=');
@@ -164,6 +212,7 @@ ib_mount_spec_parse (const char *value, ib_mount_spec_t *out, ib_error_t *err)
           if (parse_id_number (tok, v, 07777, 8, &n, value, err) < 0)
             goto fail;
           m.mode = (mode_t) n;
+          saw_mode = true;
         }
       else if (strcmp (tok, "uid") == 0 || strcmp (tok, "gid") == 0)
         {
@@ -173,6 +222,18 @@ ib_mount_spec_parse (const char *value, ib_mount_spec_t *out, ib_error_t *err)
             m.uid = (uid_t) n;
           else
             m.gid = (gid_t) n;
+        }
+      else if (strcmp (tok, "required") == 0)
+        {
+          if (parse_bool (tok, v, &b, value, err) < 0)
+            goto fail;
+          m.required = b;
+          saw_required = true;
+        }
+      else if (strcmp (tok, "env") == 0 && v && *v)
+        {
+          free (m.env);
+          m.env = xstrdup (v);
         }
       else if (strcmp (tok, "size") == 0 && v && *v)
         {
@@ -200,16 +261,35 @@ ib_mount_spec_parse (const char *value, ib_mount_spec_t *out, ib_error_t *err)
     m.type = IB_MSPEC_CACHE;
   else if (strcmp (type, "tmpfs") == 0)
     m.type = IB_MSPEC_TMPFS;
-  else if (strcmp (type, "secret") == 0 || strcmp (type, "ssh") == 0)
-    {
-      ib_error_set (err, ENOTSUP, "--mount=%s: type=%s is not supported", value, type);
-      goto fail;
-    }
+  else if (strcmp (type, "secret") == 0)
+    m.type = IB_MSPEC_SECRET;
+  else if (strcmp (type, "ssh") == 0)
+    m.type = IB_MSPEC_SSH;
   else
     {
-      ib_error_set (err, EINVAL, "--mount=%s: unknown mount type '%s' (bind, cache, tmpfs)", value,
+      ib_error_set (err, EINVAL,
+                    "--mount=%s: unknown mount type '%s' (bind, cache, tmpfs, secret, ssh)", value,
                     type);
       goto fail;
+    }
+  if (m.env && m.type != IB_MSPEC_SECRET)
+    {
+      ib_error_set (err, EINVAL, "--mount=%s: env= is for type=secret", value);
+      goto fail;
+    }
+  if (saw_required && m.type != IB_MSPEC_SECRET && m.type != IB_MSPEC_SSH)
+    {
+      ib_error_set (err, EINVAL, "--mount=%s: required= is for type=secret and type=ssh", value);
+      goto fail;
+    }
+  if (m.type == IB_MSPEC_SECRET || m.type == IB_MSPEC_SSH)
+    {
+      if (secret_defaults (&m, value, err) < 0)
+        goto fail;
+      if (!saw_mode)
+        m.mode = m.type == IB_MSPEC_SECRET ? 0400 : 0600;
+      *out = m;
+      return 0;
     }
   if (m.target == NULL)
     {

@@ -286,8 +286,15 @@ ib_prune (ib_store_t *store, const ib_prune_opts_t *opts, ib_prune_result_t *res
     int r = 0;
     json_array_foreach (ms, i, e)
     {
-      const char *d = json_string_value (json_object_get (e, "digest"));
-      if (d && ib_digest_valid (d) && (r = mark_manifest (store, d, &live, &chains, 0, err)) < 0)
+      /* the manifest tagged; a pulled one's bytes as served and its index */
+      json_t *ann = json_object_get (e, "annotations");
+      const char *ds[] = { json_string_value (json_object_get (e, "digest")),
+                           json_string_value (json_object_get (ann, IB_REGISTRY_DIGEST_ANNOTATION)),
+                           json_string_value (json_object_get (ann, IB_REGISTRY_INDEX_ANNOTATION)) };
+      for (size_t k = 0; k < 3 && r == 0; k++)
+        if (ds[k] && ib_digest_valid (ds[k]))
+          r = mark_manifest (store, ds[k], &live, &chains, 0, err);
+      if (r < 0)
         break;
     }
     json_decref (ms);

@@ -174,7 +174,9 @@ run_bind_source (void *ctx, const ib_mount_spec_t *ms, const char *shown, ib_run
 /* The key text of a RUN (see builder/cache.h): the command, its flags
  * expanded, the content of context bind mounts, the identity of stages it
  * mounts, every ARG in scope (its environment), the build's devices and
- * the layer format. */
+ * the layer format.  A type=secret or type=ssh mount counts by its flag
+ * text (id, target, options) alone: never the secret's bytes nor the
+ * agent's socket, as in BuildKit. */
 static char *
 run_key_text (build_t *b, stage_state_t *st, const ib_instr_t *in, char **argv,
               const ib_run_spec_t *spec)
@@ -491,7 +493,8 @@ run_step (build_t *b, stage_state_t *st, const ib_instr_t *in, const ib_run_spec
   bind_ctx_t bc = { b, st };
   ib_run_env_t ro = { .store = b->store, .cwd = wd && *wd ? wd : "/", .bind = run_bind_source,
                       .bind_ctx = &bc, .extra = script ? &script_mount : NULL,
-                      .n_extra = script ? 1 : 0, .cdi_spec_dirs = b->opts->cdi_spec_dirs };
+                      .n_extra = script ? 1 : 0, .cdi_spec_dirs = b->opts->cdi_spec_dirs,
+                      .secrets = b->opts->secrets };
   ib_sandbox_opts_t so = {
     .rootfs = st->rootfs,
     .argv = argv,

@@ -124,6 +124,15 @@ add_mount (ib_run_mounts_t *r, const ib_mount_t *m)
   r->v[r->n++] = *m;
 }
 
+/* cleanup: a vector of secrets' variables, wiped before it is freed */
+static void
+wipe_strvp (char ***v)
+{
+  for (char **e = *v; e && *e; e++)
+    explicit_bzero (*e, strlen (*e));
+  ib_strv_free (*v);
+}
+
 void
 ib_run_mounts_free (ib_run_mounts_t *r)
 {
@@ -140,6 +149,8 @@ ib_run_mounts_free (ib_run_mounts_t *r)
   ib_strv_free (r->strings);
   free (r->v);
   ib_gpu_edits_free (&r->gpu);
+  ib_secret_run_end (&r->secrets);
+  wipe_strvp (&r->env);
   memset (r, 0, sizeof *r);
 }
 
@@ -179,14 +190,74 @@ cache_source (const ib_run_env_t *o, const ib_mount_spec_t *ms, const char *show
   return 0;
 }
 
+/* type=secret: the file and/or the variable; *skip when the build lacks
+ * the secret and the mount is optional.  Variables go to *vars. */
+static int
+secret_source (const ib_run_env_t *o, const ib_mount_spec_t *ms, const char *shown,
+               ib_run_mounts_t *r, char ***vars, const char **file, bool *skip, ib_error_t *err)
+{
+  const ib_secret_source_t *src = ib_secrets_find_secret (o->secrets, ms->id);
+  *file = NULL;
+  *skip = src == NULL;
+  if (src == NULL)
+    return ms->required ? ib_error_set (err, ENOENT, "%s: secret %s: not given (--secret "
+                                        "id=%s,src=FILE or id=%s,env=VAR)",
+                                        shown, ms->id, ms->id, ms->id)
+                        : 0;
+  char *data = NULL;
+  size_t len = 0;
+  if (ib_secret_read (src, &data, &len, err) < 0)
+    return ib_error_prefix (err, "%s", shown);
+  int ret = 0;
+  if (ms->target)
+    ret = ib_secret_run_file (&r->secrets, data, len, ms->mode, ms->uid, ms->gid, file, err);
+  if (ret == 0 && ms->env)
+    {
+      /* a variable cannot hold a NUL: the bytes up to the first, as execve
+       * would pass them */
+      char *kv = xasprintf ("%s=%s", ms->env, data);
+      ib_strv_push (vars, kv);
+      explicit_bzero (kv, strlen (kv));
+      free (kv);
+    }
+  ib_secret_free (data, len);
+  return ret < 0 ? ib_error_prefix (err, "%s", shown) : 0;
+}
+
 static int
 add_spec_mount (const ib_run_env_t *o, const ib_mount_spec_t *ms, const char *shown,
-                ib_run_mounts_t *r, ib_error_t *err)
+                size_t ssh_index, ib_run_mounts_t *r, char ***vars, ib_error_t *err)
 {
-  if (ms->target[0] != '/' && o->cwd == NULL)
-    return ib_error_set (err, EINVAL, "mount target %s: must be an absolute path", ms->target);
-  cleanup_free char *joined = ms->target[0] == '/' ? xstrdup (ms->target)
-                                                  : ib_path_join (o->cwd, ms->target);
+  cleanup_free char *ssh_target = NULL;
+  if (ms->type == IB_MSPEC_SSH && ms->target == NULL)
+    ssh_target = xasprintf ("/run/buildkit/ssh_agent.%zu", ssh_index);
+  const char *target = ssh_target ? ssh_target : ms->target;
+  const char *secret_file = NULL;
+  const ib_ssh_source_t *agent = NULL;
+  if (ms->type == IB_MSPEC_SECRET)
+    {
+      bool skip = false;
+      if (secret_source (o, ms, shown, r, vars, &secret_file, &skip, err) < 0)
+        return -1;
+      if (skip || target == NULL) /* missing and optional; env= only */
+        return 0;
+    }
+  if (ms->type == IB_MSPEC_SSH && ssh_index == 0)
+    {
+      /* BuildKit's llb: the first ssh mount's target, even when its agent
+       * is missing and the mount optional */
+      cleanup_free char *kv = xasprintf ("SSH_AUTH_SOCK=%s", target);
+      ib_strv_push (vars, kv);
+    }
+  if (ms->type == IB_MSPEC_SSH && (agent = ib_secrets_find_ssh (o->secrets, ms->id)) == NULL)
+    return ms->required ? ib_error_set (err, ENOENT, "%s: ssh agent %s: not given (--ssh "
+                                        "%s=SOCKET%s)",
+                                        shown, ms->id, ms->id,
+                                        strcmp (ms->id, "default") ? "" : ", or --ssh default")
+                        : 0;
+  if (target[0] != '/' && o->cwd == NULL)
+    return ib_error_set (err, EINVAL, "mount target %s: must be an absolute path", target);
+  cleanup_free char *joined = target[0] == '/' ? xstrdup (target) : ib_path_join (o->cwd, target);
   ib_mount_t m = { .target = keep_string (r, ib_path_clean_abs (joined)),
                    .readonly = ms->readonly };
   if (ms->relabel)
@@ -215,6 +286,23 @@ add_spec_mount (const ib_run_env_t *o, const ib_mount_spec_t *ms, const char *sh
       m.type = IB_MOUNT_BIND;
       m.source = keep_string (r, source);
       break;
+    case IB_MSPEC_SECRET:
+      m.type = IB_MOUNT_BIND;
+      m.readonly = true;
+      m.source = secret_file; /* the private directory's, kept until the mounts go */
+      break;
+    case IB_MSPEC_SSH:
+      {
+        const char *sock = NULL;
+        if (ib_secret_run_ssh (&r->secrets, agent->socket, ms->mode, ms->uid, ms->gid, &sock,
+                               err)
+            < 0)
+          return ib_error_prefix (err, "%s", shown);
+        m.type = IB_MOUNT_BIND;
+        m.readonly = true;
+        m.source = sock;
+        break;
+      }
     }
   add_mount (r, &m);
   return 0;
@@ -224,9 +312,18 @@ int
 ib_run_spec_sandbox (const ib_run_spec_t *spec, const ib_run_env_t *o, char ***env,
                      ib_sandbox_opts_t *so, ib_run_mounts_t *r, ib_error_t *err)
 {
+  /* secret env=, SSH_AUTH_SOCK */
+  __attribute__ ((cleanup (wipe_strvp))) char **vars = NULL;
+  size_t n_ssh = 0;
   for (size_t k = 0; k < spec->n_mounts; k++)
-    if (add_spec_mount (o, &spec->mounts[k], spec->shown[k], r, err) < 0)
-      return -1;
+    {
+      int ret = add_spec_mount (o, &spec->mounts[k], spec->shown[k], n_ssh, r, &vars, err);
+      n_ssh += spec->mounts[k].type == IB_MSPEC_SSH;
+      if (ret < 0)
+        return -1;
+    }
+  if (ib_secret_run_start (r->secrets, err) < 0)
+    return -1;
   for (size_t k = 0; k < o->n_extra; k++)
     add_mount (r, &o->extra[k]);
   /* Devices (CDI, NVIDIA discovery): their mounts follow the others. */
@@ -241,6 +338,21 @@ ib_run_spec_sandbox (const ib_run_spec_t *spec, const ib_run_env_t *o, char ***e
     ib_env_set (env, *kv);
   ib_env_default_home (env, so->rootfs, so->uid); /* as runc, so Docker, BuildKit, buildah */
   so->env = *env;
+  if (vars)
+    {
+      /* the secrets' variables: in the command's environment only */
+      r->env = ib_strv_dup (*env);
+      for (char **v = vars; *v; v++)
+        {
+          bool is_sock = ib_str_has_prefix (*v, "SSH_AUTH_SOCK=");
+          bool have = false;
+          for (char **e = *env; is_sock && e && *e; e++)
+            have |= ib_str_has_prefix (*e, "SSH_AUTH_SOCK=");
+          if (!have)
+            ib_env_set (&r->env, *v);
+        }
+      so->env = r->env;
+    }
   so->mounts = r->v;
   so->n_mounts = r->n;
   so->symlinks = r->gpu.symlinks;

@@ -16,6 +16,7 @@
 
 #include "builder/engine/mountspec.h"
 #include "builder/engine/recipe.h"
+#include "builder/engine/secrets.h"
 #include "common/error.h"
 #include "oci/store.h"
 #include "rootfs/gpu.h"
@@ -83,6 +84,10 @@ typedef struct ib_run_mounts
   int *locks;            /* flock()ed cache-mount lock fds, closed at free */
   size_t n_locks;
   ib_gpu_edits_t gpu;
+  ib_secret_run_t *secrets; /* type=secret files, type=ssh sockets and their relay */
+  char **env;            /* when a secret or ssh mount sets variables: the
+                            command's environment (so->env), the caller's
+                            *env plus those, wiped at free; else NULL */
 } ib_run_mounts_t;
 
 /* Where a bind mount's host source comes from.  `shown` is the mount as
@@ -108,6 +113,7 @@ typedef struct ib_run_env
                                (RUN's heredoc script); strings the caller's */
   size_t n_extra;
   char *const *cdi_spec_dirs; /* NULL: the CDI defaults (rootfs/gpu.h) */
+  const ib_secrets_t *secrets; /* --secret, --ssh (NULL: none given) */
 } ib_run_env_t;
 
 /* The one way from a spec to the sandbox: fills so->mounts and n_mounts
@@ -122,7 +128,20 @@ typedef struct ib_run_env
  *    exclusive lock on it (the store's lock file) and hold it until
  *    ib_run_mounts_free ("waiting for the cache mount ID" is shown);
  *  - bind: env->bind gives the source; read-only unless writable (see
- *    bind_writable).
+ *    bind_writable);
+ *  - secret: the bytes of env->secrets' id= (secrets.h), in a file of
+ *    mode=, uid=, gid= outside the store bound read-only on the target,
+ *    and/or with env= the variable NAME=bytes in so->env only (never in
+ *    *env, so never in what a caller prints or keeps);
+ *  - ssh: a socket relayed to the agent of id= (secrets.h), mode=, uid=,
+ *    gid=, on the target (default /run/buildkit/ssh_agent.N, N counting
+ *    the spec's ssh mounts from 0); the first sets SSH_AUTH_SOCK to its
+ *    target in so->env unless *env has it, even when it is left out
+ *    (BuildKit's llb);
+ *  - a secret or ssh id the build lacks: with required, ENOENT "SHOWN:
+ *    secret ID: not given (--secret id=ID,src=FILE or id=ID,env=VAR)"
+ *    (ssh: "... ssh agent ID: not given (--ssh ID=SOCKET)"); without it
+ *    the mount is left out, as in BuildKit.
  * The devices are resolved with the environment *env holds on entry
  * (NVIDIA_VISIBLE_DEVICES ...; ib_gpu_resolve_all).  On failure -1 with
  * the error naming the mount ("SHOWN: cache directory D: ...") or device;

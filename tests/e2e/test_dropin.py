@@ -299,3 +299,26 @@ OUTPUT type=local,dest={out}
     assert r.rc != 0
     assert "Dockerfile:2: COPY: --from=later: the stage is defined after this step (line 3)" \
         in r.err, r.err
+
+
+def test_map_mode_without_a_range_names_the_fix(tmp_path):
+    """Item 13: --userns map for a user without subordinate ids says how
+    to give it a range.  Run as `nobody` (no range in /etc/subuid), which
+    needs root to switch to; the unprivileged passes have a range."""
+    import os
+    import pwd
+    import subprocess
+    from conftest import IMGBUILD
+    if os.geteuid() != 0:
+        pytest.skip("needs root to run as nobody, a user without a range")
+    for f in ("/etc/subuid", "/etc/subgid"):
+        if os.path.exists(f):
+            assert not any(l.startswith("nobody:") for l in open(f)), f
+    uid = pwd.getpwnam("nobody").pw_uid
+    p = subprocess.run(["runuser", "-u", "nobody", "--", str(IMGBUILD), "--userns", "map",
+                        "unpack", "x:1", "/nonexistent/root"],
+                       capture_output=True, text=True, cwd="/")
+    assert p.returncode == 1, p
+    assert (f"user namespace mode map: no range for nobody (uid {uid}) in both /etc/subuid "
+            "and /etc/subgid; as root: usermod --add-subuids 100000-165535 --add-subgids "
+            "100000-165535 nobody (or add 'nobody:100000:65536' to both files)") in p.stderr, p

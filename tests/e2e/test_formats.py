@@ -11,6 +11,7 @@ from conftest import imgbuild, stored_names, walk_blobs
 
 OCI_ZSTD = "application/vnd.oci.image.layer.v1.tar+zstd"
 OCI_GZIP = "application/vnd.oci.image.layer.v1.tar+gzip"
+DOCKER_GZIP = "application/vnd.docker.image.rootfs.diff.tar.gzip"
 amd64_only = pytest.mark.skipif(platform.machine() != "x86_64",
                                 reason="the test images' runnable platform is linux/amd64")
 
@@ -21,7 +22,7 @@ def fstore(tmp_path_factory):
 
 
 @amd64_only
-@pytest.mark.parametrize("fmt,layer_type", [("v2s2", OCI_GZIP), ("oci_gzip", OCI_GZIP),
+@pytest.mark.parametrize("fmt,layer_type", [("v2s2", DOCKER_GZIP), ("oci_gzip", OCI_GZIP),
                                             ("oci_zstd", OCI_ZSTD), ("multi", OCI_GZIP),
                                             ("nested", OCI_GZIP)])
 def test_each_format_pulls_and_unpacks(formats, fstore, tmp_path, fmt, layer_type):

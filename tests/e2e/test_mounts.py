@@ -165,8 +165,8 @@ OUTPUT type=local,dest={out}
 
 @pytest.mark.parametrize("flag,message", [
     ("--security=insecure", "--security=insecure is not supported"),
-    ("--mount=type=secret,id=x,target=/s", "type=secret is not supported"),
-    ("--mount=type=nope,target=/x", "unknown mount type 'nope' (bind, cache, tmpfs)"),
+    ("--mount=type=secret,id=x,target=/s,required", "secret x: not given"),
+    ("--mount=type=nope,target=/x", "unknown mount type 'nope' (bind, cache, tmpfs, secret, ssh)"),
     ("--mount=type=bind,source=missing,target=/x", "missing"),
     ("--mount=type=cache", "target= is missing"),
     ("--mount=type=tmpfs,target=/t,size=lots", "bad size 'lots'"),

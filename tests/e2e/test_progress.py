@@ -140,10 +140,16 @@ def test_bad_progress_mode_is_a_usage_error(store):
     assert r.rc == 2 and "IMGBUILD_PROGRESS" in r.err
 
 
-def run_on_pty(args, cols=100, rows=24, term="xterm", timeout=600):
-    """Run imgbuild with stderr on a pseudo-terminal; (rc, stdout, terminal bytes)."""
+def run_on_pty(args, cols=100, rows=24, term="xterm", timeout=600, raw=False):
+    """Run imgbuild with stderr on a pseudo-terminal; (rc, stdout, terminal
+    bytes).  raw: the bytes exactly as imgbuild wrote them (no output
+    processing by the terminal), for an emulator to read."""
     master, slave = pty.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+    if raw:
+        attrs = termios.tcgetattr(slave)
+        attrs[1] &= ~termios.OPOST
+        termios.tcsetattr(slave, termios.TCSANOW, attrs)
     env = dict(os.environ, TERM=term)
     env.pop("IMGBUILD_PROGRESS", None)
     p = subprocess.Popen([str(IMGBUILD), *map(str, args)], stdin=subprocess.DEVNULL,
@@ -167,7 +173,8 @@ def run_on_pty(args, cols=100, rows=24, term="xterm", timeout=600):
     os.close(master)
     stdout = p.stdout.read()
     p.stdout.close()
-    return p.wait(timeout=60), stdout, out.decode().replace("\r\n", "\n")
+    text = out.decode()
+    return p.wait(timeout=60), stdout, text if raw else text.replace("\r\n", "\n")
 
 
 def test_push_tty_bars(target, pushed_src, store):
@@ -426,3 +433,53 @@ COPY --from=b /etc/hostname /y
     assert "[a 2/2] RUN echo plain-a" in lines and "plain-a" in lines, r.err
     assert "[b 2/2] RUN echo plain-b" in lines and "plain-b" in lines, r.err
     assert any(re.fullmatch(r"\[a 2/2\] DONE [0-9.]+s", l) for l in lines), r.err
+
+
+def screen(term_bytes, cols, rows):
+    """What a terminal of cols x rows shows after these bytes, scrolled-off
+    rows first (pyte, a VT100 emulator): one string a row."""
+    import pyte
+    s = pyte.HistoryScreen(cols, rows, history=100000)
+    s.set_mode(pyte.modes.LNM)
+    pyte.Stream(s).feed(term_bytes)
+    top = ["".join(l[x].data for x in range(cols)) for l in s.history.top]
+    shown = top + list(s.display)
+    while shown and not shown[-1].strip():
+        shown.pop()
+    return [l.rstrip() for l in shown]
+
+
+def test_build_tty_at_80_columns(registry, base_image, tmp_path):
+    """Issue 21, item 12: on an 80-column terminal, a step whose command is
+    wider than the row keeps its state (the command is cut, "DONE 1.2s"
+    stays); the build's header is printed once, though a pull's display
+    comes in between; in plain logs each layer line names its step."""
+    ctx = tmp_path / "ctx"
+    long_cmd = ("for i in 1 2 3; do echo \"line $i of a step whose command is longer than "
+                "the terminal is wide\"; sleep 0.2; done; echo x > /long")
+    recipe = write_recipe(ctx / "w.recipe", f"""
+FROM {base_image} AS build
+RUN {long_cmd}
+RUN false || echo "another command line that goes on past the edge of an 80-column row" > /other
+FROM build
+RUN echo short > /short
+""")
+    store = tmp_path / "s"
+    rc, _, term = run_on_pty(["--store", store, "build", recipe], cols=80, raw=True)
+    assert rc == 0, term
+    rows = screen(term, 80, 24)
+    assert sum(r == f"build {recipe}" for r in rows) == 1, rows
+    steps = [r for r in rows if re.match(r"\[(build|stage-1) \d/\d\] (FROM|RUN) ", r)]
+    assert len(steps) == 5, rows
+    for r in steps:
+        assert len(r) <= 79, r
+        assert re.search(r": (DONE( [0-9.]+s)?|CACHED)$", r), r
+    cut = [r for r in steps if r.startswith("[build 2/3] RUN for i in 1 2 3;")]
+    assert len(cut) == 1 and re.search(r"\.\.\.: DONE [0-9.]+s$", cut[0]), rows
+    # plain: the layer lines carry their step's label
+    r = imgbuild("build", "--no-cache", recipe, store=store, env={"IMGBUILD_PROGRESS": "plain"})
+    assert r.rc == 0, r
+    layer_lines = [l for l in r.err.splitlines() if " layer sha256:" in l]
+    assert len(layer_lines) == 3, r.err
+    for l in layer_lines:
+        assert re.match(r"\[(build [23]/3|stage-1 2/2)\] layer sha256:[0-9a-f]{12}  1 entries", l), l

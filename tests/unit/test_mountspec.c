@@ -65,6 +65,74 @@ test_cache_and_tmpfs (void **state)
   ib_mount_spec_clear (&m);
 }
 
+/* BuildKit's defaults (dockerfile2llb's dispatchSecret, dispatchSSH) */
+static void
+test_secret_and_ssh (void **state)
+{
+  (void) state;
+  ib_mount_spec_t m;
+  ib_error_t err = NULL;
+  assert_int_equal (ib_mount_spec_parse ("type=secret,id=tok", &m, &err), 0);
+  assert_int_equal (m.type, IB_MSPEC_SECRET);
+  assert_string_equal (m.id, "tok");
+  assert_string_equal (m.target, "/run/secrets/tok");
+  assert_int_equal (m.mode, 0400);
+  assert_int_equal (m.uid, 0);
+  assert_int_equal (m.gid, 0);
+  assert_false (m.required);
+  assert_null (m.env);
+  ib_mount_spec_clear (&m);
+  /* the id's last component names the default file */
+  assert_int_equal (ib_mount_spec_parse ("type=secret,id=a/b", &m, &err), 0);
+  assert_string_equal (m.target, "/run/secrets/b");
+  ib_mount_spec_clear (&m);
+  /* source= is id=; the target's last component is the default id */
+  assert_int_equal (ib_mount_spec_parse ("type=secret,source=pip", &m, &err), 0);
+  assert_string_equal (m.id, "pip");
+  assert_null (m.source);
+  ib_mount_spec_clear (&m);
+  assert_int_equal (ib_mount_spec_parse ("type=secret,target=/etc/apt/auth.conf,required,"
+                                         "mode=0440,uid=100,gid=101",
+                                         &m, &err),
+                    0);
+  assert_string_equal (m.id, "auth.conf");
+  assert_string_equal (m.target, "/etc/apt/auth.conf");
+  assert_true (m.required);
+  assert_int_equal (m.mode, 0440);
+  assert_int_equal (m.uid, 100);
+  assert_int_equal (m.gid, 101);
+  ib_mount_spec_clear (&m);
+  /* env= alone: a variable and no file; with target= both */
+  assert_int_equal (ib_mount_spec_parse ("type=secret,id=tok,env=TOKEN,required=false", &m,
+                                         &err),
+                    0);
+  assert_string_equal (m.env, "TOKEN");
+  assert_null (m.target);
+  assert_false (m.required);
+  ib_mount_spec_clear (&m);
+  assert_int_equal (ib_mount_spec_parse ("type=secret,id=tok,env=TOKEN,dst=/t", &m, &err), 0);
+  assert_string_equal (m.env, "TOKEN");
+  assert_string_equal (m.target, "/t");
+  ib_mount_spec_clear (&m);
+  /* ssh: id default, target left to the RUN (ssh_agent.N), mode 0600 */
+  assert_int_equal (ib_mount_spec_parse ("type=ssh", &m, &err), 0);
+  assert_int_equal (m.type, IB_MSPEC_SSH);
+  assert_string_equal (m.id, "default");
+  assert_null (m.target);
+  assert_int_equal (m.mode, 0600);
+  ib_mount_spec_clear (&m);
+  assert_int_equal (ib_mount_spec_parse ("type=ssh,id=gh,target=/a.sock,required=true,mode=0666,"
+                                         "uid=7",
+                                         &m, &err),
+                    0);
+  assert_string_equal (m.id, "gh");
+  assert_string_equal (m.target, "/a.sock");
+  assert_true (m.required);
+  assert_int_equal (m.mode, 0666);
+  assert_int_equal (m.uid, 7);
+  ib_mount_spec_clear (&m);
+}
+
 static void
 check_error (const char *value, const char *message)
 {
@@ -80,8 +148,18 @@ static void
 test_errors (void **state)
 {
   (void) state;
-  check_error ("type=foo,target=/x", "--mount=type=foo,target=/x: unknown mount type 'foo' (bind, cache, tmpfs)");
-  check_error ("type=secret,id=a", "--mount=type=secret,id=a: type=secret is not supported");
+  check_error ("type=foo,target=/x", "--mount=type=foo,target=/x: unknown mount type 'foo' (bind, cache, tmpfs, secret, ssh)");
+  check_error ("type=secret,id=a,source=b", "--mount=type=secret,id=a,source=b: give id= or source=, not both");
+  check_error ("type=secret,required", "--mount=type=secret,required: a secret mount needs id= or target=");
+  check_error ("type=secret,target=/run/secrets/", "--mount=type=secret,target=/run/secrets/: no secret id in target=/run/secrets/ (give id=)");
+  check_error ("type=secret,id=a,from=b", "--mount=type=secret,id=a,from=b: a secret mount takes no from=");
+  check_error ("type=secret,id=a,rw", "--mount=type=secret,id=a,rw: a secret mount is read-only");
+  check_error ("type=secret,id=a,sharing=locked", "--mount=type=secret,id=a,sharing=locked: sharing= is for type=cache");
+  check_error ("type=secret,id=a,required=maybe", "--mount=type=secret,id=a,required=maybe: required takes true or false, got 'maybe'");
+  check_error ("type=ssh,source=x", "--mount=type=ssh,source=x: an ssh mount takes no source=");
+  check_error ("type=ssh,env=X", "--mount=type=ssh,env=X: env= is for type=secret");
+  check_error ("type=cache,target=/c,required", "--mount=type=cache,target=/c,required: required= is for type=secret and type=ssh");
+  check_error ("type=tmpfs,target=/c,env=X", "--mount=type=tmpfs,target=/c,env=X: env= is for type=secret");
   check_error ("type=cache", "--mount=type=cache: target= is missing");
   check_error ("target=/x,bogus=1", "--mount=target=/x,bogus=1: unknown option 'bogus=1'");
   check_error ("type=cache,target=/x,sharing=maybe",
@@ -167,6 +245,7 @@ main (void)
     cmocka_unit_test (test_bind),
     cmocka_unit_test (test_path_clean_abs),
     cmocka_unit_test (test_cache_and_tmpfs),
+    cmocka_unit_test (test_secret_and_ssh),
     cmocka_unit_test (test_errors),
     cmocka_unit_test (test_volume_and_tmpfs_forms),
   };

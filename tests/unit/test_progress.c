@@ -564,6 +564,63 @@ test_tty_elapsed_time (void **state)
   ib_progress_show_elapsed (NULL, 0);
 }
 
+/* A row wider than the terminal: the id (a step's command) is cut, the
+ * state after it kept whole ("DONE 2.2s" was lost at 80 columns), and the
+ * elapsed seconds stay at the end. */
+static void
+test_tty_long_id_keeps_its_state (void **state)
+{
+  (void) state;
+  capture (IB_PROGRESS_TTY, 0);
+  ib_progress_set_term_size (30, 24);
+  ib_progress_t *p = ib_progress_begin ("t");
+  int a = ib_progress_add (p, "[a 2/3] RUN make -j8 all install", "Running", -1);
+  int b = ib_progress_add (p, "[a 3/3] RUN for i in 1 2 3; do x; done", "Running", -1);
+  ib_progress_show_elapsed (p, a);
+  fake_now += 2500 * MS;
+  ib_progress_set_status (p, b, "Waiting");
+  fake_now += 1 * S;
+  ib_progress_done (p, a, true, "DONE 3.5s");
+  ib_progress_done (p, b, false, "ERROR after 1.0s");
+  ib_progress_end (p);
+  const char *out = captured ();
+  /* 29 columns: "[a 2/3] RUN m" + "..." + ": Running" + "  2s" */
+  assert_non_null (strstr (out, "\033[1A\r[a 2/3] RUN m...: Running  2s\033[K\n"
+                                "[a 3/3] RUN for i...: Waiting\033[K\n"));
+  assert_true (ib_str_has_suffix (out, "\033[2A\r[a 2/3] RUN mak...: DONE 3.5s\033[K\n"
+                                       "[a 3/3] ...: ERROR after 1.0s\033[K\n"));
+  /* each fills the 29 columns */
+  assert_int_equal (strlen ("[a 2/3] RUN m...: Running  2s"), 29);
+  assert_int_equal (strlen ("[a 2/3] RUN mak...: DONE 3.5s"), 29);
+  assert_int_equal (strlen ("[a 3/3] ...: ERROR after 1.0s"), 29);
+  /* a state too long to keep whole with 8 columns of the id: cut at the end */
+  capture (IB_PROGRESS_TTY, 0);
+  ib_progress_set_term_size (30, 24);
+  p = ib_progress_begin ("t");
+  a = ib_progress_add (p, "[a 1/1] RUN x", "Running", -1);
+  ib_progress_done (p, a, true, "a state of thirty characters!!");
+  ib_progress_end (p);
+  assert_true (ib_str_has_suffix (captured (), "\r[a 1/1] RUN x: a state of thi\033[K\n"));
+}
+
+/* A display that goes on after another (a build's, after a pull's) does
+ * not print its title again. */
+static void
+test_continue_prints_no_title (void **state)
+{
+  (void) state;
+  capture (IB_PROGRESS_PLAIN, 0);
+  ib_progress_t *p = ib_progress_begin ("build r");
+  ib_progress_end (p);
+  p = ib_progress_begin ("pull x");
+  ib_progress_end (p);
+  p = ib_progress_continue ("build r");
+  int a = ib_progress_add (p, "[s 2/2] RUN x", "Running", -1);
+  ib_progress_done (p, a, true, "DONE");
+  ib_progress_end (p);
+  assert_string_equal (captured (), "build r\npull x\n[s 2/2] RUN x: Running\n[s 2/2] RUN x: DONE\n");
+}
+
 /* A running item's last output lines under its line (TTY), as many as the
  * terminal's rows allow; gone, their rows cleared, once it finishes. */
 static void
@@ -968,6 +1025,8 @@ main (void)
     cmocka_unit_test (test_tty_message_above_or_below_items),
     cmocka_unit_test (test_tty_message_when_all_finished_and_nothing_after),
     cmocka_unit_test (test_tty_elapsed_time),
+    cmocka_unit_test (test_tty_long_id_keeps_its_state),
+    cmocka_unit_test (test_continue_prints_no_title),
     cmocka_unit_test (test_tty_output_tail),
     cmocka_unit_test (test_threads_json),
     cmocka_unit_test (test_threads_plain_and_tty),

@@ -138,7 +138,7 @@ test_errors (void **state)
   expect_error ("RUN --mount=type=cache,target=$DIR,sharing=never true", EINVAL,
                 "sharing", 1);
   expect_error ("RUN --mount=type=nope,target=/x true", EINVAL,
-                "unknown mount type 'nope' (bind, cache, tmpfs)", 1);
+                "unknown mount type 'nope' (bind, cache, tmpfs, secret, ssh)", 1);
   /* expansion errors as they come, and nothing after them is expanded */
   expect_error ("RUN --mount=type=tmpfs,target=${X:?unset} --device=a.com/b=c true",
                 EINVAL, "X: unset", 1);

@@ -481,6 +481,82 @@ test_default_root (void **state)
   free (saved_home);
 }
 
+/* A pulled Docker schema 2 image: the tag points at the OCI rendering and
+ * records the served manifest; digests resolve through the annotations. */
+static void
+test_registry_digest (void **state)
+{
+  ib_store_t *s = open_store (*state);
+  ib_error_t err = NULL;
+  static const char docker[] = "{\"mediaType\":\"" IB_MT_DOCKER_MANIFEST "\",\"layers\":[]}";
+  static const char oci[] = "{\"mediaType\":\"" IB_MT_OCI_MANIFEST "\",\"layers\":[]}";
+  char dd[IB_DIGEST_LEN], od[IB_DIGEST_LEN];
+  assert_int_equal (ib_store_put_blob (s, docker, strlen (docker), dd, &err), 0);
+  assert_int_equal (ib_store_put_blob (s, oci, strlen (oci), od, &err), 0);
+  const char *idx = "sha256:1111111111111111111111111111111111111111111111111111111111111111";
+  ib_tag_meta_t meta = { .source = "r.example:5000/app", .served_digest = dd,
+                         .served_media_type = IB_MT_DOCKER_MANIFEST, .index_digest = idx };
+  const char *name = "r.example:5000/app:1";
+  assert_int_equal (ib_store_tag_meta (s, name, IB_MT_OCI_MANIFEST, od, (int64_t) strlen (oci),
+                                       &meta, &err), 0);
+  /* tagging the same again leaves index.json as it is (same inode) */
+  cleanup_free char *ip = ib_path_join (s->root, "index.json");
+  struct stat a, b;
+  assert_int_equal (stat (ip, &a), 0);
+  assert_int_equal (ib_store_tag_meta (s, name, IB_MT_OCI_MANIFEST, od, (int64_t) strlen (oci),
+                                       &meta, &err), 0);
+  assert_int_equal (stat (ip, &b), 0);
+  assert_int_equal (a.st_ino, b.st_ino);
+
+  cleanup_free char *by_served = xasprintf ("r.example:5000/app@%s", dd);
+  cleanup_free char *by_index = xasprintf ("r.example:5000/app:9@%s", idx);
+  cleanup_free char *other_repo = xasprintf ("r.example:5000/other@%s", dd);
+  const char *finds[] = { name, dd, od, idx, by_served, by_index };
+  for (size_t i = 0; i < sizeof finds / sizeof *finds; i++)
+    {
+      ib_descriptor_t d, sv, st;
+      char ix[IB_DIGEST_LEN];
+      assert_int_equal (ib_store_resolve (s, finds[i], &d, &err), 0);
+      assert_string_equal (d.digest, od); /* the tagged rendering: cache keys use it */
+      assert_string_equal (d.media_type, IB_MT_OCI_MANIFEST);
+      assert_int_equal (ib_store_resolve_served (s, finds[i], &sv, &st, ix, &err), 0);
+      assert_string_equal (sv.digest, dd);
+      assert_string_equal (sv.media_type, IB_MT_DOCKER_MANIFEST);
+      assert_int_equal (sv.size, (int64_t) strlen (docker));
+      assert_string_equal (st.digest, od);
+      assert_string_equal (ix, idx);
+      ib_descriptor_clear (&d);
+      ib_descriptor_clear (&sv);
+      ib_descriptor_clear (&st);
+    }
+  ib_descriptor_t d;
+  assert_int_equal (ib_store_resolve (s, other_repo, &d, &err), -1);
+  assert_int_equal (err->status, ENOENT);
+  assert_non_null (strstr (err->msg, other_repo));
+  ib_error_free (&err);
+
+  /* the served blob gone (pruned by an older imgbuild): the tagged one */
+  cleanup_free char *bp = ib_store_blob_path (s, dd);
+  assert_int_equal (unlink (bp), 0);
+  ib_descriptor_t sv;
+  assert_int_equal (ib_store_resolve_served (s, name, &sv, NULL, NULL, &err), 0);
+  assert_string_equal (sv.digest, od);
+  ib_descriptor_clear (&sv);
+
+  /* a tag without meta records no registry annotations */
+  assert_int_equal (ib_store_tag_meta (s, name, IB_MT_OCI_MANIFEST, od, (int64_t) strlen (oci),
+                                       NULL, &err), 0);
+  json_t *ms = NULL;
+  assert_int_equal (ib_store_list (s, &ms, &err), 0);
+  assert_int_equal (json_array_size (ms), 1);
+  json_t *ann = json_object_get (json_array_get (ms, 0), "annotations");
+  assert_int_equal (json_object_size (ann), 1);
+  json_decref (ms);
+  assert_int_equal (ib_store_resolve (s, by_served, &d, &err), -1);
+  ib_error_free (&err);
+  ib_store_close (s);
+}
+
 int
 main (void)
 {
@@ -489,6 +565,7 @@ main (void)
     unit_test_in_tmpdir (test_blobs),
     unit_test_in_tmpdir (test_commit),
     unit_test_in_tmpdir (test_tags),
+    unit_test_in_tmpdir (test_registry_digest),
     unit_test_in_tmpdir (test_lock),
     unit_test_in_tmpdir (test_cache_mount_lock),
     unit_test_in_tmpdir (test_paths),
