@@ -539,6 +539,44 @@ restore_ldcache (const ib_sandbox_opts_t *o, const char *rootfs, struct extras *
   (void) o;
 }
 
+/* The gids of `groups` that /proc/self/gid_map maps (setgroups(2) fails
+ * with EINVAL on any other); a warning, once per process, for those left
+ * out.  Caller frees. */
+static gid_t *
+mapped_groups (const gid_t *groups, size_t n, size_t *n_out)
+{
+  gid_t *out = n ? xmalloc (n * sizeof (gid_t)) : NULL;
+  *n_out = 0;
+  if (n == 0)
+    return out;
+  unsigned long inside[64], count[64];
+  size_t n_ranges = 0;
+  cleanup_file FILE *f = fopen ("/proc/self/gid_map", "re");
+  unsigned long in, outside, cnt;
+  while (f && n_ranges < 64 && fscanf (f, "%lu %lu %lu", &in, &outside, &cnt) == 3)
+    {
+      inside[n_ranges] = in;
+      count[n_ranges++] = cnt;
+    }
+  for (size_t i = 0; i < n; i++)
+    {
+      bool mapped = false;
+      for (size_t r = 0; !mapped && r < n_ranges; r++)
+        mapped = groups[i] >= inside[r] && groups[i] - inside[r] < count[r];
+      if (mapped)
+        out[(*n_out)++] = groups[i];
+      else
+        {
+          static int warned;
+          if (!__atomic_exchange_n (&warned, 1, __ATOMIC_SEQ_CST))
+            ib_warn ("supplementary group %lu is not mapped in the user namespace: steps run "
+                     "without it",
+                     (unsigned long) groups[i]);
+        }
+    }
+  return out;
+}
+
 static int run_in_sandbox (const ib_sandbox_opts_t *opts, ib_userns_mode_t mode, char *rootfs,
                            char **envp, const struct extras *x, int *exit_status,
                            ib_error_t *err);
@@ -657,8 +695,13 @@ run_in_sandbox (const ib_sandbox_opts_t *opts, ib_userns_mode_t mode, char *root
         ioctl (STDIN_FILENO, TIOCGWINSZ, &ws);
     }
 
+  size_t n_groups = 0;
+  cleanup_free gid_t *groups
+      = mode == IB_USERNS_SINGLE ? NULL : mapped_groups (opts->groups, opts->n_groups, &n_groups);
   struct run_ctx ctx = {
     .opts = opts,
+    .groups = groups,
+    .n_groups = n_groups,
     .mounts = x->mounts,
     .n_mounts = x->n_mounts,
     .ldconfig = x->ldconfig,

@@ -77,11 +77,18 @@ typedef struct ib_sandbox_opts
                              is searched inside the rootfs */
   const char *cwd;        /* absolute, inside the rootfs; created (as root,
                              mode 0755) if missing; NULL = "/" */
-  uid_t uid;              /* ids inside the namespace to run as; no
-                             supplementary groups.  In SINGLE mode only 0
-                             exists: other ids are emulated (the step runs as
-                             0:0, one warning per process) */
+  uid_t uid;              /* ids inside the namespace to run as.  In SINGLE
+                             mode only 0 exists: other ids are emulated (the
+                             step runs as 0:0, one warning per process) */
   gid_t gid;
+  const gid_t *groups;    /* supplementary groups (setgroups(2)), n_groups of
+                             them, not owned; none when n_groups is 0.  Those
+                             not mapped in the user namespace are left out
+                             (one warning per process); in SINGLE mode none
+                             are set (setgroups is denied there: the step
+                             keeps the groups it inherits, shown as the
+                             overflow gid, see docs/security.md) */
+  size_t n_groups;
   bool network_none;      /* new empty network namespace (only lo, up) */
   /* When tail_lines > 0 stdout+stderr of the command go through a pipe: the
    * bytes are copied to our stderr as they come and the last tail_lines

@@ -46,6 +46,8 @@ struct run_ctx
   const char *ldconfig;  /* path of ldconfig inside the rootfs, or NULL */
   int ldcache_fd;        /* memfd that gets ldconfig's /etc/ld.so.cache, or -1 */
   ib_userns_mode_t mode;
+  const gid_t *groups; /* opts->groups mapped in the namespace (setgroups) */
+  size_t n_groups;
   char *rootfs;       /* realpath of opts->rootfs */
   char **envp;        /* opts->env, plus APT_CONFIG in SINGLE mode */
   char **candidates;  /* paths to try for argv[0], inside the rootfs */

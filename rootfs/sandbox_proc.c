@@ -280,7 +280,7 @@ command_main (const struct run_ctx *ctx, int pty)
 
   if (ctx->mode != IB_USERNS_SINGLE)
     {
-      if (setgroups (0, NULL) < 0)
+      if (setgroups (ctx->n_groups, ctx->groups) < 0)
         child_fail (efd, 125, errno, "setgroups");
       if (setresgid (o->gid, o->gid, o->gid) < 0)
         child_fail (efd, 125, errno, "set gid %lu (is it mapped in the user namespace?)",

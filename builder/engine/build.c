@@ -55,7 +55,9 @@ mark_needed (build_t *b, size_t i, ib_error_t *err)
 static int
 mark_dep (build_t *b, size_t i, const char *dep, bool index_ok, ib_error_t *err)
 {
-  int idx = stage_index (b, dep);
+  /* FROM (index_ok false): the last stage of that name before this one;
+   * COPY --from, --mount from=: the last of the recipe (stage_index) */
+  int idx = index_ok ? stage_index (b, dep) : stage_index_before (b, dep, i);
   if (idx < 0 && index_ok && *dep && strspn (dep, "0123456789") == strlen (dep))
     idx = atoi (dep);
   if (idx >= 0 && (size_t) idx < i)
@@ -85,30 +87,43 @@ mark_mount_deps (build_t *b, size_t i, const ib_instr_t *in, ib_error_t *err)
   return r;
 }
 
+static void
+stage_state_free (stage_state_t *st)
+{
+  if (st->rootfs)
+    {
+      ib_error_t e = NULL;
+      if (ib_rootfs_remove (st->rootfs, &e) < 0)
+        ib_warn ("%s", e->msg);
+      ib_error_free (&e);
+      free (st->rootfs);
+    }
+  json_decref (st->config);
+  for (size_t k = 0; k < st->n_layers; k++)
+    free (st->layers[k].media_type);
+  free (st->layers);
+  vars_free (&st->args);
+  ib_strv_free (st->shell);
+  free (st->foreign);
+  free (st->deps);
+}
+
 void
 build_free (build_t *b)
 {
   drop_layer_jobs (b);
   for (size_t i = 0; i < b->n_stages; i++)
+    stage_state_free (&b->stages[i]);
+  for (size_t i = 0; i < b->n_image_sources; i++)
     {
-      stage_state_t *st = &b->stages[i];
-      if (st->rootfs)
-        {
-          ib_error_t e = NULL;
-          if (ib_rootfs_remove (st->rootfs, &e) < 0)
-            ib_warn ("%s", e->msg);
-          ib_error_free (&e);
-          free (st->rootfs);
-        }
-      json_decref (st->config);
-      for (size_t k = 0; k < st->n_layers; k++)
-        free (st->layers[k].media_type);
-      free (st->layers);
-      vars_free (&st->args);
-      ib_strv_free (st->shell);
-      free (st->foreign);
-      free (st->deps);
+      stage_state_t *st = b->image_sources[i];
+      ib_stage_t *def = (ib_stage_t *) st->def;
+      stage_state_free (st);
+      free (def->name);
+      free (def);
+      free (st);
     }
+  free (b->image_sources);
   free (b->stages);
   vars_free (&b->build_args);
   vars_free (&b->global_args);
@@ -191,10 +206,23 @@ resolve_args (build_t *b, ib_error_t *err)
   return 0;
 }
 
-/* The target stage: --target, else the last one. */
+/* The target stage: --target, else the last one.  Warns first of each
+ * stage name given twice (BuildKit's DuplicateStageName check, a warning:
+ * the build goes on, each use meaning the stage stage_index says). */
 int
 resolve_target (build_t *b, size_t *target, ib_error_t *err)
 {
+  for (size_t i = 1; i < b->n_stages; i++)
+    {
+      const ib_stage_t *s = b->stages[i].def;
+      int prev = s->name ? stage_index_before (b, s->name, i) : -1;
+      if (prev >= 0)
+        ib_warn ("%s:%d: the stage name '%s' is also used on line %d; FROM %s after this "
+                 "line, COPY --from=%s, --mount from=%s and --target %s mean the last "
+                 "stage of that name",
+                 b->recipe->path, s->instrs[0].line, s->name,
+                 b->stages[prev].def->instrs[0].line, s->name, s->name, s->name, s->name);
+    }
   *target = b->n_stages - 1;
   if (b->opts->target == NULL)
     return 0;

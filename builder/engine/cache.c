@@ -332,7 +332,12 @@ hash_entry (int dirfd, const char *name, const char *shown, const char *rel, boo
           cleanup_free char *crel = *rel ? xasprintf ("%s/%s", rel, names[i]) : xstrdup (names[i]);
           cleanup_free char *cshown = xasprintf ("%s/%s", shown, names[i]);
           bool descend = false;
-          if (!filter || !ib_path_filter_skip (filter, crel, &descend) || descend)
+          struct stat sb;
+          /* a skipped file never counts; a skipped directory is walked
+           * when an exception may include something below it */
+          if (!filter || !ib_path_filter_skip (filter, crel, &descend)
+              || (descend && fstatat (fd, names[i], &sb, AT_SYMLINK_NOFOLLOW) == 0
+                  && S_ISDIR (sb.st_mode)))
             ret = hash_entry (fd, names[i], cshown, crel, false, memo, filter, h, entries, inodes,
                               err);
         }

@@ -177,10 +177,19 @@ do_copy (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err)
             }
         }
       if (src_stage == NULL)
-        return ib_error_set (err, ENOENT,
-                             "--from=%s: no earlier stage of that name (images in --from are "
-                             "not supported yet)",
-                             fx);
+        {
+          /* a stage defined later, or an index, is no image */
+          int later = stage_index (b, fx);
+          if (later >= 0 || strspn (fx, "0123456789") == strlen (fx))
+            return ib_error_set (err, ENOENT,
+                                 later >= 0 ? "--from=%s: the stage is defined after this step "
+                                              "(line %d); a step can copy from earlier stages"
+                                            : "--from=%s: no earlier stage of that index",
+                                 fx, later >= 0 ? b->stages[later].def->instrs[0].line : 0);
+          /* an image (BuildKit: "--from: image, stage or context name") */
+          if ((src_stage = image_source (b, in, fx, err)) == NULL)
+            return -1;
+        }
     }
 
   /* Files of the context are 0:0 unless --chown; COPY --from keeps the

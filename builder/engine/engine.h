@@ -111,6 +111,9 @@ typedef struct build
   bool *build_arg_used;
   stage_state_t *stages;
   size_t n_stages;
+  stage_state_t **image_sources; /* COPY --from=IMAGE trees (image_source), each
+                                    with a def of its own naming the image */
+  size_t n_image_sources;
   int64_t sde;
   size_t hits, misses;
   char **keys;               /* every step key this build looked up or recorded (--cache-to) */
@@ -187,8 +190,20 @@ void step_output (void *ud, const char *data, size_t len);
 /* from.c */
 int from_target (build_t *b, const ib_instr_t *in, char **image, char **want, char **os, char **arch,
                  char **variant, ib_error_t *err);
+/* The stage named `name` (case-insensitive), -1 if none.  A name given to
+ * several stages means, as in BuildKit (dockerfile2llb): in FROM, the last
+ * such stage before the one being defined (stage_index_before with that
+ * stage's index); anywhere else (COPY --from, RUN --mount from=, --target),
+ * the last in the recipe (stage_index). */
 int stage_index (build_t *b, const char *name);
+int stage_index_before (build_t *b, const char *name, size_t limit);
 stage_state_t *earlier_stage (build_t *b, stage_state_t *st, const char *name);
+/* COPY --from=IMAGE (BuildKit: "--from: image, stage or context name"):
+ * the image, pulled for the build's platform when the store lacks it, as
+ * a stage-like source with its tree made (its key from the manifest
+ * digest); one per image per build.  `in`: the COPY, for its line.  NULL
+ * with *err set when `image` is no reference or the pull fails. */
+stage_state_t *image_source (build_t *b, const ib_instr_t *in, const char *image, ib_error_t *err);
 bool config_serves (json_t *config, const char *os, const char *arch, const char *variant);
 int do_from (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err);
 int ensure_rootfs (build_t *b, stage_state_t *st, ib_error_t *err);

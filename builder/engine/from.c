@@ -16,7 +16,13 @@
 int
 stage_index (build_t *b, const char *name)
 {
-  for (size_t i = 0; i < b->n_stages; i++)
+  return stage_index_before (b, name, b->n_stages);
+}
+
+int
+stage_index_before (build_t *b, const char *name, size_t limit)
+{
+  for (size_t i = limit < b->n_stages ? limit : b->n_stages; i-- > 0;)
     {
       const ib_stage_t *s = b->stages[i].def;
       if (s->name && strcasecmp (s->name, name) == 0)
@@ -328,6 +334,43 @@ from_target (build_t *b, const ib_instr_t *in, char **image, char **want, char *
   return 0;
 }
 
+stage_state_t *
+image_source (build_t *b, const ib_instr_t *in, const char *image, ib_error_t *err)
+{
+  for (size_t i = 0; i < b->n_image_sources; i++)
+    if (strcmp (b->image_sources[i]->def->name, image) == 0)
+      return b->image_sources[i];
+  if (!from_name_ok (image) || strcmp (image, "scratch") == 0)
+    {
+      ib_error_set (err, ENOENT, "--from=%s: neither an earlier stage nor an image reference",
+                    image);
+      return NULL;
+    }
+  stage_state_t *s = xmalloc (sizeof *s);
+  ib_stage_t *def = xmalloc (sizeof *def);
+  def->name = xstrdup (image);
+  def->index = -1;
+  s->def = def;
+  b->image_sources = xrealloc (b->image_sources,
+                               (b->n_image_sources + 1) * sizeof (stage_state_t *));
+  b->image_sources[b->n_image_sources++] = s; /* freed with the build */
+  /* the platform as a FROM of that image would have it (the build's) */
+  char *flags[] = { NULL };
+  ib_instr_t from = { .kind = IB_I_FROM, .keyword = "FROM", .line = in->line,
+                      .text = (char *) image, .flags = flags };
+  cleanup_free char *img = NULL, *want = NULL, *os = NULL, *arch = NULL, *variant = NULL;
+  if (from_target (b, &from, &img, &want, &os, &arch, &variant, err) < 0
+      || ib_store_tmp_dir (b->store, "stage", &s->rootfs, err) < 0
+      || (rmdir (s->rootfs) < 0 && ib_error_sys (err, errno, "%s", s->rootfs) < 0)
+      || from_image (b, s, img, os, arch, variant, want != NULL, err) < 0
+      || ensure_rootfs (b, s, err) < 0)
+    {
+      ib_error_prefix (err, "--from=%s", image);
+      return NULL;
+    }
+  return s;
+}
+
 int
 do_from (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err)
 {
@@ -342,7 +385,7 @@ do_from (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err)
     st->foreign = ib_platform_string (os, arch, variant);
   if (ib_store_tmp_dir (b->store, "stage", &st->rootfs, err) < 0)
     return -1;
-  int idx = stage_index (b, image);
+  int idx = stage_index_before (b, image, (size_t) (st - b->stages));
   step_line (b, st, "FROM", image, false, false);
   if (idx >= 0 && (size_t) idx < (size_t) (st - b->stages))
     {

@@ -152,12 +152,20 @@ copy_dir_contents (const char *src, const char *dst, const char *rel, copy_run_t
         continue;
       cleanup_free char *crel = *rel ? xasprintf ("%s/%s", rel, de->d_name) : xstrdup (de->d_name);
       bool descend = false;
-      if (o->filter && ib_path_filter_skip (o->filter, crel, &descend) && !descend)
-        continue;
+      bool skip = o->filter && ib_path_filter_skip (o->filter, crel, &descend);
       cleanup_free char *s = ib_path_join (src, de->d_name);
       cleanup_free char *t = ib_path_join (dst, de->d_name);
+      struct stat sb;
+      if (skip && (!descend || lstat (s, &sb) < 0 || !S_ISDIR (sb.st_mode)))
+        continue;
+      /* an excluded directory walked for the exceptions below it is made
+       * only when something below it is copied (BuildKit's fsutil walker
+       * emits a skipped parent with its first included child) */
+      bool made = skip && lstat (t, &sb) < 0;
       if ((ret = copy_entry (s, t, crel, run, err)) < 0)
         break;
+      if (made)
+        rmdir (t); /* fails unless empty: then it stays */
     }
   closedir (d);
   return ret;
@@ -487,4 +495,73 @@ ib_lookup_user (const char *root, const char *spec, uid_t *uid, gid_t *gid, ib_e
   *uid = (uid_t) u;
   *gid = (gid_t) g;
   return 0;
+}
+
+/* The passwd name of `user` (a name, or a uid that an entry has), or NULL. */
+static char *
+passwd_name (const char *root, const char *user)
+{
+  cleanup_free char *path = NULL;
+  if (ib_root_resolve (root, "/etc/passwd", true, &path, NULL) < 0)
+    return NULL;
+  cleanup_file FILE *f = fopen (path, "re");
+  char *line = NULL, *name = NULL;
+  size_t cap = 0;
+  while (f && name == NULL && getline (&line, &cap, f) > 0)
+    {
+      char *save = NULL;
+      char *fname = strtok_r (line, ":", &save);
+      strtok_r (NULL, ":", &save); /* password */
+      char *fid = strtok_r (NULL, ":\n", &save);
+      if (fname && fid && (strcmp (fname, user) == 0 || strcmp (fid, user) == 0))
+        name = xstrdup (fname);
+    }
+  free (line);
+  return name;
+}
+
+size_t
+ib_lookup_groups (const char *root, const char *spec, gid_t **gids)
+{
+  *gids = NULL;
+  cleanup_free char *user = xstrdup (spec && *spec ? spec : "0");
+  char *colon = strchr (user, ':');
+  if (colon && colon[1] != '\0')
+    return 0; /* an explicit group: no supplementary ones */
+  if (colon)
+    *colon = '\0';
+  cleanup_free char *name = passwd_name (root, user);
+  cleanup_free char *path = NULL;
+  if (name == NULL || ib_root_resolve (root, "/etc/group", true, &path, NULL) < 0)
+    return 0;
+  cleanup_file FILE *f = fopen (path, "re");
+  char *line = NULL;
+  size_t cap = 0, n = 0;
+  while (f && n < IB_MAX_GROUPS && getline (&line, &cap, f) > 0)
+    {
+      /* group_name:password:GID:user_list (group(5)), members comma-separated */
+      line[strcspn (line, "\n")] = '\0';
+      char *fields[4] = { 0 };
+      char *p = line;
+      for (int i = 0; i < 4 && p; i++)
+        {
+          fields[i] = p;
+          p = strchr (p, ':');
+          if (p)
+            *p++ = '\0';
+        }
+      uint32_t g32;
+      if (fields[3] == NULL || !is_number (fields[2]) || ib_parse_id (fields[2], &g32) < 0)
+        continue;
+      char *save = NULL;
+      for (char *m = strtok_r (fields[3], ",", &save); m; m = strtok_r (NULL, ",", &save))
+        if (strcmp (m, name) == 0)
+          {
+            *gids = xrealloc (*gids, (n + 1) * sizeof (gid_t));
+            (*gids)[n++] = (gid_t) g32;
+            break;
+          }
+    }
+  free (line);
+  return n;
 }

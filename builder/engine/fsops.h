@@ -62,6 +62,18 @@ int ib_mkdir_p_owned (const char *dir, const ib_copy_opts_t *o, ib_error_t *err)
 int ib_lookup_user (const char *root, const char *spec, uid_t *uid, gid_t *gid,
                     ib_error_t *err);
 
+/* The supplementary groups a step run as USER `spec` gets, as runc and
+ * BuildKit give them (libcontainer's GetExecUser): when `spec` names no
+ * group ("user", "uid", not "user:group"), the gids of the groups in
+ * <root>/etc/group whose member list holds the user's name in
+ * <root>/etc/passwd (found by name or by uid); none when the spec names a
+ * group or the user has no passwd entry.  An empty spec is root ("0").  In
+ * the file's order, at most IB_MAX_GROUPS; lines that do not parse are
+ * skipped.  Sets *gids (caller frees; NULL when none) and returns the
+ * count; never fails (a missing or unreadable file gives none). */
+#define IB_MAX_GROUPS 65536
+size_t ib_lookup_groups (const char *root, const char *spec, gid_t **gids);
+
 /* The home directory of `uid` in <root>/etc/passwd (resolved in root), for
  * a step's HOME when its environment has none, as runc sets it: the
  * passwd entry's, else "/root" for uid 0 and "/" for others.  Never fails;

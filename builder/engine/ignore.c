@@ -164,7 +164,14 @@ ib_ignore_may_include_below (const ib_ignore_t *ig, const char *rel)
     return false;
   cleanup_strv char **c = split_clean (rel);
   size_t nc = ib_strv_len (c);
+  /* Every pattern up to the last one matching rel (or a parent of it)
+   * matches each path below rel in the same way, and that last one
+   * excludes; only a later `!` pattern can include something below. */
+  size_t first = 0;
   for (size_t i = 0; i < ig->n; i++)
+    if (matches (&ig->v[i], c, nc))
+      first = i + 1;
+  for (size_t i = first; i < ig->n; i++)
     {
       if (!ig->v[i].negate)
         continue;

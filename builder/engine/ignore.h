@@ -36,7 +36,9 @@ void ib_ignore_free (ib_ignore_t *ig);
 bool ib_ignore_excluded (const ib_ignore_t *ig, const char *rel);
 
 /* May something below the excluded directory `rel` be re-included by a
- * later `!` pattern (so a walker must still descend into it)? */
+ * `!` pattern after the last pattern that matches `rel` (so a walker must
+ * still descend into it)?  A walker makes such a directory only when
+ * something below it is included, as BuildKit's fsutil walker does. */
 bool ib_ignore_may_include_below (const ib_ignore_t *ig, const char *rel);
 
 /* Does `ig` hold any pattern? */
@@ -53,8 +55,9 @@ typedef struct ib_path_filter
 } ib_path_filter_t;
 
 /* Should the entry `rel` (relative to the walked source) be skipped?
- * *descend (may be NULL) is set for a skipped directory whose contents
- * may still be partly included. */
+ * *descend (may be NULL) is set for a skipped entry whose contents, if it
+ * is a directory, may still be partly included: a walker descends only
+ * into a directory, and skips a file whatever *descend says. */
 bool ib_path_filter_skip (const ib_path_filter_t *f, const char *rel, bool *descend);
 
 #endif

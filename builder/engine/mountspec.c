@@ -296,15 +296,16 @@ ib_mount_spec_parse (const char *value, ib_mount_spec_t *out, ib_error_t *err)
       ib_error_set (err, EINVAL, "--mount=%s: target= is missing", value);
       goto fail;
     }
-  if (m.type == IB_MSPEC_CACHE && (m.from || m.source))
+  if (m.type == IB_MSPEC_CACHE && m.source && !m.from)
     {
-      ib_error_set (err, ENOTSUP, "--mount=%s: a cache mount with from= or source= is not supported",
-                    value);
+      ib_error_set (err, EINVAL, "--mount=%s: a cache mount's source= is a path in from=, "
+                    "which is missing", value);
       goto fail;
     }
-  if (m.type != IB_MSPEC_BIND && (m.from || m.source))
+  if (m.type == IB_MSPEC_TMPFS && (m.from || m.source))
     {
-      ib_error_set (err, EINVAL, "--mount=%s: from= and source= are for type=bind", value);
+      ib_error_set (err, EINVAL, "--mount=%s: from= and source= are for type=bind and type=cache",
+                    value);
       goto fail;
     }
   if (m.type != IB_MSPEC_TMPFS && m.size)

@@ -4,7 +4,9 @@
  *
  *   type=bind (default) target=P [source=P] [from=STAGE] [rw|readwrite[=true]]
  *   type=cache target=P [id=ID] [sharing=shared|private|locked] [ro|readonly]
- *              [mode=0755] [uid=0] [gid=0] (from= and source= are refused)
+ *              [mode=0755] [uid=0] [gid=0] [from=STAGE [source=P]]
+ *              (from=: the cache starts as a copy of STAGE's P, BuildKit's
+ *              "base of the cache mount"; source= needs from=)
  *   type=tmpfs target=P [size=BYTES]
  *   type=secret [id=ID] [target=P] [env=NAME] [required[=true]] [mode=0400]
  *               [uid=0] [gid=0]: source= is id= (BuildKit's alias; both
@@ -43,8 +45,10 @@ typedef struct ib_mount_spec
                        step's working directory (RUN --mount, as BuildKit);
                        never NULL but for type=secret with env= and type=ssh
                        (see above) */
-  char *source;     /* bind: path in the context / stage / host; NULL = "." */
-  char *from;       /* bind: stage name or index; NULL = the build context */
+  char *source;     /* bind: path in the context / stage / host; NULL = "."
+                       cache: path in `from` that the new cache copies */
+  char *from;       /* bind: stage name or index; NULL = the build context;
+                       cache: the stage whose tree a new cache starts from */
   bool rw;          /* bind: rw/readwrite given (RUN: writes go to a copy and
                        are discarded, as BuildKit; without it RUN's bind
                        mounts are read-only) */

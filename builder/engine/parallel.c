@@ -206,7 +206,7 @@ pull_shared_bases (build_t *b, ib_error_t *err)
           /* the stage reports it */
           continue;
         }
-      int idx = stage_index (b, image);
+      int idx = stage_index_before (b, image, i);
       if ((idx >= 0 && (size_t) idx < i) || strcmp (image, "scratch") == 0)
         continue;
       cleanup_free char *key = xasprintf ("%s\n%s", image, want ? want : "");

@@ -232,6 +232,8 @@ put_stage (ib_buf_t *b, const json_t *plan, const json_t *st)
     put_stage_ref (b, plan, json_integer_value (v));
   }
   ib_buf_append (b, (char[]){ '\n' }, 1);
+  json_array_foreach (json_object_get (st, "copies_from_images"), i, v)
+    ib_buf_printf (b, "  copies from image %s\n", json_string_value (v));
   prev_run_t prev = { NULL, 0 };
   json_array_foreach (json_object_get (st, "steps"), i, v)
     put_step (b, v, &prev);

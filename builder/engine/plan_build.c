@@ -230,7 +230,7 @@ plan_stage (build_t *b, stage_state_t *st, json_t *js, ib_error_t *err)
           json_object_set_new (js, "line", json_integer (in->line));
           if (want)
             json_object_set_new (js, "platform", json_string (want));
-          int idx = stage_index (b, image);
+          int idx = stage_index_before (b, image, (size_t) (st - b->stages));
           if (idx >= 0 && (size_t) idx < (size_t) (st - b->stages))
             {
               stage_state_t *src = &b->stages[idx];
@@ -282,6 +282,24 @@ plan_stage (build_t *b, stage_state_t *st, json_t *js, ib_error_t *err)
             }
           json_array_append_new (outputs, o);
           continue;
+        }
+      const char *from = (in->kind == IB_I_COPY || in->kind == IB_I_ADD)
+                             ? ib_instr_flag (in, "from") : NULL;
+      cleanup_free char *fx = NULL;
+      if (from && expand (b, st, from, &fx, NULL) == 0 && stage_index (b, fx) < 0
+          && strspn (fx, "0123456789") != strlen (fx))
+        {
+          /* COPY --from=IMAGE: pulled by the step (image_source) */
+          json_t *images = json_object_get (js, "copies_from_images");
+          if (images == NULL)
+            json_object_set_new (js, "copies_from_images", images = json_array ());
+          bool seen = false;
+          size_t k;
+          json_t *v;
+          json_array_foreach (images, k, v)
+            seen |= strcmp (json_string_value (v), fx) == 0;
+          if (!seen)
+            json_array_append_new (images, json_string (fx));
         }
       json_t *step = json_object ();
       json_array_append_new (steps, step);

@@ -630,7 +630,7 @@ ib_recipe_stage (const ib_recipe_t *r, const char *name_or_index)
         return NULL;
       return &r->stages[idx];
     }
-  for (size_t i = 0; i < r->n_stages; i++)
+  for (size_t i = r->n_stages; i-- > 0;)
     if (r->stages[i].name && strcasecmp (r->stages[i].name, name_or_index) == 0)
       return &r->stages[i];
   return NULL;

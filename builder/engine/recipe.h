@@ -187,7 +187,10 @@ int ib_recipe_parse (const char *path, const char *text, ib_recipe_t **out, ib_e
 /* Free a recipe and everything it owns; NULL is fine. */
 void ib_recipe_free (ib_recipe_t *r);
 
-/* Find a stage by name (case-insensitive) or decimal index; NULL if none. */
+/* Find a stage by name (case-insensitive) or decimal index; NULL if none.
+ * A name given to several stages finds the last of them, as BuildKit's
+ * --target and COPY --from do (dockerfile2llb keeps the last stage of each
+ * name). */
 const ib_stage_t *ib_recipe_stage (const ib_recipe_t *r, const char *name_or_index);
 
 /* Variable lookup for expansion: returns the value or NULL if unset, or

@@ -489,14 +489,8 @@ parse_from (struct parser *p, ib_instr_t *in, char **stage_name)
                           "'-', '_' and '.', got '%s'",
                           exn);
         }
-      for (size_t i = 0; i < p->r->n_stages; i++)
-        if (p->r->stages[i].name && strcmp (p->r->stages[i].name, name) == 0)
-          {
-            cleanup_free char *exn = excerpt (w[2]);
-            free (name);
-            return perr_at (p, p->text_off + offs[2], "a stage name must be unique, got '%s' twice",
-                            exn);
-          }
+      /* A name used twice is no error: BuildKit warns (its DuplicateStageName
+       * check) and builds; the build says which stage each use means. */
       *stage_name = name;
     }
   free (in->text);

@@ -195,8 +195,10 @@ run_key_text (build_t *b, stage_state_t *st, const ib_instr_t *in, char **argv,
       const ib_mount_spec_t *ms = &spec->mounts[k++];
       if (ms->type == IB_MSPEC_BIND && ms->from == NULL)
         key_context_path (b, &t, ms->source ? ms->source : ".", NULL);
-      else if (ms->type == IB_MSPEC_BIND)
+      else if (ms->from && ms->type != IB_MSPEC_TMPFS)
         {
+          /* bind from=, and cache from= (the base of a new cache: an
+           * input of the step, as in BuildKit's LLB) */
           stage_state_t *src = earlier_stage (b, st, ms->from);
           ib_buf_printf (&t, "stage %s\n", src ? src->key : "none");
         }
@@ -222,17 +224,61 @@ run_key_text (build_t *b, stage_state_t *st, const ib_instr_t *in, char **argv,
   return ib_buf_steal (&t);
 }
 
-/* RUN --mount=type=bind,from=STAGE reads STAGE's tree: make it. */
+/* RUN --mount=type=bind|cache,from=STAGE reads STAGE's tree: make it. */
 static int
 ensure_mount_sources (build_t *b, stage_state_t *st, const ib_run_spec_t *spec, ib_error_t *err)
 {
   for (size_t k = 0; k < spec->n_mounts; k++)
     {
       const ib_mount_spec_t *ms = &spec->mounts[k];
-      stage_state_t *src = ms->type == IB_MSPEC_BIND && ms->from ? earlier_stage (b, st, ms->from)
-                                                                  : NULL;
+      stage_state_t *src = ms->type != IB_MSPEC_TMPFS && ms->from ? earlier_stage (b, st, ms->from)
+                                                                   : NULL;
       if (src && ensure_rootfs (b, src, err) < 0)
         return -1;
+    }
+  return 0;
+}
+
+/* RUN --mount=type=cache,from=STAGE[,source=P]: BuildKit's "base of the
+ * cache mount".  A cache of its own for the id and that base (BuildKit
+ * keys a based cache by id and base), made as a copy of STAGE's P when
+ * new.  Sets ids[k] (ids: n_mounts entries, each "" on entry) to that
+ * cache's id for each such mount of `spec`. */
+static int
+cache_bases (build_t *b, stage_state_t *st, const ib_run_spec_t *spec, char **ids,
+             ib_error_t *err)
+{
+  for (size_t k = 0; k < spec->n_mounts; k++)
+    {
+      const ib_mount_spec_t *ms = &spec->mounts[k];
+      if (ms->type != IB_MSPEC_CACHE || ms->from == NULL)
+        continue;
+      stage_state_t *src = earlier_stage (b, st, ms->from);
+      if (src == NULL)
+        return ib_error_set (err, ENOENT, "--mount=type=cache,from=%s: no earlier stage of that "
+                             "name", ms->from);
+      const char *source = ms->source ? ms->source : "/";
+      free (ids[k]);
+      ids[k] = xasprintf ("%s from %s:%s", ms->id ? ms->id : ms->target, src->key, source);
+      cleanup_free char *dir = NULL, *base = NULL;
+      bool created = false;
+      if (ib_store_cache_mount_dir (b->store, ids[k], true, &dir, &created, err) < 0)
+        return -1;
+      if (!created)
+        continue;
+      struct stat sb;
+      ib_copy_opts_t co = { .chmod = -1 };
+      if (ib_root_resolve (src->rootfs, source, true, &base, err) < 0
+          || (stat (base, &sb) < 0 && ib_error_sys (err, errno, "%s", source) < 0)
+          || (!S_ISDIR (sb.st_mode)
+              && ib_error_set (err, ENOTDIR, "%s is not a directory", source) < 0)
+          || ib_copy_into (base, dir, true, &co, err) < 0)
+        {
+          ib_error_t e2 = NULL;
+          ib_rm_rf (dir, &e2); /* made again next time */
+          ib_error_free (&e2);
+          return ib_error_prefix (err, "--mount=type=cache,from=%s,source=%s", ms->from, source);
+        }
     }
   return 0;
 }
@@ -399,6 +445,10 @@ run_step (build_t *b, stage_state_t *st, const ib_instr_t *in, const ib_run_spec
   gid_t gid;
   if (resolve_user (st, &uid, &gid, err) < 0)
     return -1;
+  /* USER's supplementary groups from the image's /etc/group, as runc's
+   * additionalGids in BuildKit */
+  cleanup_free gid_t *groups = NULL;
+  size_t n_groups = ib_lookup_groups (st->rootfs, config_string (st->config, "User"), &groups);
   /* the heredoc script (RUN <<EOF with "#!"): a file of its own */
   ib_run_mounts_t mounts = { 0 };
   ib_mount_t script_mount = { 0 };
@@ -422,6 +472,28 @@ run_step (build_t *b, stage_state_t *st, const ib_instr_t *in, const ib_run_spec
     }
   /* The build's --device, then the step's */
   ib_run_spec_t all = *spec;
+  /* cache mounts with from=: their own caches, made from the stage */
+  cleanup_free ib_mount_spec_t *mspecs = NULL;
+  cleanup_strv char **cache_ids = NULL;
+  if (spec->n_mounts)
+    {
+      for (size_t k = 0; k < spec->n_mounts; k++)
+        ib_strv_push (&cache_ids, "");
+      if (cache_bases (b, st, spec, cache_ids, err) < 0)
+        {
+          ib_run_mounts_free (&mounts);
+          return -1;
+        }
+      mspecs = xmalloc (spec->n_mounts * sizeof (ib_mount_spec_t));
+      memcpy (mspecs, spec->mounts, spec->n_mounts * sizeof (ib_mount_spec_t));
+      for (size_t k = 0; k < spec->n_mounts; k++)
+        if (*cache_ids[k])
+          {
+            mspecs[k].id = cache_ids[k];
+            mspecs[k].from = mspecs[k].source = NULL;
+          }
+      all.mounts = mspecs;
+    }
   cleanup_strv char **devices = ib_strv_dup (b->opts->devices);
   for (char **d = spec->devices; d && *d; d++)
     ib_strv_push (&devices, *d);
@@ -439,6 +511,8 @@ run_step (build_t *b, stage_state_t *st, const ib_instr_t *in, const ib_run_spec
     .cwd = ro.cwd,
     .uid = uid,
     .gid = gid,
+    .groups = groups,
+    .n_groups = n_groups,
     .tail_lines = TAIL_LINES,
     .tail = &tail,
     .provide_etc_files = true, /* DNS in images without /etc/resolv.conf */

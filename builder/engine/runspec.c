@@ -160,6 +160,9 @@ static int
 cache_source (const ib_run_env_t *o, const ib_mount_spec_t *ms, const char *shown,
               ib_run_mounts_t *r, char **dir, ib_error_t *err)
 {
+  if (ms->from)
+    return ib_error_set (err, ENOTSUP, "%s: from= of a cache mount names a build stage: only a "
+                         "RUN step of a build can use it", shown);
   const char *id = ms->id ? ms->id : ms->target;
   bool created = false;
   if (ib_store_cache_mount_dir (o->store, id, true, dir, &created, err) < 0)

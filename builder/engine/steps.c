@@ -131,7 +131,8 @@ run_stage (build_t *b, stage_state_t *st, ib_error_t *err)
   ib_strv_push (&st->shell, "-c");
   st->no_cache = b->opts->no_cache;
   for (char **f = b->opts->no_cache_filter; f && *f; f++)
-    if (ib_recipe_stage (b->recipe, *f) == def)
+    if (ib_recipe_stage (b->recipe, *f) == def
+        || (def->name && strcasecmp (def->name, *f) == 0)) /* each stage of a name */
       st->no_cache = true;
   st->n_steps = 0;
   for (size_t i = 0; i < def->n_instrs; i++)

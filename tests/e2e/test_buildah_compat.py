@@ -138,6 +138,38 @@ COPY hello_world.sh /tmp/
 COPY --from=linked /opt/bin/myexe /usr/bin/
 COPY pair/* /onefile
 """, {}),
+
+    # (A stage name used twice is not compared here: for FROM NAME buildah
+    # 1.28 took the last stage of the name before it, as BuildKit does, when
+    # run as root, but the first one when run unprivileged; test_dropin.py
+    # holds BuildKit's answer.)
+
+    # COPY --from=IMAGE (an image reference, not a stage): the image's files.
+    "copy-from-image": ("""
+FROM {base}
+COPY --from={base} /etc/os-release /opt/os-release-copy
+COPY --from={base} /usr/share/doc/sed/ /opt/sed-doc/
+""", {}),
+
+    # USER's supplementary groups: the groups of /etc/group listing the
+    # user, when USER names no group (runc's GetExecUser, which BuildKit
+    # uses for a step's additional gids), found by name or by uid; none with
+    # an explicit group or for a user no group lists.
+    "user-groups": ("""
+FROM {base}
+RUN groupadd -g 1500 extra && groupadd -g 1600 other \\
+    && useradd -u 1500 -g 1500 -G extra,audio,other u1 && useradd -u 1700 solo
+USER u1
+RUN id -G > /tmp/g-name
+USER 1500
+RUN id -G > /tmp/g-uid
+USER u1:other
+RUN id -G > /tmp/g-explicit
+USER solo
+RUN id -G > /tmp/g-solo
+USER root
+RUN id -G > /tmp/g-root
+""", {}),
 }
 
 
@@ -577,7 +609,8 @@ def tree_diff(a, b):
 
 # Files whose content is the output of `id` (or `pwd`, `id -un`) in a RUN
 # under USER.
-USER_DEPENDENT = ("/tmp/shell-out", "/tmp/user-run")
+USER_DEPENDENT = ("/tmp/shell-out", "/tmp/user-run", "/tmp/g-name", "/tmp/g-uid",
+                  "/tmp/g-explicit", "/tmp/g-solo", "/tmp/g-root")
 
 
 def single_id_mode():

@@ -199,3 +199,65 @@ def test_copy_semantics_buildkit(tmp_path):
     assert not cached["COPY links/ /links/"] and cached["COPY one.txt two.txt /onefile"], r.err
     links = layer_members(store, "copysem:latest")[-1]
     assert links["links/a"][0].isreg() and links["links/b"][0].isreg()
+
+
+# .dockerignore with exceptions, as BuildKit applies it (moby/patternmatcher
+# MatchesUsingParentResults: the last pattern matching a path or one of its
+# parents decides; tonistiigi/fsutil's walker: an excluded directory is
+# walked for the exceptions below it, and sent only with an included child).
+# The rules are podman's and buildah's own .dockerignore test
+# (tests/bud/dockerignore); buildah 1.28 differs from BuildKit there
+# (subdir2/sub1 stays excluded: its walker skips an excluded directory that
+# no exception names literally), so the expected trees are BuildKit's.
+IGNORE_CASES = {
+    "exceptions": (
+        "# comment\ntest*\n!test2*\nsubdir1\nsubdir2\n!*/sub1*\n!subdir1/sub3*\n",
+        ["test1", "test1.txt", "test2", "test2.txt", "subdir1/sub1", "subdir1/sub1.txt",
+         "subdir1/sub2", "subdir1/sub2.txt", "subdir1/sub3", "subdir1/sub3.txt",
+         "subdir2/sub1", "subdir2/sub1.txt", "subdir2/sub2", "subdir2/sub2.txt",
+         "subdir3/sub2", "comment"],
+        # .dockerignore and the Dockerfile are context files like the others
+        [".dockerignore", "Dockerfile", "busybox", "comment", "subdir1", "subdir1/sub1",
+         "subdir1/sub1.txt", "subdir1/sub3", "subdir1/sub3.txt", "subdir2", "subdir2/sub1",
+         "subdir2/sub1.txt", "subdir3", "subdir3/sub2", "test2", "test2.txt"]),
+    # everything excluded but what an exception names: .dockerignore and the
+    # Dockerfile too; subdir only for the file an exception includes
+    "star": (
+        "*\n!busybox\nsubdir\n!*/sub1*\n",
+        ["subdir/sub1", "subdir/other", "top"],
+        ["busybox", "subdir", "subdir/sub1"]),
+    # rules after an exception apply below it
+    "after-exception": (
+        "*\n!busybox\n!src\n**/*.in\nsrc/etc\n",
+        ["src/a.c", "src/a.in", "src/etc/conf", "src/sub/b.in", "src/sub/b.c", "top.in",
+         "other"],
+        ["busybox", "src", "src/a.c", "src/sub", "src/sub/b.c"]),
+}
+
+
+def test_dockerignore_exceptions_as_buildkit(tmp_path):
+    store = tmp_path / "store"
+    for name, (rules, files, want) in IGNORE_CASES.items():
+        c = tmp_path / name
+        for f in files:
+            write(c / f, f + "\n")
+        write(c / ".dockerignore", rules)
+        shutil.copy("/bin/busybox", c / "busybox")
+        write(c / "Dockerfile", f"FROM scratch\nCOPY ./ /c/\nCOPY busybox /bin/busybox\n"
+                                f"OUTPUT type=image,name=ign:{name}\n")
+        r = imgbuild("build", c, store=store)
+        assert r.rc == 0, r
+        got = [p[3:] for p in tree(store, f"ign:{name}", "/c") if p != "/c"]
+        assert got == sorted(want), (name, got)
+    # a file the rules exclude changes: the COPY stays cached; one an
+    # exception includes changes: it runs
+    c = tmp_path / "exceptions"
+    write(c / "subdir2/sub2.txt", "changed\n")
+    write(c / "test1", "changed\n")
+    r = imgbuild("build", c, store=store)
+    assert r.rc == 0, r
+    assert all(l.endswith(" CACHED") for l in steps(r)), r.err
+    write(c / "subdir2/sub1.txt", "changed\n")
+    r = imgbuild("build", c, store=store)
+    assert r.rc == 0, r
+    assert not steps(r)[0].endswith(" CACHED"), r.err

@@ -192,6 +192,45 @@ OUTPUT type=local,dest={out},src=/got
         assert (out / "got").read_text() == "made\n"
 
 
+def test_a_stage_name_used_twice_warns_and_builds(dstore, base_image, tmp_path):
+    """A stage name given twice (here in two cases: BuildKit lower-cases stage
+    names) is BuildKit's DuplicateStageName warning, not an error; as in
+    dockerfile2llb (addState, findStateByName), FROM finds the last stage of
+    the name before it, COPY --from and --target the last of the file."""
+    ctx = tmp_path / "ctx"
+    out = tmp_path / "out"
+    write(ctx / "Dockerfile", f"""FROM {base_image} AS base
+RUN echo one > /which
+FROM {base_image} AS Base
+RUN echo two > /which
+FROM BASE AS mid
+RUN cp /which /from-base
+FROM {base_image} AS base
+RUN echo three > /which
+FROM mid
+COPY --from=base /which /copied
+OUTPUT type=local,dest={out}/final,src=/from-base
+OUTPUT type=local,dest={out}/final,src=/copied
+""")
+    for jobs in ("1", "2"):
+        r = imgbuild("build", "-j", jobs, "--no-cache", ctx, store=dstore)
+        assert r.rc == 0, r
+        assert "Dockerfile:3: the stage name 'base' is also used on line 1" in r.err, r.err
+        assert "Dockerfile:7: the stage name 'base' is also used on line 3" in r.err, r.err
+        assert (out / "final/from-base").read_text() == "two\n"
+        assert (out / "final/copied").read_text() == "three\n"
+    r = imgbuild("plan", ctx, store=dstore)
+    assert r.rc == 0, r
+    assert "stage 2 mid\n  from: stage 1 base\n" in r.out, r.out
+    assert "depends on: 2 mid, 3 base" in r.out, r.out
+    r = imgbuild("build", "--target", "base", "-t", "dup:target", ctx, store=dstore)
+    assert r.rc == 0, r
+    layers = config_of(dstore, "dup:target")["rootfs"]["diff_ids"]
+    r = imgbuild("build", "--target", "3", "-t", "dup:third", ctx, store=dstore)
+    assert r.rc == 0, r
+    assert config_of(dstore, "dup:third")["rootfs"]["diff_ids"] == layers
+
+
 @pytest.mark.parametrize("recipe,message", [
     ("ARG BASE\nFROM ${BASE}\n", "Dockerfile:2: FROM: ${BASE}: BASE is not set (give --build-arg "
                                  "BASE=..., or a default: ARG BASE=... before the first FROM)"),
@@ -224,6 +263,42 @@ def test_single_id_mode_by_default_says_what_is_lost(dstore, tmp_path):
     r = imgbuild("build", "--no-cache", ".", store=tmp_path / "s", cwd=tmp_path,
                  env={"IMGBUILD_USERNS": "single"})
     assert r.rc == 0 and "single-id mode:" not in r.err, r
+
+
+def test_copy_from_an_image(dstore, registry, base_image, tmp_path):
+    """COPY --from=IMAGE (BuildKit: "--from: image, stage or context name"):
+    the image is pulled when the store lacks it and its files copied;
+    `imgbuild plan` names it.  A stage defined after the step is not taken
+    for an image."""
+    ctx = tmp_path / "ctx"
+    out = tmp_path / "out"
+    # an image of our own in the registry, not in the store
+    src = tmp_path / "src"
+    write(src / "Dockerfile", f"FROM {base_image}\nRUN echo from-the-image > /made && chown 7:8 /made\n")
+    ref = f"{registry}/copy-src:1"
+    sstore = tmp_path / "src-store"
+    r = imgbuild("build", "-t", ref, src, store=sstore)
+    assert r.rc == 0, r
+    r = imgbuild("push", ref, ref, store=sstore)
+    assert r.rc == 0, r
+    write(ctx / "Dockerfile", f"""FROM scratch
+COPY --from={ref} /made /got
+COPY --from={base_image} /etc/os-release /os-release
+OUTPUT type=local,dest={out}
+""")
+    r = imgbuild("build", ctx, store=dstore)
+    assert r.rc == 0, r
+    assert (out / "got").read_text() == "from-the-image\n"
+    assert "Debian" in (out / "os-release").read_text()
+    r = imgbuild("plan", ctx, store=dstore)
+    assert r.rc == 0, r
+    assert f"copies from image {ref}" in r.out, r.out
+    # a stage defined later is no image
+    write(ctx / "Dockerfile", f"FROM scratch\nCOPY --from=later /x /x\nFROM {base_image} AS later\n")
+    r = imgbuild("build", "--target", "0", ctx, store=dstore)
+    assert r.rc != 0
+    assert "Dockerfile:2: COPY: --from=later: the stage is defined after this step (line 3)" \
+        in r.err, r.err
 
 
 def test_map_mode_without_a_range_names_the_fix(tmp_path):

@@ -85,3 +85,43 @@ OUTPUT type=local,dest={out}
                            "home/builder/tree/sub/f"}, owners
     expected = (0, 0) if mode_in_force() == "single" else (1234, 1234)
     assert set(owners.values()) == {expected}, (mode_in_force(), owners)
+
+
+def test_user_gets_its_supplementary_groups(registry, base_image, store, tmp_path):
+    """A RUN under USER gets the groups /etc/group lists the user in, as
+    runc's GetExecUser gives BuildKit's steps (additional gids): when USER
+    names no group, found by name or by uid; none with USER user:group.
+    In the single-id mode only one gid is mapped and setgroups(2) is denied:
+    the step runs as 0:0 with the groups imgbuild was started with, seen as
+    0 (the caller's own group) or the overflow gid 65534
+    (docs/security.md)."""
+    out = tmp_path / "out"
+    recipe = tmp_path / "groups.recipe"
+    recipe.write_text(f"""
+FROM {base_image}
+RUN groupadd -g 1500 extra && groupadd -g 1600 other \\
+    && useradd -u 1500 -g 1500 -G extra,audio,other u1 && useradd -u 1700 solo \\
+    && mkdir /g && chmod 1777 /g
+USER u1
+RUN id -G > /g/name
+USER 1500
+RUN id -G > /g/uid
+USER u1:other
+RUN id -G > /g/explicit
+USER solo
+RUN id -G > /g/solo
+USER root
+RUN id -G > /g/root
+OUTPUT type=local,dest={out},src=/g
+""")
+    r = imgbuild("build", recipe, store=store, cwd=tmp_path)
+    assert r.rc == 0, r
+    got = {f: (out / f).read_text().split() for f in ("name", "uid", "explicit", "solo", "root")}
+    if mode_in_force() == "single":
+        for f, ids in got.items():
+            assert ids[0] == "0" and set(ids) <= {"0", "65534"}, (f, got)
+    else:
+        # `id -G`: the effective gid first, then the supplementary groups
+        # (audio is gid 29 in Debian's base-passwd)
+        assert got == {"name": ["1500", "29", "1600"], "uid": ["1500", "29", "1600"],
+                       "explicit": ["1600"], "solo": ["1700"], "root": ["0"]}, got

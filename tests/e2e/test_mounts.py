@@ -121,6 +121,48 @@ OUTPUT type=local,dest={out}
         in r.err, r.err
 
 
+def test_cache_mount_from_a_stage(mstore, base_image, tmp_path):
+    """RUN --mount=type=cache,from=STAGE[,source=P] (BuildKit: "build stage,
+    context, or image name to use as a base of the cache mount"; source:
+    "subpath in the from to mount"): a new cache starts as a copy of that
+    tree, the step's writes stay in it for the next build, and a change of
+    the stage is another base, so another cache."""
+    out = tmp_path / "out"
+
+    def recipe(seed):
+        return write(tmp_path / "r.recipe", f"""
+FROM {base_image} AS seed
+RUN mkdir -p /opt/s/sub && echo {seed} > /opt/s/sub/seed && chown 5:6 /opt/s/sub/seed
+FROM {base_image} AS use
+RUN --mount=type=cache,target=/c,from=seed,source=/opt/s,id=seeded \
+    sh -c 'cat /c/sub/seed > /got; stat -c %u:%g /c/sub/seed >> /got; ls /c >> /got; \
+           n=$(cat /c/count 2>/dev/null || echo 0); echo $((n+1)) > /c/count; echo $n >> /got'
+RUN --mount=type=cache,target=/w,from=seed,id=whole cat /w/opt/s/sub/seed > /got-whole
+OUTPUT type=local,dest={out}
+""")
+
+    owner = "0:0" if os.environ.get("IMGBUILD_USERNS") == "single" and os.geteuid() != 0 \
+        else "5:6"
+    r = imgbuild("build", recipe("one"), store=mstore, cwd=tmp_path)
+    assert r.rc == 0, r
+    assert (out / "got").read_text() == f"one\n{owner}\nsub\n0\n"
+    assert (out / "got-whole").read_text() == "one\n"
+    # the step's write stays in that cache (the seed stage from the build
+    # cache: the same base)
+    r = imgbuild("build", recipe("one"), "--no-cache-filter", "use", store=mstore, cwd=tmp_path)
+    assert r.rc == 0, r
+    assert (out / "got").read_text() == f"one\n{owner}\ncount\nsub\n1\n"
+    # another seed: another base, a fresh cache from it
+    r = imgbuild("build", recipe("two"), store=mstore, cwd=tmp_path)
+    assert r.rc == 0, r
+    assert (out / "got").read_text() == f"two\n{owner}\nsub\n0\n"
+    # an unknown stage is an error naming it
+    bad = write(tmp_path / "bad.recipe",
+                f"FROM {base_image}\nRUN --mount=type=cache,target=/c,from=nope true\n")
+    r = imgbuild("build", bad, store=mstore, cwd=tmp_path)
+    assert r.rc != 0 and "from=nope: no earlier stage of that name" in r.err, r
+
+
 @pytest.mark.parametrize("flag,message", [
     ("--security=insecure", "--security=insecure is not supported"),
     ("--mount=type=secret,id=x,target=/s,required", "secret x: not given"),

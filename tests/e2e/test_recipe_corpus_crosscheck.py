@@ -89,6 +89,7 @@ _ONBUILD_EXPRESSION = 'BuildKit rebuilds ONBUILD\'s expression as its line + "\\
 _OUTPUT = "OUTPUT is imgbuild's own instruction (docs/recipe.md), unknown to dockerfile-ast and dockerfile-utils"
 _FLAGS_END = "dockerfile-ast does not end the flags at a bare -- (BuildKit's extractBuilderFlags does)"
 _QUOTED_FLAG = "dockerfile-ast does not remove quotes in flag values, and splits a quoted value at its space (BuildKit's extractBuilderFlags honours the quotes)"
+_DUPLICATE_STAGE = "dockerfile-utils reports a stage name used twice as an error; BuildKit reports it as a warning (its DuplicateStageName check) and builds, which ours follows"
 KNOWN = {
     ('bad-flag', 'validator'):
         ('error on line 3',
@@ -110,6 +111,14 @@ KNOWN = {
         (['"quoted name"', '/dst/'],
          ['"quoted', 'name"', '/dst/'],
          _QUOTED_COPY_WORDS),
+    ('from-duplicate-stage-name', 'validator line 4'):
+        ('no error',
+         'duplicate name base',
+         _DUPLICATE_STAGE),
+    ('from-duplicate-stage-name', 'validator line 6'):
+        ('no error',
+         'duplicate name base',
+         _DUPLICATE_STAGE),
     ('directive-unknown-stops', 'validator line 5'):
         ('no error',
          'Unknown instruction: B',

@@ -95,6 +95,23 @@ test_exceptions_last_match_wins (void **state)
   ig = ib_ignore_parse ("tmp\n");
   assert_false (ib_ignore_may_include_below (ig, "tmp"));
   ib_ignore_free (ig);
+  /* only an exception after the last rule matching the directory can
+   * include something below it: `!src` matches src/etc as a parent, but
+   * `src/etc` (later) decides for everything below src/etc */
+  ig = ib_ignore_parse ("*\n!src\n**/*.in\nsrc/etc\n");
+  assert_false (ib_ignore_excluded (ig, "src"));
+  assert_true (ib_ignore_excluded (ig, "src/a.in"));
+  assert_true (ib_ignore_excluded (ig, "src/etc/conf"));
+  assert_false (ib_ignore_excluded (ig, "src/a.c"));
+  assert_false (ib_ignore_may_include_below (ig, "src/etc"));
+  assert_false (ib_ignore_may_include_below (ig, "src/a.in"));
+  ib_ignore_free (ig);
+  /* a wildcard exception may include below any excluded directory */
+  ig = ib_ignore_parse ("*\nsubdir\n!*/sub1*\n");
+  assert_true (ib_ignore_may_include_below (ig, "subdir"));
+  assert_false (ib_ignore_excluded (ig, "subdir/sub1.txt"));
+  assert_true (ib_ignore_excluded (ig, "subdir/other"));
+  ib_ignore_free (ig);
 }
 
 static void

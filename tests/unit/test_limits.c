@@ -497,7 +497,8 @@ test_ids (void **state)
   mkdir (etc, 0755);
   write_text (pw, "root:x:0:0::/root:/bin/sh\nbig:x:99999999999999:0::/:/bin/sh\n"
                   "app:x:1000:1000::/home/app:/bin/sh\n");
-  write_text (gr, "root:x:0:\nhuge:x:4294967295:\n");
+  write_text (gr, "root:x:0:\nhuge:x:4294967295:app\ndev:x:50:other,app\nbad:x:5x:app\n"
+                  "short:x:60\nops:x:70:app\nappish:x:80:apps,ap\n");
   uid_t u;
   gid_t g;
   ib_error_t err = NULL;
@@ -525,6 +526,25 @@ test_ids (void **state)
   assert_int_equal (ib_lookup_user (root, "app:huge", &u, &g, &err), -1);
   assert_int_equal (err->status, ERANGE);
   ib_error_free (&err);
+  /* supplementary groups: groups listing the user's passwd name, by name
+   * or uid, only when no group is named; a gid out of range, one that is
+   * not a number and a line without a member list are skipped */
+  gid_t *gids = NULL;
+  assert_int_equal (ib_lookup_groups (root, "app", &gids), 2);
+  assert_int_equal (gids[0], 50);
+  assert_int_equal (gids[1], 70);
+  free (gids);
+  assert_int_equal (ib_lookup_groups (root, "1000", &gids), 2);
+  assert_int_equal (gids[1], 70);
+  free (gids);
+  assert_int_equal (ib_lookup_groups (root, "app:", &gids), 2);
+  free (gids);
+  assert_int_equal (ib_lookup_groups (root, "app:dev", &gids), 0);
+  assert_null (gids);
+  assert_int_equal (ib_lookup_groups (root, "4242", &gids), 0);
+  assert_int_equal (ib_lookup_groups (root, "", &gids), 0);
+  assert_int_equal (ib_lookup_groups (root, NULL, &gids), 0);
+  assert_null (gids);
   /* a name with an escape sequence is masked in the message */
   assert_int_equal (ib_lookup_user (root, "ev\x1b[2Jil", &u, &g, &err), -1);
   assert_string_equal (err->msg, "user 'ev?[2Jil' not found in the image's /etc/passwd");

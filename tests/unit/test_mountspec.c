@@ -53,6 +53,12 @@ test_cache_and_tmpfs (void **state)
   assert_null (m.id);
   assert_int_equal (m.mode, 0755);
   ib_mount_spec_clear (&m);
+  /* BuildKit: from= is the base of the cache, source= a path in it */
+  assert_int_equal (ib_mount_spec_parse ("type=cache,target=/c,from=seed,source=/opt/s", &m, &err),
+                    0);
+  assert_string_equal (m.from, "seed");
+  assert_string_equal (m.source, "/opt/s");
+  ib_mount_spec_clear (&m);
   assert_int_equal (ib_mount_spec_parse ("type=tmpfs,destination=/t,size=64m", &m, &err), 0);
   assert_int_equal (m.type, IB_MSPEC_TMPFS);
   assert_string_equal (m.size, "64m");
@@ -159,7 +165,10 @@ test_errors (void **state)
   check_error ("type=cache,target=/x,sharing=maybe",
                "--mount=type=cache,target=/x,sharing=maybe: sharing takes shared, private or locked, got 'maybe'");
   check_error ("type=cache,target=/x,mode=99", "--mount=type=cache,target=/x,mode=99: bad mode '99'");
-  check_error ("type=cache,target=/x,from=a", "--mount=type=cache,target=/x,from=a: a cache mount with from= or source= is not supported");
+  check_error ("type=cache,target=/x,source=/a",
+               "--mount=type=cache,target=/x,source=/a: a cache mount's source= is a path in from=, which is missing");
+  check_error ("type=tmpfs,target=/x,from=a",
+               "--mount=type=tmpfs,target=/x,from=a: from= and source= are for type=bind and type=cache");
   check_error ("type=tmpfs,target=/x,size=big", "--mount=type=tmpfs,target=/x,size=big: bad size 'big' (bytes, or k, m, g, t, or N%)");
   check_error ("type=bind,target=/x,size=1", "--mount=type=bind,target=/x,size=1: size= is for type=tmpfs");
   check_error ("target=/x,rw=perhaps", "--mount=target=/x,rw=perhaps: rw takes true or false, got 'perhaps'");
