@@ -291,6 +291,7 @@ enum
   OPT_NETWORK,
   OPT_PULL,
   OPT_LABEL,
+  OPT_BUILD_CONTEXT,
 };
 
 /* --secret VALUE or --ssh VALUE into *s; a malformed one is a usage error. */
@@ -328,13 +329,15 @@ cmd_build (int argc, char **argv, ib_error_t *err)
     { "network", required_argument, NULL, OPT_NETWORK },
     { "pull", optional_argument, NULL, OPT_PULL },
     { "label", required_argument, NULL, OPT_LABEL },
+    { "build-context", required_argument, NULL, OPT_BUILD_CONTEXT },
     SANDBOX_EXTRA_OPTIONS,
     REGISTRY_OPTIONS,                              GLOBAL_OPTIONS,
     { NULL, 0, NULL, 0 },
   };
   cleanup_strv char **args = NULL, **outputs = NULL, **tags = NULL, **devices = NULL,
                     **cdi_dirs = NULL, **no_cache_filter = NULL, **cache_from = NULL,
-                    **cache_to = NULL, **annotations = NULL, **labels = NULL;
+                    **cache_to = NULL, **annotations = NULL, **labels = NULL,
+                    **contexts = NULL;
   bool no_cache = false, keep_on_failure = false, debug_shell = false, fail_fast = false,
        network_none = false;
   ib_pull_policy_t pull = IB_PULL_MISSING;
@@ -361,6 +364,12 @@ cmd_build (int argc, char **argv, ib_error_t *err)
             && strcmp (optarg, "default") != 0)
           usage_error ("build: --network takes host, none or default, got '%s'", optarg);
         network_none = strcmp (optarg, "none") == 0;
+        break;
+      case OPT_BUILD_CONTEXT:
+        if (strchr (optarg, '=') == NULL || *optarg == '=')
+          usage_error ("build: --build-context %s: expected NAME=DIR or NAME=docker-image://REF",
+                       optarg);
+        ib_strv_push (&contexts, optarg);
         break;
       case OPT_LABEL:
         if (strchr (optarg, '=') == NULL || *optarg == '=')
@@ -482,6 +491,7 @@ cmd_build (int argc, char **argv, ib_error_t *err)
   bo.network_none = network_none;
   bo.pull = pull;
   bo.labels = labels;
+  bo.build_contexts = contexts;
   bo.add_hosts = extras.add_hosts;
   bo.shm_size = extras.shm_size;
   bo.rlimits = extras.rlimits;

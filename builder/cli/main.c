@@ -33,7 +33,7 @@ static const char usage_text[] =
   "          [--secret id=ID[,src=FILE|,env=VAR]] [--ssh default|ID[=SOCKET]]\n"
   "          [--network host|none|default] [--pull[=always|missing|never]]\n"
   "          [--add-host NAME:IP] [--shm-size SIZE] [--ulimit NAME=SOFT[:HARD]]\n"
-  "          [--label KEY=VALUE]\n"
+  "          [--label KEY=VALUE] [--build-context NAME=DIR|NAME=docker-image://REF]\n"
   "                         build a recipe (a Dockerfile with OUTPUT); --matrix: once\n"
   "                         per combination of the values, then a summary\n"
   "  plan RECIPE [--build-arg K=V] [--matrix K=V1,V2...] [--target STAGE]\n"

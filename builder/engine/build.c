@@ -118,6 +118,11 @@ build_free (build_t *b)
     {
       stage_state_t *st = b->image_sources[i];
       ib_stage_t *def = (ib_stage_t *) st->def;
+      if (def->index == DIR_CONTEXT_INDEX)
+        {
+          free (st->rootfs); /* the user's directory: never removed */
+          st->rootfs = NULL;
+        }
       stage_state_free (st);
       free (def->name);
       free (def);
@@ -323,6 +328,8 @@ ib_build (ib_store_t *store, const ib_build_opts_t *opts, ib_error_t *err)
         ib_error_set (err, EINVAL, "--annotation %s: expected KEY=VALUE", *a);
         goto out;
       }
+  if (check_named_contexts (&b, err) < 0)
+    goto out;
   for (char *const *l = opts->labels; l && *l; l++)
     if (strchr (*l, '=') == NULL || **l == '=')
       {

@@ -82,6 +82,10 @@ typedef struct ib_build_opts
   int jobs;                  /* -j N: stages built at once (0 or 1: one after the other) */
   char **annotations;        /* --annotation KEY=VALUE: in the manifest of every image the
                               * build stores (image-spec annotations) */
+  char *const *build_contexts; /* --build-context NAME=VALUE (buildx's named contexts): VALUE
+                              * docker-image://REF (FROM NAME and COPY --from=NAME take REF)
+                              * or a directory (COPY --from=NAME copies from it, as from
+                              * the build context: files 0:0 unless --chown) */
   char *const *labels;       /* --label KEY=VALUE: config Labels of every image the build
                               * stores (over the recipe's LABELs); not inherited by a stage
                               * FROM another, and not part of any step's key */

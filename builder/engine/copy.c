@@ -176,6 +176,14 @@ do_copy (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err)
               fx = steal_pointer (&gx);
             }
         }
+      bool ctx_image = false;
+      const char *ctx = src_stage ? NULL : named_context (b, fx, &ctx_image);
+      if (ctx) /* --build-context NAME=docker-image://REF or NAME=DIR */
+        {
+          src_stage = ctx_image ? image_source (b, in, ctx, err) : dir_context_source (b, fx, ctx, err);
+          if (src_stage == NULL)
+            return -1;
+        }
       if (src_stage == NULL)
         {
           /* a stage defined later, or an index, is no image */
@@ -194,7 +202,8 @@ do_copy (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err)
 
   /* Files of the context are 0:0 unless --chown; COPY --from keeps the
    * source stage's owners unless --chown (BuildKit: no chown option). */
-  ib_copy_opts_t co = { .chmod = -1, .set_owner = from == NULL || chown_spec != NULL,
+  bool dir_ctx = src_stage && src_stage->def->index == DIR_CONTEXT_INDEX; /* as the context */
+  ib_copy_opts_t co = { .chmod = -1, .set_owner = from == NULL || chown_spec != NULL || dir_ctx,
                         .root = st->rootfs };
   cleanup_free char *chown_x = NULL;
   if (chown_spec && expand (b, st, chown_spec, &chown_x, err) < 0)

@@ -204,6 +204,19 @@ stage_state_t *earlier_stage (build_t *b, stage_state_t *st, const char *name);
  * digest); one per image per build.  `in`: the COPY, for its line.  NULL
  * with *err set when `image` is no reference or the pull fails. */
 stage_state_t *image_source (build_t *b, const ib_instr_t *in, const char *image, ib_error_t *err);
+/* --build-context NAME=VALUE: VALUE for `name` (the image reference of a
+ * docker-image:// value, *is_image true; else the directory), or NULL when
+ * the build names no such context. */
+const char *named_context (build_t *b, const char *name, bool *is_image);
+/* Check every --build-context (a name, docker-image://REF or an existing
+ * directory); EINVAL naming the bad one. */
+int check_named_contexts (build_t *b, ib_error_t *err);
+/* COPY --from=NAME of a directory context: a source "stage" whose tree is
+ * the directory (never removed: build_free knows it by def->index
+ * DIR_CONTEXT_INDEX) and whose key hashes its content. */
+#define DIR_CONTEXT_INDEX (-2)
+stage_state_t *dir_context_source (build_t *b, const char *name, const char *dir,
+                                   ib_error_t *err);
 bool config_serves (json_t *config, const char *os, const char *arch, const char *variant);
 int do_from (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err);
 int ensure_rootfs (build_t *b, stage_state_t *st, ib_error_t *err);

@@ -2,6 +2,9 @@
  * or an earlier stage), its platform, and the tree made lazily when a step
  * needs it. */
 #include "builder/engine/engine.h"
+#include <stdlib.h>
+#include <sys/stat.h>
+#include "oci/digest.h"
 #include "oci/registry.h"
 #include "oci/shortname.h"
 #include "oci/ref.h"
@@ -371,6 +374,89 @@ image_source (build_t *b, const ib_instr_t *in, const char *image, ib_error_t *e
   return s;
 }
 
+const char *
+named_context (build_t *b, const char *name, bool *is_image)
+{
+  size_t n = strlen (name);
+  for (char *const *c = b->opts->build_contexts; c && *c; c++)
+    if (strncmp (*c, name, n) == 0 && (*c)[n] == '=')
+      {
+        const char *v = *c + n + 1;
+        *is_image = ib_str_has_prefix (v, "docker-image://");
+        return *is_image ? v + strlen ("docker-image://") : v;
+      }
+  return NULL;
+}
+
+int
+check_named_contexts (build_t *b, ib_error_t *err)
+{
+  for (char *const *c = b->opts->build_contexts; c && *c; c++)
+    {
+      const char *eq = strchr (*c, '=');
+      if (eq == NULL || eq == *c)
+        return ib_error_set (err, EINVAL, "--build-context %s: expected NAME=VALUE", *c);
+      const char *v = eq + 1;
+      if (ib_str_has_prefix (v, "docker-image://"))
+        {
+          ib_ref_t ref;
+          if (ib_ref_parse (v + strlen ("docker-image://"), &ref, err) < 0)
+            return ib_error_prefix (err, "--build-context %s", *c);
+          ib_ref_free (&ref);
+          continue;
+        }
+      if (strstr (v, "://"))
+        return ib_error_set (err, ENOTSUP,
+                             "--build-context %s: only docker-image://REF and a directory are "
+                             "supported",
+                             *c);
+      struct stat sb;
+      if (stat (v, &sb) < 0 || !S_ISDIR (sb.st_mode))
+        return ib_error_set (err, ENOENT, "--build-context %s: %s is not a directory", *c, v);
+    }
+  return 0;
+}
+
+stage_state_t *
+dir_context_source (build_t *b, const char *name, const char *dir, ib_error_t *err)
+{
+  for (size_t i = 0; i < b->n_image_sources; i++)
+    if (b->image_sources[i]->def->index == DIR_CONTEXT_INDEX
+        && strcmp (b->image_sources[i]->def->name, name) == 0)
+      return b->image_sources[i];
+  char *real = realpath (dir, NULL);
+  if (real == NULL)
+    {
+      ib_error_sys (err, errno, "--build-context %s=%s", name, dir);
+      return NULL;
+    }
+  /* the key: every file's path, mode and bytes, as the context's COPY sources */
+  ib_sha256_t *h = ib_sha256_new ();
+  size_t entries = 0;
+  if (ib_cache_hash_path (real, h, &entries, err) < 0)
+    {
+      ib_sha256_free (h);
+      free (real);
+      ib_error_prefix (err, "--build-context %s", name);
+      return NULL;
+    }
+  stage_state_t *s = xmalloc (sizeof *s);
+  ib_stage_t *def = xmalloc (sizeof *def);
+  def->name = xstrdup (name);
+  def->index = DIR_CONTEXT_INDEX;
+  s->def = def;
+  s->rootfs = real;
+  s->rootfs_ready = true;
+  char digest[IB_DIGEST_LEN];
+  ib_sha256_final (h, digest);
+  cleanup_free char *text = xasprintf ("build-context %s %s", name, digest);
+  ib_cache_key (NULL, text, s->key);
+  b->image_sources = xrealloc (b->image_sources,
+                               (b->n_image_sources + 1) * sizeof (stage_state_t *));
+  b->image_sources[b->n_image_sources++] = s; /* freed with the build; the directory stays */
+  return s;
+}
+
 int
 do_from (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err)
 {
@@ -386,6 +472,22 @@ do_from (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err)
   if (ib_store_tmp_dir (b->store, "stage", &st->rootfs, err) < 0)
     return -1;
   int idx = stage_index_before (b, image, (size_t) (st - b->stages));
+  if (idx < 0 || (size_t) idx >= (size_t) (st - b->stages))
+    {
+      /* --build-context NAME=docker-image://REF: FROM NAME is REF */
+      bool is_image = false;
+      const char *ctx = named_context (b, image, &is_image);
+      if (ctx && !is_image)
+        return ib_error_set (err, EINVAL,
+                             "the build context %s is a directory; FROM takes an image "
+                             "(--build-context %s=docker-image://REF)",
+                             image, image);
+      if (ctx)
+        {
+          free (image);
+          image = xstrdup (ctx);
+        }
+    }
   step_line (b, st, "FROM", image, false, false);
   if (idx >= 0 && (size_t) idx < (size_t) (st - b->stages))
     {

@@ -448,3 +448,44 @@ def test_build_label(dstore, base_image, tmp_path):
     assert cfg2["rootfs"] == cfg["rootfs"]
     r = imgbuild("build", "--label", "novalue", ".", store=store, cwd=tmp_path)
     assert r.rc == 2 and "--label novalue: expected KEY=VALUE" in r.err, r
+
+
+def test_build_context_image_and_directory(dstore, base_image, tmp_path):
+    """Item 9: buildx's --build-context NAME=docker-image://REF (FROM NAME,
+    COPY --from=NAME) and NAME=DIR (COPY --from=NAME copies from DIR as from
+    the build context: 0:0, links kept; its content in the step's key; the
+    directory untouched)."""
+    import os
+    other = tmp_path / "other"
+    write(other / "sub/f", "hello\n")
+    os.symlink("sub/f", other / "l")
+    write(tmp_path / "ctx/Dockerfile", "FROM base\nCOPY --from=extra / /extra/\n"
+          "COPY --from=img /etc/debian_version /dv\n")
+    flags = ["--build-context", f"base=docker-image://{base_image}",
+             "--build-context", f"extra={other}", "--build-context", f"img=docker-image://{base_image}"]
+    store = tmp_path / "s"
+    r = imgbuild("build", *flags, "-t", "bc:1", tmp_path / "ctx", store=store)
+    assert r.rc == 0, r
+    out = imgbuild("run", "bc:1", "--", "sh", "-c",
+                   "stat -c '%u:%g %N' /extra/sub/f /extra/l; cat /extra/sub/f /dv", store=store)
+    assert out.rc == 0, out
+    lines = out.out.splitlines()
+    assert lines[0] == "0:0 '/extra/sub/f'" and lines[1] == "0:0 '/extra/l' -> 'sub/f'", out
+    assert lines[2] == "hello" and lines[3].startswith("12."), out
+    r = imgbuild("build", *flags, tmp_path / "ctx", store=store)
+    assert r.rc == 0 and "(2 steps cached, 0 run)" in r.err, r
+    write(other / "sub/f", "changed\n")
+    r = imgbuild("build", *flags, "-t", "bc:2", tmp_path / "ctx", store=store)
+    assert r.rc == 0 and "(0 steps cached, 2 run)" in r.err, r
+    assert imgbuild("run", "bc:2", "--", "cat", "/extra/sub/f", store=store).out == "changed\n"
+    assert (other / "sub/f").read_text() == "changed\n" and os.path.islink(other / "l")
+    for bad, rc, msg in [
+            ([f"extra={tmp_path}/nope"], 1, f"--build-context extra={tmp_path}/nope: "
+                                            f"{tmp_path}/nope is not a directory"),
+            (["extra=git://x/y"], 1, "only docker-image://REF and a directory are supported"),
+            (["noequals"], 2, "--build-context noequals: expected NAME=DIR"),
+            ([f"base={other}", f"extra={other}", f"img={other}"], 1,
+             "the build context base is a directory; FROM takes an image")]:
+        args = [a for v in bad for a in ("--build-context", v)]
+        r = imgbuild("build", *args, tmp_path / "ctx", store=store)
+        assert r.rc == rc and msg in r.err, (bad, r)
