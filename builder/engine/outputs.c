@@ -217,21 +217,17 @@ wheel_written (const char *path)
   return best;
 }
 
-/* Record every *.whl under `from` (a directory, walked in sorted order, or
- * one file) as written to `dest` (path and sha256) in st->emitted. */
+/* Record the wheels among `from` (a file or a tree, walked in sorted
+ * order), copied to `to`, in st->emitted (path and sha256). */
 static int
-emit_wheels (stage_state_t *st, const char *from, const char *dest, ib_error_t *err)
+emit_wheels_at (stage_state_t *st, const char *from, const char *to, ib_error_t *err)
 {
   struct stat sb;
   if (lstat (from, &sb) < 0)
     return 0;
   if (S_ISREG (sb.st_mode))
     {
-      if (!ib_str_has_suffix (from, ".whl"))
-        return 0;
-      const char *b = strrchr (from, '/');
-      cleanup_free char *to = ib_path_join (dest, b ? b + 1 : from);
-      cleanup_free char *at = wheel_written (to);
+      cleanup_free char *at = ib_str_has_suffix (from, ".whl") ? wheel_written (to) : NULL;
       char d[IB_DIGEST_LEN];
       if (at == NULL)
         return 0;
@@ -248,16 +244,30 @@ emit_wheels (stage_state_t *st, const char *from, const char *dest, ib_error_t *
   for (int i = 0; i < n; i++)
     {
       const char *nm = list[i]->d_name;
-      if (ret == 0 && strcmp (nm, ".") && strcmp (nm, ".."))
+      if (ret == 0 && strcmp (nm, ".") != 0 && strcmp (nm, "..") != 0)
         {
-          cleanup_free char *f = ib_path_join (from, nm), *t = ib_path_join (dest, nm);
-          ret = emit_wheels (st, f, S_ISDIR (sb.st_mode) && lstat (f, &sb) == 0
-                                         && S_ISDIR (sb.st_mode) ? t : dest, err);
+          cleanup_free char *f = ib_path_join (from, nm), *t = ib_path_join (to, nm);
+          ret = emit_wheels_at (st, f, t, err);
         }
       free (list[i]);
     }
   free (list);
   return ret;
+}
+
+/* The wheels an OUTPUT type=local copied from `from` into `dest` (a tree's
+ * contents go under dest, a file into it), as ib_copy_into copies them. */
+static int
+emit_wheels (stage_state_t *st, const char *from, const char *dest, ib_error_t *err)
+{
+  struct stat sb;
+  if (stat (from, &sb) == 0 && !S_ISDIR (sb.st_mode))
+    {
+      const char *b = strrchr (from, '/');
+      cleanup_free char *to = ib_path_join (dest, b ? b + 1 : from);
+      return emit_wheels_at (st, from, to, err);
+    }
+  return emit_wheels_at (st, from, dest, err);
 }
 
 /* dest=-: the output is written to a temp file in the store (*tmp), then
@@ -406,8 +416,6 @@ output_one (build_t *b, stage_state_t *st, const ib_instr_t *in, const char *typ
           emit (st, "names", json_string (full));
           if (pushing)
             {
-              if (need_userns (b, err) < 0)
-                return -1;
               prog_pause (b);
               int pr = ib_push (b->store, full, full, err);
               prog_resume (b);

@@ -171,6 +171,7 @@ def test_quiet_iidfile_metadata(tmp_path, ctx):
     write(ctx / "Dockerfile", """FROM scratch AS wheels
 COPY demo-1.0-py3-none-any.whl /wheels/
 OUTPUT type=local,dest=dist,src=/wheels
+OUTPUT type=local,dest=one,src=/wheels/demo-1.0-py3-none-any.whl
 OUTPUT type=image,name=wheels:1
 
 FROM scratch
@@ -202,9 +203,11 @@ OUTPUT type=image,name=final:extra
     assert meta["image.name"] == "docker.io/library/final:extra,docker.io/library/final:1"
     assert inspect("wheels:1", store)["digest"] != img["digest"]
     whl = ctx / "dist/demo-1.0-py3-none-any.whl"
+    sha = hashlib.sha256(whl.read_bytes()).hexdigest()
+    assert sha == hashlib.sha256((ctx / "demo-1.0-py3-none-any.whl").read_bytes()).hexdigest()
     assert meta["imgbuild.wheels"] == [
-        {"path": "dist/demo-1.0-py3-none-any.whl",
-         "sha256": hashlib.sha256(whl.read_bytes()).hexdigest()}]
+        {"path": "dist/demo-1.0-py3-none-any.whl", "sha256": sha},
+        {"path": "one/demo-1.0-py3-none-any.whl", "sha256": sha}]
     # the same with -j 2: the stage processes relay what they wrote
     r = imgbuild("build", ".", "-j", "2", "-t", "final:1", "--metadata-file", "out/meta2.json",
                  store=store, cwd=ctx)
