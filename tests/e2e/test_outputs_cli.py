@@ -177,6 +177,7 @@ OUTPUT type=image,name=wheels:1
 FROM scratch
 COPY busybox /bin/busybox
 COPY hello.txt /srv/hello.txt
+RUN ["/bin/busybox", "sh", "-c", "echo run-says-hi; echo run-says-hi >&2"]
 OUTPUT type=image,name=final:extra
 """)
     r = imgbuild("build", ".", "-q", "-t", "final:1", "--iidfile", "out/iid",
@@ -188,7 +189,8 @@ OUTPUT type=image,name=final:extra
     assert r.rc == 0, r
     img = inspect("final:1", store)
     config = img["manifest"]["config"]["digest"]
-    # -q: the image ID (the config's digest, as docker's) alone on stdout
+    # -q: the image ID (the config's digest, as docker's) alone on stdout,
+    # a RUN's output included
     assert r.out == config + "\n"
     assert "OUTPUT" not in r.err
     assert (ctx / "out/iid").read_text() == config
