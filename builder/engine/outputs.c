@@ -351,9 +351,9 @@ run_output (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err
   cleanup_free char *tmp = NULL; /* dest=-: the file stdout gets */
   if (dest && strcmp (dest, "-") == 0)
     {
-      if (strcmp (type, "local") == 0)
-        return ib_error_set (err, EINVAL, "type=local,dest=-: dest is a directory (-o - or "
-                             "type=tar,dest=- write the tree to stdout)");
+      if (strcmp (type, "local") == 0) /* dest=${VAR}: the parser saw no '-' */
+        return ib_error_set (err, EINVAL, "type=local,dest=-: a directory cannot go to stdout "
+                             "(type=tar|oci|docker,dest=- write a tarball there)");
       if (stdout_begin (b, type, &tmp, err) < 0)
         return -1;
       free (dest);

@@ -847,6 +847,11 @@ parse_output (struct parser *p, ib_instr_t *in)
             }
         }
     }
+  const ib_kv_t *dest = find_kv (in, "dest"), *tar = find_kv (in, "tar");
+  if (dest && strcmp (dest->value, "-") == 0
+      && (strcmp (type->value, "local") == 0 || (tar && strcmp (tar->value, "false") == 0)))
+    return perr (p, in->line, "OUTPUT type=%s,dest=-: a directory cannot go to stdout "
+                 "(type=tar|oci|docker,dest=- write a tarball there)", type->value);
   static const char *const bool_keys[] = { "push", "tar" };
   for (size_t k = 0; k < 2; k++)
     {

@@ -723,6 +723,10 @@ test_output (void **state)
                        "unknown key 'compression'");
   assert_err_is ("FROM x\nOUTPUT type=registry,name=a,push=yes\n",
                  "test.recipe:2: OUTPUT push=yes: expected true or false");
+  assert_err_contains ("FROM x\nOUTPUT type=local,dest=-\n",
+                       "OUTPUT type=local,dest=-: a directory cannot go to stdout");
+  assert_err_contains ("FROM x\nOUTPUT type=oci,dest=-,tar=false\n",
+                       "OUTPUT type=oci,dest=-: a directory cannot go to stdout");
   assert_err_is ("FROM x\nOUTPUT type=oci,dest=a,tar=1\n",
                  "test.recipe:2: OUTPUT tar=1: expected true or false");
   assert_err_contains ("FROM x\nOUTPUT type=local,\"dest=a\n", "expected a closing double quote");
