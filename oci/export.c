@@ -309,15 +309,18 @@ out:
   return ret;
 }
 
-/* The layout's index.json naming the image `name` (caller frees). */
+/* The layout's index.json naming the image `name` (NULL: unnamed, no
+ * annotations) (caller frees). */
 static char *
 layout_index (const image_t *img, const char *manifest_digest, const char *name)
 {
-  json_t *index = json_pack ("{s:i, s:s, s:[{s:s, s:s, s:I, s:{s:s}}]}", "schemaVersion", 2,
+  json_t *index = json_pack ("{s:i, s:s, s:[{s:s, s:s, s:I}]}", "schemaVersion", 2,
                              "mediaType", IB_MT_OCI_INDEX, "manifests", "mediaType",
                              img->desc.media_type ? img->desc.media_type : IB_MT_OCI_MANIFEST,
-                             "digest", manifest_digest, "size", (json_int_t) img->desc.size,
-                             "annotations", "org.opencontainers.image.ref.name", name);
+                             "digest", manifest_digest, "size", (json_int_t) img->desc.size);
+  if (name)
+    json_object_set_new (json_array_get (json_object_get (index, "manifests"), 0), "annotations",
+                         json_pack ("{s:s}", "org.opencontainers.image.ref.name", name));
   char *s = json_dumps (index, JSON_COMPACT | JSON_SORT_KEYS);
   json_decref (index);
   return s;

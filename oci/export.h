@@ -10,7 +10,7 @@
 
 /* Write the stored image `manifest_digest` as a standalone OCI image layout
  * at `dest` (created, or replaced atomically), index.json naming it `name`
- * (org.opencontainers.image.ref.name). */
+ * (org.opencontainers.image.ref.name; NULL: no name). */
 int ib_export_oci (ib_store_t *store, const char *manifest_digest, const char *name,
                    const char *dest, ib_error_t *err);
 

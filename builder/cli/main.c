@@ -61,7 +61,7 @@ static const char usage_text[] =
   "  images [-n]            list stored images; -n, --noheading: no header line\n"
   "  tag SOURCE TARGET...   give a stored image more names\n"
   "  rmi NAME...            remove names from the store (blobs go at the next prune)\n"
-  "  save [-o FILE] [--format docker-archive|oci-dir] NAME\n"
+  "  save [-o FILE] [--format docker-archive|oci-archive|oci-dir] NAME\n"
   "                         write a stored image as an archive (docker save)\n"
   "  load [-i FILE]         read an archive or OCI layout into the store (docker load)\n"
   "  prune [--cache] [--all]\n"

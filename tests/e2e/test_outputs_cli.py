@@ -221,3 +221,38 @@ OUTPUT type=image,name=final:extra
     # --iidfile with --matrix is a usage error
     r = imgbuild("build", ".", "--matrix", "A=1,2", "--iidfile", "x", store=store, cwd=ctx)
     assert r.rc == 2 and "--iidfile describes one image" in r.err, r
+
+
+def test_save_and_push_write_oci_archives(tmp_path, ctx):
+    """The OCI layout tarball writer behind type=oci also serves `imgbuild
+    save --format oci-archive` and `push NAME oci-archive:FILE[:NAME]`; and
+    a layout saved by digest has no name (it used to crash)."""
+    store = tmp_path / "store"
+    r = imgbuild("build", ".", "-t", "app:1", store=store, cwd=ctx)
+    assert r.rc == 0, r
+    img = inspect("app:1", store)
+    digest, config = img["digest"], img["manifest"]["config"]["digest"]
+    r = imgbuild("save", "--format", "oci-archive", "-o", tmp_path / "s.tar", "app:1", store=store)
+    assert r.rc == 0, r
+    r = imgbuild("push", "app:1", f"oci-archive:{tmp_path / 'p.tar'}:team/app:2", store=store)
+    assert r.rc == 0, r
+    for tar, name in ((tmp_path / "s.tar", "docker.io/library/app:1"),
+                      (tmp_path / "p.tar", "team/app:2")):
+        with tarfile.open(tar) as t:
+            m = json.load(t.extractfile("index.json"))["manifests"][0]
+        assert m["digest"] == digest and m["annotations"] == {
+            "org.opencontainers.image.ref.name": name}, tar
+        raw = json.loads(sh("skopeo", "inspect", "--raw", f"oci-archive:{tar}").stdout)
+        assert raw["config"]["digest"] == config
+    # loaded back into another store: the same manifest
+    r = imgbuild("load", "-i", tmp_path / "s.tar", store=tmp_path / "s2")
+    assert r.rc == 0, r
+    assert inspect("app:1", tmp_path / "s2")["digest"] == digest
+    # by digest: no name to write, the layout is unnamed
+    for fmt, dest in (("oci-dir", tmp_path / "od"), ("oci-archive", tmp_path / "od.tar")):
+        r = imgbuild("save", "--format", fmt, "-o", dest, digest, store=store)
+        assert r.rc == 0, r
+        raw = json.loads(sh("skopeo", "inspect", "--raw",
+                            f"{'oci' if fmt == 'oci-dir' else fmt}:{dest}").stdout)
+        assert raw["config"]["digest"] == config
+    assert "annotations" not in json.loads((tmp_path / "od/index.json").read_text())["manifests"][0]
