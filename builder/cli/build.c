@@ -485,7 +485,7 @@ cmd_build (int argc, char **argv, ib_error_t *err)
   /* --load: no daemon to load into; the image is in the store already */
   if (load)
     ib_info ("--load: the image is in imgbuild's store already (imgbuild run REF); "
-             "-o type=docker,dest=FILE writes a tarball for docker load");
+             "imgbuild save or -o type=docker,dest=FILE write a tarball for docker load");
   if (!ib_compression_level_ok (compression, level))
     {
       static const char *const ranges[] = { "0-9 for gzip", "1-19 for zstd", "none for none" };
