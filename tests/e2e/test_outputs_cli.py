@@ -46,7 +46,8 @@ def run_binary_stdout(args, store, cwd, out_path):
 def test_o_dir_and_dash(tmp_path, ctx):
     store = tmp_path / "store"
     # -o DIR: type=local,dest=DIR (a comma and a blank in the name stay in it)
-    r = imgbuild("build", ".", "-o", "out dir,1", store=store, cwd=ctx)
+    # (--add-host beside: its option code once collided with --push's)
+    r = imgbuild("build", ".", "-o", "out dir,1", "--add-host", "h:10.0.0.1", store=store, cwd=ctx)
     assert r.rc == 0, r
     assert (ctx / "out dir,1/srv/hello.txt").read_text() == "hello from the outputs\n"
     assert (ctx / "out dir,1/bin/busybox").read_bytes() == (ctx / "busybox").read_bytes()
