@@ -1,6 +1,7 @@
 /* oci/export.c — a stored image written out (export.h): an OCI image
- * layout directory (OUTPUT type=oci), and a `docker save` tarball (OUTPUT
- * type=docker: docker load, podman load, skopeo docker-archive:).
+ * layout directory or its tarball (OUTPUT type=oci), and a `docker save`
+ * tarball (OUTPUT type=docker: docker load, podman load, skopeo
+ * docker-archive:).
  *
  * The tarball's layout (Docker's image tarball, "manifest.json" format):
  *   manifest.json                 [{"Config": "<hex>.json", "RepoTags": [...],
@@ -179,6 +180,49 @@ add_layer (struct archive *a, ib_store_t *store, const char *digest, const char 
   return 0;
 }
 
+/* A ustar tarball opened at `tmp` (beside `dest`, whose parent
+ * directories are created) into *a. */
+static int
+tar_begin (const char *dest, const char *tmp, struct archive **a, ib_error_t *err)
+{
+  cleanup_free char *dir = xstrdup (dest);
+  char *slash = strrchr (dir, '/');
+  if (slash && slash != dir)
+    {
+      *slash = '\0';
+      if (ib_mkdir_p (dir, 0755, err) < 0)
+        return -1;
+    }
+  *a = archive_write_new ();
+  archive_write_set_format_ustar (*a);
+  archive_write_set_bytes_in_last_block (*a, 1);
+  if (archive_write_open_filename (*a, tmp) != ARCHIVE_OK)
+    return ib_error_set (err, archive_errno (*a) ? archive_errno (*a) : EIO, "create %s: %s", tmp,
+                         archive_error_string (*a));
+  return 0;
+}
+
+/* The tarball closed, fsynced and renamed from `tmp` to `dest`. */
+static int
+tar_commit (struct archive *a, const char *tmp, const char *dest, ib_error_t *err)
+{
+  if (archive_write_close (a) != ARCHIVE_OK)
+    return ib_error_set (err, archive_errno (a) ? archive_errno (a) : EIO, "write %s: %s", dest,
+                         archive_error_string (a));
+  int fd = open (tmp, O_RDONLY | O_CLOEXEC);
+  if (fd < 0 || fsync (fd) < 0)
+    {
+      int e = errno;
+      if (fd >= 0)
+        close (fd);
+      return ib_error_sys (err, e, "write %s", tmp);
+    }
+  close (fd);
+  if (rename (tmp, dest) < 0)
+    return ib_error_sys (err, errno, "write %s", dest);
+  return 0;
+}
+
 int
 ib_export_docker (ib_store_t *store, const char *manifest_digest, const char *name,
                   const char *dest, ib_error_t *err)
@@ -222,25 +266,8 @@ ib_export_docker (ib_store_t *store, const char *manifest_digest, const char *na
       tag = xstrdup (ref.tag ? ref.tag : "latest");
       ib_ref_free (&ref);
     }
-  {
-    cleanup_free char *dir = xstrdup (dest);
-    char *slash = strrchr (dir, '/');
-    if (slash && slash != dir)
-      {
-        *slash = '\0';
-        if (ib_mkdir_p (dir, 0755, err) < 0)
-          goto out;
-      }
-  }
-  a = archive_write_new ();
-  archive_write_set_format_ustar (a);
-  archive_write_set_bytes_in_last_block (a, 1);
-  if (archive_write_open_filename (a, tmp) != ARCHIVE_OK)
-    {
-      ib_error_set (err, archive_errno (a) ? archive_errno (a) : EIO, "create %s: %s", tmp,
-                    archive_error_string (a));
-      goto out;
-    }
+  if (tar_begin (dest, tmp, &a, err) < 0)
+    goto out;
   layers = json_array ();
   for (size_t i = 0; i < m->n_layers; i++)
     {
@@ -269,31 +296,114 @@ ib_export_docker (ib_store_t *store, const char *manifest_digest, const char *na
       if (add_bytes (a, "repositories", rj, strlen (rj), dest, err) < 0)
         goto out;
     }
-  if (archive_write_close (a) != ARCHIVE_OK)
-    {
-      ib_error_set (err, archive_errno (a) ? archive_errno (a) : EIO, "write %s: %s", dest,
-                    archive_error_string (a));
-      goto out;
-    }
-  {
-    int fd = open (tmp, O_RDONLY | O_CLOEXEC);
-    if (fd < 0 || fsync (fd) < 0)
-      {
-        ib_error_sys (err, errno, "write %s", tmp);
-        if (fd >= 0)
-          close (fd);
-        goto out;
-      }
-    close (fd);
-  }
-  if (rename (tmp, dest) < 0)
-    {
-      ib_error_sys (err, errno, "write %s", dest);
-      goto out;
-    }
+  if (tar_commit (a, tmp, dest, err) < 0)
+    goto out;
   ret = 0;
 out:
   json_decref (layers);
+  if (a)
+    archive_write_free (a);
+  if (ret < 0)
+    unlink (tmp);
+  image_free (&img);
+  return ret;
+}
+
+/* The layout's index.json naming the image `name` (NULL: unnamed, no
+ * annotations) (caller frees). */
+static char *
+layout_index (const image_t *img, const char *manifest_digest, const char *name)
+{
+  json_t *index = json_pack ("{s:i, s:s, s:[{s:s, s:s, s:I}]}", "schemaVersion", 2,
+                             "mediaType", IB_MT_OCI_INDEX, "manifests", "mediaType",
+                             img->desc.media_type ? img->desc.media_type : IB_MT_OCI_MANIFEST,
+                             "digest", manifest_digest, "size", (json_int_t) img->desc.size);
+  if (name)
+    json_object_set_new (json_array_get (json_object_get (index, "manifests"), 0), "annotations",
+                         json_pack ("{s:s}", "org.opencontainers.image.ref.name", name));
+  char *s = json_dumps (index, JSON_COMPACT | JSON_SORT_KEYS);
+  json_decref (index);
+  return s;
+}
+
+/* Blob `digest` of the store as the tarball entry blobs/sha256/<hex>. */
+static int
+add_blob (struct archive *a, ib_store_t *store, const char *digest, const char *dest,
+          ib_error_t *err)
+{
+  cleanup_free char *path = ib_store_blob_path (store, digest);
+  cleanup_close int fd = open (path, O_RDONLY | O_CLOEXEC);
+  struct stat sb;
+  if (fd < 0 || fstat (fd, &sb) < 0)
+    return ib_error_sys (err, errno, "blob %s", digest);
+  cleanup_free char *name = xasprintf ("blobs/sha256/%s", ib_digest_hex (digest));
+  struct archive_entry *e = archive_entry_new ();
+  archive_entry_set_pathname (e, name);
+  archive_entry_set_filetype (e, AE_IFREG);
+  archive_entry_set_perm (e, 0644);
+  archive_entry_set_size (e, sb.st_size);
+  int r = archive_write_header (a, e);
+  archive_entry_free (e);
+  if (r != ARCHIVE_OK)
+    return ib_error_set (err, EIO, "write %s: %s", dest, archive_error_string (a));
+  char buf[1 << 16];
+  for (;;)
+    {
+      ssize_t n = read (fd, buf, sizeof buf);
+      if (n < 0 && errno == EINTR)
+        continue;
+      if (n < 0)
+        return ib_error_sys (err, errno, "read blob %s", digest);
+      if (n == 0)
+        break;
+      if (archive_write_data (a, buf, (size_t) n) != n)
+        return ib_error_set (err, archive_errno (a) ? archive_errno (a) : EIO, "write %s: %s",
+                             dest, archive_error_string (a));
+    }
+  return 0;
+}
+
+/* OUTPUT type=oci,dest=FILE: the layout as a tarball (buildx's oci
+ * exporter; skopeo's oci-archive:), entries oci-layout, index.json, then
+ * blobs/ with the manifest, the config and the layers (each once), times 0:
+ * the same image gives the same bytes.  Written beside dest, fsynced,
+ * renamed over it. */
+int
+ib_export_oci_archive (ib_store_t *store, const char *manifest_digest, const char *name,
+                       const char *dest, ib_error_t *err)
+{
+  image_t img = { 0 };
+  if (image_load (store, manifest_digest, &img, err) < 0)
+    return -1;
+  ib_manifest_t *m = img.m;
+  int ret = -1;
+  struct archive *a = NULL;
+  cleanup_free char *tmp = xasprintf ("%s.tmp-%d", dest, (int) getpid ());
+  cleanup_free char *index = layout_index (&img, manifest_digest, name);
+  const char *layout = "{\"imageLayoutVersion\":\"1.0.0\"}";
+  cleanup_strv char **done = NULL;
+  if (tar_begin (dest, tmp, &a, err) < 0)
+    goto out;
+  if (add_bytes (a, "oci-layout", layout, strlen (layout), dest, err) < 0
+      || add_bytes (a, "index.json", index, strlen (index), dest, err) < 0
+      || add_dir (a, "blobs", dest, err) < 0 || add_dir (a, "blobs/sha256", dest, err) < 0
+      || add_blob (a, store, manifest_digest, dest, err) < 0
+      || add_blob (a, store, m->config.digest, dest, err) < 0)
+    goto out;
+  ib_strv_push (&done, manifest_digest);
+  ib_strv_push (&done, m->config.digest);
+  for (size_t i = 0; i < m->n_layers; i++)
+    {
+      if (ib_strv_has (done, m->layers[i].digest))
+        continue;
+      if (add_blob (a, store, m->layers[i].digest, dest, err) < 0)
+        goto out;
+      ib_strv_push (&done, m->layers[i].digest);
+    }
+  if (tar_commit (a, tmp, dest, err) < 0)
+    goto out;
+  ret = 0;
+out:
   if (a)
     archive_write_free (a);
   if (ret < 0)
@@ -329,13 +439,7 @@ ib_export_oci (ib_store_t *store, const char *manifest_digest, const char *name,
     const char *layout = "{\"imageLayoutVersion\":\"1.0.0\"}";
     if (ib_write_file_atomic (p, layout, strlen (layout), 0644, err) < 0)
       goto out;
-    json_t *index = json_pack ("{s:i, s:s, s:[{s:s, s:s, s:I, s:{s:s}}]}", "schemaVersion", 2,
-                               "mediaType", IB_MT_OCI_INDEX, "manifests", "mediaType",
-                               img.desc.media_type ? img.desc.media_type : IB_MT_OCI_MANIFEST, "digest",
-                               manifest_digest, "size", (json_int_t) img.desc.size, "annotations",
-                               "org.opencontainers.image.ref.name", name);
-    cleanup_free char *s = json_dumps (index, JSON_COMPACT | JSON_SORT_KEYS);
-    json_decref (index);
+    cleanup_free char *s = layout_index (&img, manifest_digest, name);
     cleanup_free char *ip = ib_path_join (tmp, "index.json");
     if (ib_write_file_atomic (ip, s, strlen (s), 0644, err) < 0)
       goto out;

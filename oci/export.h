@@ -10,9 +10,18 @@
 
 /* Write the stored image `manifest_digest` as a standalone OCI image layout
  * at `dest` (created, or replaced atomically), index.json naming it `name`
- * (org.opencontainers.image.ref.name). */
+ * (org.opencontainers.image.ref.name; NULL: no name). */
 int ib_export_oci (ib_store_t *store, const char *manifest_digest, const char *name,
                    const char *dest, ib_error_t *err);
+
+/* Write the stored image `manifest_digest` as a tarball of an OCI image
+ * layout at `dest` (FILE; parent directories created; written beside it,
+ * fsynced and renamed into place), as buildx's oci exporter writes and
+ * skopeo's oci-archive: reads: oci-layout, index.json (naming it `name`, as
+ * ib_export_oci), blobs/sha256/ with the manifest, config and layers as
+ * stored (each once).  Times are 0: the same image gives the same bytes. */
+int ib_export_oci_archive (ib_store_t *store, const char *manifest_digest, const char *name,
+                           const char *dest, ib_error_t *err);
 
 /* Write the stored image `manifest_digest` as a `docker save` tarball at
  * `dest` (FILE; parent directories created; written beside it and renamed

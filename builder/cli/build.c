@@ -308,6 +308,15 @@ secret_option (ib_secrets_t *s, int c, const char *arg)
     }
 }
 
+/* build's long options without a letter (buildx's script outputs) */
+enum
+{
+  OPT_PUSH = 0x3c0, /* clear of cli.h's 0x300 (SANDBOX_EXTRA_OPTIONS) and 0x3a0 */
+  OPT_LOAD,
+  OPT_IIDFILE,
+  OPT_METADATA_FILE,
+};
+
 int
 cmd_build (int argc, char **argv, ib_error_t *err)
 {
@@ -331,6 +340,9 @@ cmd_build (int argc, char **argv, ib_error_t *err)
     { "label", required_argument, NULL, OPT_LABEL },
     { "build-context", required_argument, NULL, OPT_BUILD_CONTEXT },
     SANDBOX_EXTRA_OPTIONS,
+    { "push", no_argument, NULL, OPT_PUSH },       { "load", no_argument, NULL, OPT_LOAD },
+    { "iidfile", required_argument, NULL, OPT_IIDFILE },
+    { "metadata-file", required_argument, NULL, OPT_METADATA_FILE },
     REGISTRY_OPTIONS,                              GLOBAL_OPTIONS,
     { NULL, 0, NULL, 0 },
   };
@@ -347,7 +359,8 @@ cmd_build (int argc, char **argv, ib_error_t *err)
   __attribute__ ((cleanup (ib_secrets_clear))) ib_secrets_t secrets = { 0 };
   ib_compression_t compression = IB_COMPRESSION_GZIP;
   int level = -1;
-  bool reproducible = false;
+  bool reproducible = false, push = false, load = false;
+  const char *iidfile = NULL, *metadata_file = NULL;
   char *end;
   int c;
   optind = 0; /* 0: GNU getopt re-reads the optstring's ordering flag */
@@ -389,7 +402,16 @@ cmd_build (int argc, char **argv, ib_error_t *err)
         break;
       case OPT_SECRET: case OPT_SSH: secret_option (&secrets, c, optarg); break;
       case 'T': target = optarg; break;
-      case 'o': ib_strv_push (&outputs, optarg); break;
+      case 'o':
+        {
+          cleanup_free char *spec = build_output_spec (optarg);
+          ib_strv_push (&outputs, spec);
+          break;
+        }
+      case OPT_PUSH: push = true; break;
+      case OPT_LOAD: load = true; break;
+      case OPT_IIDFILE: iidfile = optarg; break;
+      case OPT_METADATA_FILE: metadata_file = optarg; break;
       case 't': ib_strv_push (&tags, optarg); break;
       case 'C': context = optarg; break;
       case 'f': file = optarg; break;
@@ -461,6 +483,18 @@ cmd_build (int argc, char **argv, ib_error_t *err)
   }
   if (fail_fast && matrix.n_axes == 0)
     usage_error ("%s", "build: --fail-fast goes with --matrix");
+  if (matrix.n_axes && (iidfile || metadata_file))
+    usage_error ("build: %s describes one image; --matrix builds one per combination",
+                 iidfile ? "--iidfile" : "--metadata-file");
+  /* buildx: --push is --output type=registry, named by the -t references */
+  if (push && tags == NULL)
+    usage_error ("%s", "build: --push needs -t REF (the names to push)");
+  if (push)
+    ib_strv_push (&outputs, "type=registry");
+  /* --load: no daemon to load into; the image is in the store already */
+  if (load)
+    ib_info ("--load: the image is in imgbuild's store already (imgbuild run REF); "
+             "imgbuild save or -o type=docker,dest=FILE write a tarball for docker load");
   if (!ib_compression_level_ok (compression, level))
     {
       static const char *const ranges[] = { "0-9 for gzip", "1-19 for zstd", "none for none" };
@@ -496,9 +530,30 @@ cmd_build (int argc, char **argv, ib_error_t *err)
   bo.shm_size = extras.shm_size;
   bo.rlimits = extras.rlimits;
   bo.n_rlimits = extras.n_rlimits;
+  ib_build_result_t result = { 0 };
+  if (matrix.n_axes == 0)
+    bo.result = &result;
   int r = matrix.n_axes ? build_matrix (store, &bo, &matrix, fail_fast, err)
                         : ib_build (store, &bo, err);
   ib_store_close (store);
+  if (r == 0 && matrix.n_axes == 0)
+    {
+      r = write_build_result (&result, iidfile, metadata_file, err);
+      /* docker build -q: the image ID alone on stdout (unless an output
+       * went there: -o -, dest=-) */
+      bool stdout_used = false;
+      for (char **o = outputs; o && *o; o++)
+        {
+          const char *d = strstr (*o, "dest=-");
+          stdout_used |= d && (d[6] == '\0' || d[6] == ',' || d[6] == '"');
+        }
+      if (r == 0 && cli_quiet () && !stdout_used)
+        {
+          printf ("%s\n", result.config_digest);
+          fflush (stdout);
+        }
+    }
+  ib_build_result_clear (&result);
   return r;
 }
 

@@ -10,6 +10,7 @@
 #ifndef IB_BUILDER_CLI_CLI_H
 #define IB_BUILDER_CLI_CLI_H
 
+#include "builder/engine/build.h"
 #include "common/error.h"
 #include "oci/store.h"
 #include "rootfs/sandbox.h"
@@ -107,6 +108,24 @@ typedef struct sandbox_extras
 } sandbox_extras_t;
 bool sandbox_extra_option (int c, const char *arg, sandbox_extras_t *x, const char *cmd);
 void sandbox_extras_clear (sandbox_extras_t *x);
+/* build -o ARG as an output spec (OUTPUT syntax, caller frees), buildx's
+ * shorthands expanded: "-" is type=tar,dest=- (the tree to stdout), an
+ * ARG without '=' is type=local,dest=ARG; anything else as given. */
+char *build_output_spec (const char *arg);
+
+/* Write a build's result (builder/engine/build.h) for scripts: `iidfile`
+ * (NULL: none) gets the image ID (the config digest, "sha256:HEX", no
+ * newline, as docker build --iidfile); `metadata_file` (NULL: none)
+ * buildx's --metadata-file JSON: containerimage.digest (the manifest's),
+ * containerimage.config.digest, containerimage.descriptor {mediaType,
+ * digest, size}, image.name (the names, comma-joined; absent without),
+ * plus imgbuild.wheels [{path, sha256}].  Each written atomically;
+ * errors name the option and file. */
+int write_build_result (const ib_build_result_t *r, const char *iidfile,
+                        const char *metadata_file, ib_error_t *err);
+
+/* Whether -q/--quiet was given (before or after the command). */
+bool cli_quiet (void);
 
 /* Apply global option `c` (getopt_long's value; 'q' counts as --quiet)
  * with argument `arg`, for command `cmd` (its --help).  True when `c` is

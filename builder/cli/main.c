@@ -34,8 +34,10 @@ static const char usage_text[] =
   "          [--network host|none|default] [--pull[=always|missing|never]]\n"
   "          [--add-host NAME:IP] [--shm-size SIZE] [--ulimit NAME=SOFT[:HARD]]\n"
   "          [--label KEY=VALUE] [--build-context NAME=DIR|NAME=docker-image://REF]\n"
+  "          [-o DIR|-|SPEC] [--push] [--load] [--iidfile FILE] [--metadata-file FILE]\n"
   "                         build a recipe (a Dockerfile with OUTPUT); --matrix: once\n"
-  "                         per combination of the values, then a summary\n"
+  "                         per combination of the values, then a summary; -q: only\n"
+  "                         the image ID on stdout\n"
   "  plan RECIPE [--build-arg K=V] [--matrix K=V1,V2...] [--target STAGE]\n"
   "       [--platform OS/ARCH[/VARIANT]] [--json]\n"
   "                         print what a build would do (stages, steps after ARG\n"
@@ -59,7 +61,7 @@ static const char usage_text[] =
   "  images [-n]            list stored images; -n, --noheading: no header line\n"
   "  tag SOURCE TARGET...   give a stored image more names\n"
   "  rmi NAME...            remove names from the store (blobs go at the next prune)\n"
-  "  save [-o FILE] [--format docker-archive|oci-dir] NAME\n"
+  "  save [-o FILE] [--format docker-archive|oci-archive|oci-dir] NAME\n"
   "                         write a stored image as an archive (docker save)\n"
   "  load [-i FILE]         read an archive or OCI layout into the store (docker load)\n"
   "  prune [--cache] [--all]\n"
@@ -187,6 +189,12 @@ parse_userns (const char *s, ib_userns_mode_t *m)
  * meets. */
 static ib_progress_mode_t progress = IB_PROGRESS_AUTO;
 static bool progress_given, quiet;
+
+bool
+cli_quiet (void)
+{
+  return quiet;
+}
 
 static void
 apply_globals (void)

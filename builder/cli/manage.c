@@ -79,9 +79,8 @@ save_archive (ib_store_t *store, const char *image, transport_t t, const char *d
     {
     case TRANSPORT_OCI_DIR: r = ib_export_oci (store, d.digest, n, dest, err); break;
     case TRANSPORT_DOCKER_ARCHIVE: r = ib_export_docker (store, d.digest, n, dest, err); break;
-    default:
-      r = ib_error_set (err, ENOTSUP, "save %s: oci-archive is not written yet; use oci:DIR or "
-                                      "docker-archive:FILE", image);
+    case TRANSPORT_OCI_ARCHIVE: r = ib_export_oci_archive (store, d.digest, n, dest, err); break;
+    default: r = ib_error_set (err, EINVAL, "save %s: not an archive transport", image);
     }
   ib_descriptor_clear (&d);
   return r;

@@ -106,6 +106,7 @@ stage_state_free (stage_state_t *st)
   ib_strv_free (st->shell);
   free (st->foreign);
   free (st->deps);
+  json_decref (st->emitted);
 }
 
 void
@@ -146,14 +147,63 @@ build_free (build_t *b)
   ib_recipe_free (b->recipe);
 }
 
-/* Add CLI --output / -t to the target stage as extra OUTPUT instructions. */
+/* A --output type=image|registry without name= names the -t references
+ * (buildx: `-t app:1 -o type=image,push=true`, `--push`): true when
+ * `spec` is one of those types and has no name field. */
+static bool
+output_wants_tags (const char *spec)
+{
+  bool image = false, named = false;
+  cleanup_free char *copy = xstrdup (spec);
+  char *save = NULL;
+  for (char *f = strtok_r (copy, ", \t", &save); f; f = strtok_r (NULL, ", \t", &save))
+    {
+      if (*f == '"')
+        f++;
+      if (strncasecmp (f, "name=", 5) == 0)
+        named = true;
+      else if (strcasecmp (f, "type=image") == 0 || strcasecmp (f, "type=registry") == 0)
+        image = true;
+    }
+  return image && !named;
+}
+
+/* Add CLI --output / -t to the target stage as extra OUTPUT instructions.
+ * A --output that does not parse is reported as "--output SPEC: ...". */
 int
 cli_outputs (build_t *b, stage_state_t *target, ib_error_t *err)
 {
   ib_buf_t text = { 0 };
   ib_buf_puts (&text, "FROM scratch\n");
+  cleanup_free char *tags = NULL;
+  {
+    ib_buf_t t = { 0 };
+    for (char **tg = b->opts->tags; tg && *tg; tg++)
+      ib_buf_printf (&t, "%s%s", t.len ? "," : "", *tg);
+    tags = ib_buf_steal (&t);
+  }
   for (char **o = b->opts->outputs; o && *o; o++)
-    ib_buf_printf (&text, "OUTPUT %s\n", *o);
+    {
+      cleanup_free char *line = output_wants_tags (*o) && tags && *tags
+                                    ? xasprintf ("OUTPUT %s,\"name=%s\"\n", *o, tags)
+                                    : xasprintf ("OUTPUT %s\n", *o);
+      ib_recipe_t *one = NULL;
+      cleanup_free char *t1 = xasprintf ("FROM scratch\n%s", line);
+      ib_error_t e = NULL;
+      if (ib_recipe_parse ("command line", t1, &one, &e) < 0)
+        {
+          /* "command line:2[:COL]: MSG" -> "--output SPEC: MSG" */
+          const char *msg = e->msg + strlen ("command line:");
+          while (*msg && *msg != ' ')
+            msg++;
+          ib_buf_free (&text);
+          ib_error_set (err, e->status, "--output %s: %s", *o, *msg ? msg + 1 : e->msg);
+          ib_error_free (&e);
+          return -1;
+        }
+      ib_recipe_free (one);
+      ib_buf_puts (&text, line);
+    }
   for (char **t = b->opts->tags; t && *t; t++)
     ib_buf_printf (&text, "OUTPUT type=image,name=%s\n", *t);
   ib_recipe_t *extra = NULL;
@@ -251,6 +301,42 @@ mark_stages_needed (build_t *b, size_t target, ib_error_t *err)
       for (size_t k = 0; k < b->stages[i].def->n_instrs; k++)
         if (b->stages[i].def->instrs[k].kind == IB_I_OUTPUT && mark_needed (b, i, err) < 0)
           return -1;
+  return 0;
+}
+
+void
+ib_build_result_clear (ib_build_result_t *r)
+{
+  ib_strv_free (r->names);
+  r->names = NULL;
+  json_decref (r->wheels);
+  r->wheels = NULL;
+}
+
+/* opts->result from the target stage's image and every stage's emitted
+ * names and wheels (build.h). */
+static int
+fill_result (build_t *b, stage_state_t *target, ib_build_result_t *r, ib_error_t *err)
+{
+  ib_descriptor_t desc = { 0 };
+  ib_manifest_t *m = NULL;
+  json_t *config = NULL;
+  if (ib_store_load_image (b->store, target->manifest_digest, &desc, &m, &config, err) < 0)
+    return -1;
+  json_decref (config);
+  snprintf (r->manifest_digest, IB_DIGEST_LEN, "%s", target->manifest_digest);
+  r->manifest_size = target->manifest_size;
+  snprintf (r->config_digest, IB_DIGEST_LEN, "%s", m->config.digest);
+  ib_manifest_free (m);
+  ib_descriptor_clear (&desc);
+  r->wheels = json_array ();
+  size_t i;
+  json_t *v;
+  json_array_foreach (json_object_get (target->emitted, "names"), i, v)
+    if (!ib_strv_has (r->names, json_string_value (v)))
+      ib_strv_push (&r->names, json_string_value (v));
+  for (size_t s = 0; s < b->n_stages; s++)
+    json_array_extend (r->wheels, json_object_get (b->stages[s].emitted, "wheels"));
   return 0;
 }
 
@@ -438,6 +524,8 @@ ib_build (ib_store_t *store, const ib_build_opts_t *opts, ib_error_t *err)
         if (!global)
           ib_warn ("build arg %s was not consumed by any ARG", b.build_args.names[k]);
       }
+  if (opts->result && fill_result (&b, &b.stages[target], opts->result, err) < 0)
+    goto out;
   ib_info ("build %s: done, target stage %s image %s (%zu steps cached, %zu run)",
            b.recipe->path, b.stages[target].def->name ? b.stages[target].def->name : "(unnamed)",
            b.stages[target].manifest_digest, b.hits, b.misses);

@@ -24,6 +24,7 @@
 
 #include "common/error.h"
 #include "builder/engine/secrets.h"
+#include "oci/digest.h"
 #include "oci/store.h"
 #include "rootfs/layer.h"
 #include "rootfs/sandbox.h"
@@ -55,6 +56,27 @@ typedef enum
   IB_PULL_ALWAYS,
   IB_PULL_NEVER,
 } ib_pull_policy_t;
+
+/* What a build made, for scripts (`imgbuild build -q`, `--iidfile`,
+ * `--metadata-file`): the target stage's image, as buildx reports the
+ * final target's, and the wheels every OUTPUT type=local wrote.  Filled by
+ * ib_build when it succeeds and ib_build_opts_t.result is set; the caller
+ * owns the contents (ib_build_result_clear). */
+typedef struct ib_build_result
+{
+  char manifest_digest[IB_DIGEST_LEN]; /* the image's manifest (an OCI image manifest) */
+  int64_t manifest_size;               /* its bytes */
+  char config_digest[IB_DIGEST_LEN];   /* its config: the image ID, as docker's */
+  char **names;   /* the names the build tagged it with (-t, the target stage's OUTPUT
+                   * type=image|registry), normalized ("docker.io/library/app:1"), in
+                   * order, each once; NULL when none */
+  json_t *wheels; /* [{"path": DEST/REL, "sha256": HEX}] of every wheel (*.whl) an OUTPUT
+                   * type=local wrote, in any stage, in the order written (a repaired
+                   * wheel under its new name) */
+} ib_build_result_t;
+
+/* Free what `r` holds (not `r`); a cleared result may be cleared again. */
+void ib_build_result_clear (ib_build_result_t *r);
 
 typedef struct ib_build_opts
 {
@@ -111,6 +133,7 @@ typedef struct ib_build_opts
                               * (secrets.h); NULL: none.  Only a mount's flag text (its
                               * id, target...) is part of a step's cache key, never the
                               * bytes, as in BuildKit */
+  ib_build_result_t *result; /* NULL, or filled on success (above) */
 } ib_build_opts_t;
 
 /* Run the build.  Relative OUTPUT dest paths resolve against the current

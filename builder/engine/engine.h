@@ -70,6 +70,9 @@ typedef struct stage_state
   size_t *deps;              /* stages this one reads (FROM, COPY --from, --mount from=) */
   size_t n_deps;
   size_t n_pending;          /* layers of st->layers still compressing (layer_job_t) */
+  json_t *emitted;           /* what its OUTPUTs wrote, for ib_build_result_t: {"names":
+                              * [REF...], "wheels": [{path, sha256}...]} (NULL: nothing);
+                              * relayed from a -j stage process */
 } stage_state_t;
 
 /* A layer compressed in the background (commit_layer): its tar is written

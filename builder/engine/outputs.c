@@ -5,7 +5,9 @@
 #include "builder/engine/fsops.h"
 #include "oci/registry.h"
 
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
@@ -111,7 +113,7 @@ output_src (stage_state_t *st, const char *src, char **from, struct stat *sb, ib
  * and renamed over it. */
 static int
 export_tar (build_t *b, stage_state_t *st, const ib_instr_t *in, const char *src,
-            const char *dest, ib_error_t *err)
+            const char *dest, const char *shown, ib_error_t *err)
 {
   ib_layer_opts_t lo = { .compression = IB_COMPRESSION_NONE, .level = -1, .sde = b->sde };
   const char *c = kv_get (in, "compression");
@@ -156,8 +158,144 @@ export_tar (build_t *b, stage_state_t *st, const ib_instr_t *in, const char *src
   close (tfd);
   if (ib_fsync_dir (slash ? dir : ".", err) < 0)
     return -1;
-  ib_info ("  tar %s  %llu entries, %s", res.digest, (unsigned long long) res.entries, dest);
+  ib_info ("  tar %s  %llu entries, %s", res.digest, (unsigned long long) res.entries, shown);
   return 0;
+}
+
+/* Append to the stage's emitted record (engine.h) under `key`. */
+static void
+emit (stage_state_t *st, const char *key, json_t *value)
+{
+  if (st->emitted == NULL)
+    st->emitted = json_pack ("{s:[], s:[]}", "names", "wheels");
+  json_array_append_new (json_object_get (st->emitted, key), value);
+}
+
+/* Where a wheel copied to `path` is now: there, or, when repair= retagged
+ * it, the newest wheel beside it whose name differs only in the platform
+ * tag (PEP 427: {dist}-{version}[-{build}]-{python}-{abi}-{platform}.whl).
+ * NULL when neither (caller frees). */
+static char *
+wheel_written (const char *path)
+{
+  struct stat sb;
+  if (stat (path, &sb) == 0)
+    return xstrdup (path);
+  cleanup_free char *dir = xstrdup (path);
+  char *slash = strrchr (dir, '/');
+  const char *base = slash ? slash + 1 : path;
+  if (slash)
+    *slash = '\0';
+  const char *last = strrchr (base, '-');
+  if (last == NULL)
+    return NULL;
+  size_t plen = (size_t) (last - base) + 1;
+  DIR *d = opendir (slash ? dir : ".");
+  if (d == NULL)
+    return NULL;
+  char *best = NULL;
+  struct timespec bt = { 0 };
+  struct dirent *de;
+  while ((de = readdir (d)))
+    {
+      if (strncmp (de->d_name, base, plen) != 0 || !ib_str_has_suffix (de->d_name, ".whl")
+          || strchr (de->d_name + plen, '-'))
+        continue;
+      char *p = slash ? ib_path_join (dir, de->d_name) : xstrdup (de->d_name);
+      if (stat (p, &sb) == 0 && S_ISREG (sb.st_mode)
+          && (best == NULL || sb.st_mtim.tv_sec > bt.tv_sec
+              || (sb.st_mtim.tv_sec == bt.tv_sec && sb.st_mtim.tv_nsec > bt.tv_nsec)))
+        {
+          free (best);
+          best = p;
+          bt = sb.st_mtim;
+        }
+      else
+        free (p);
+    }
+  closedir (d);
+  return best;
+}
+
+/* Record the wheels among `from` (a file or a tree, walked in sorted
+ * order), copied to `to`, in st->emitted (path and sha256). */
+static int
+emit_wheels_at (stage_state_t *st, const char *from, const char *to, ib_error_t *err)
+{
+  struct stat sb;
+  if (lstat (from, &sb) < 0)
+    return 0;
+  if (S_ISREG (sb.st_mode))
+    {
+      cleanup_free char *at = ib_str_has_suffix (from, ".whl") ? wheel_written (to) : NULL;
+      char d[IB_DIGEST_LEN];
+      if (at == NULL)
+        return 0;
+      if (ib_digest_file (at, d, NULL, err) < 0)
+        return -1;
+      emit (st, "wheels", json_pack ("{s:s, s:s}", "path", at, "sha256", ib_digest_hex (d)));
+      return 0;
+    }
+  if (!S_ISDIR (sb.st_mode))
+    return 0;
+  struct dirent **list = NULL;
+  int n = scandir (from, &list, NULL, alphasort);
+  int ret = 0;
+  for (int i = 0; i < n; i++)
+    {
+      const char *nm = list[i]->d_name;
+      if (ret == 0 && strcmp (nm, ".") != 0 && strcmp (nm, "..") != 0)
+        {
+          cleanup_free char *f = ib_path_join (from, nm), *t = ib_path_join (to, nm);
+          ret = emit_wheels_at (st, f, t, err);
+        }
+      free (list[i]);
+    }
+  free (list);
+  return ret;
+}
+
+/* The wheels an OUTPUT type=local copied from `from` into `dest` (a tree's
+ * contents go under dest, a file into it), as ib_copy_into copies them. */
+static int
+emit_wheels (stage_state_t *st, const char *from, const char *dest, ib_error_t *err)
+{
+  struct stat sb;
+  if (stat (from, &sb) == 0 && !S_ISDIR (sb.st_mode))
+    {
+      const char *b = strrchr (from, '/');
+      cleanup_free char *to = ib_path_join (dest, b ? b + 1 : from);
+      return emit_wheels_at (st, from, to, err);
+    }
+  return emit_wheels_at (st, from, dest, err);
+}
+
+/* dest=-: the output is written to a temp file in the store (*tmp), then
+ * to stdout (to_stdout), which must not be a terminal. */
+static int
+stdout_begin (build_t *b, const char *type, char **tmp, ib_error_t *err)
+{
+  if (isatty (STDOUT_FILENO))
+    return ib_error_set (err, EINVAL, "type=%s,dest=-: stdout is a terminal; redirect it to a "
+                         "file or a pipe", type);
+  int fd = ib_store_tmp_file (b->store, "stdout", tmp, err);
+  if (fd < 0)
+    return -1;
+  close (fd);
+  return 0;
+}
+
+static int
+to_stdout (const char *tmp, ib_error_t *err)
+{
+  int fd = open (tmp, O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return ib_error_sys (err, errno, "read %s", tmp);
+  fflush (stdout);
+  int r = ib_copy_fd_data_to (fd, STDOUT_FILENO, tmp, "stdout", err);
+  close (fd);
+  unlink (tmp);
+  return r;
 }
 
 /* The OUTPUT keys whose values run_output expands (and the plan shows
@@ -172,6 +310,11 @@ output_key_expanded (const char *key)
       return true;
   return false;
 }
+
+static int output_one (build_t *b, stage_state_t *st, const ib_instr_t *in, const char *type,
+                       const char *dest, const char *shown, const char *name, const char *src,
+                       const char *repair, const char *repair_excl, const char *require,
+                       ib_error_t *err);
 
 int
 run_output (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err)
@@ -200,9 +343,37 @@ run_output (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err
     return -1;
   if (from_tree && ensure_rootfs (b, st, err) < 0)
     return -1;
-  if (strcmp (type, "registry") == 0 && need_userns (b, err) < 0)
+  const char *push = kv_get (in, "push");
+  if ((strcmp (type, "registry") == 0 || (push && strcmp (push, "true") == 0))
+      && need_userns (b, err) < 0)
     return -1;
 
+  cleanup_free char *tmp = NULL; /* dest=-: the file stdout gets */
+  if (dest && strcmp (dest, "-") == 0)
+    {
+      if (strcmp (type, "local") == 0) /* dest=${VAR}: the parser saw no '-' */
+        return ib_error_set (err, EINVAL, "type=local,dest=-: a directory cannot go to stdout "
+                             "(type=tar|oci|docker,dest=- write a tarball there)");
+      if (stdout_begin (b, type, &tmp, err) < 0)
+        return -1;
+      free (dest);
+      dest = xstrdup (tmp);
+    }
+  int r = output_one (b, st, in, type, dest, tmp ? "-" : dest, name, src, repair, repair_excl,
+                      require, err);
+  if (tmp && r == 0)
+    return to_stdout (tmp, err);
+  if (tmp)
+    unlink (tmp);
+  return r;
+}
+
+/* One OUTPUT, its values expanded (run_output); dest is a path. */
+static int
+output_one (build_t *b, stage_state_t *st, const ib_instr_t *in, const char *type,
+            const char *dest, const char *shown, const char *name, const char *src,
+            const char *repair, const char *repair_excl, const char *require, ib_error_t *err)
+{
   if (strcmp (type, "local") == 0)
     {
       if (dest == NULL)
@@ -219,7 +390,8 @@ run_output (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err
         return -1; /* nothing copied: dest holds no wheel that falls short */
       ib_copy_opts_t co = { .chmod = -1 };
       if (ib_copy_into (from, dest, true, &co, err) < 0
-          || (wh && wh->check_copied (from, dest, st->rootfs, repair, repair_excl, err) < 0))
+          || (wh && wh->check_copied (from, dest, st->rootfs, repair, repair_excl, err) < 0)
+          || emit_wheels (st, from, dest, err) < 0)
         return -1;
       ib_info ("[%s] OUTPUT local %s -> %s", stage_label (st),
                src ? src : "/", dest);
@@ -229,28 +401,52 @@ run_output (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err
     {
       if (name == NULL)
         return ib_error_set (err, EINVAL, "type=%s needs name=REF", type);
-      cleanup_free char *full = NULL;
-      if (tag_image (b, st, name, &full, err) < 0)
-        return -1;
-      ib_info ("[%s] OUTPUT image %s (%s)", stage_label (st), full,
-               st->manifest_digest);
-      if (strcmp (type, "registry") == 0)
+      /* buildx: name=a,b tags (and pushes) both; type=registry is
+       * type=image,push=true */
+      const char *push = kv_get (in, "push");
+      bool pushing = push ? strcmp (push, "true") == 0 : strcmp (type, "registry") == 0;
+      cleanup_free char *list = xstrdup (name);
+      char *save = NULL;
+      for (char *one = strtok_r (list, ",", &save); one; one = strtok_r (NULL, ",", &save))
         {
-          prog_pause (b);
-          int pr = ib_push (b->store, full, full, err);
-          prog_resume (b);
-          if (pr < 0)
+          cleanup_free char *full = NULL;
+          if (tag_image (b, st, one, &full, err) < 0)
             return -1;
+          ib_info ("[%s] OUTPUT image %s (%s)", stage_label (st), full, st->manifest_digest);
+          emit (st, "names", json_string (full));
+          if (pushing)
+            {
+              prog_pause (b);
+              int pr = ib_push (b->store, full, full, err);
+              prog_resume (b);
+              if (pr < 0)
+                return -1;
+            }
         }
       return 0;
     }
   if (strcmp (type, "oci") == 0)
     {
       if (dest == NULL)
-        return ib_error_set (err, EINVAL, "type=oci needs dest=DIR");
-      if (ib_export_oci (b->store, st->manifest_digest, name ? name : "latest", dest, err) < 0)
+        return ib_error_set (err, EINVAL, "type=oci needs dest=FILE|DIR");
+      /* buildx writes a tarball of the layout; a directory where dest is
+       * one already, ends in '/', or tar=false (docs/recipe.md) */
+      const char *tar = kv_get (in, "tar");
+      struct stat sb;
+      bool dir = tar ? strcmp (tar, "false") == 0
+                     : ib_str_has_suffix (dest, "/") || (stat (dest, &sb) == 0 && S_ISDIR (sb.st_mode));
+      if (dir && strcmp (shown, "-") == 0)
+        return ib_error_set (err, EINVAL, "type=oci,dest=-,tar=false: a layout directory cannot "
+                             "go to stdout");
+      cleanup_free char *d = xstrdup (dest);
+      for (size_t n = strlen (d); dir && n > 1 && d[n - 1] == '/'; n--)
+        d[n - 1] = '\0';
+      if ((dir ? ib_export_oci (b->store, st->manifest_digest, name ? name : "latest", d, err)
+               : ib_export_oci_archive (b->store, st->manifest_digest, name ? name : "latest", d,
+                                        err))
+          < 0)
         return -1;
-      ib_info ("[%s] OUTPUT oci %s", stage_label (st), dest);
+      ib_info ("[%s] OUTPUT oci %s%s", stage_label (st), shown, dir ? " (layout directory)" : "");
       return 0;
     }
   if (strcmp (type, "docker") == 0)
@@ -259,7 +455,7 @@ run_output (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err
         return ib_error_set (err, EINVAL, "type=docker needs dest=FILE");
       if (ib_export_docker (b->store, st->manifest_digest, name, dest, err) < 0)
         return -1;
-      ib_info ("[%s] OUTPUT docker %s%s%s", stage_label (st), dest, name ? " as " : "",
+      ib_info ("[%s] OUTPUT docker %s%s%s", stage_label (st), shown, name ? " as " : "",
                name ? name : "");
       return 0;
     }
@@ -267,10 +463,10 @@ run_output (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err
     {
       if (dest == NULL)
         return ib_error_set (err, EINVAL, "type=tar needs dest=FILE");
-      if (export_tar (b, st, in, src, dest, err) < 0)
-        return ib_error_prefix (err, "type=tar,dest=%s", dest);
+      if (export_tar (b, st, in, src, dest, shown, err) < 0)
+        return ib_error_prefix (err, "type=tar,dest=%s", shown);
       ib_info ("[%s] OUTPUT tar %s -> %s", stage_label (st),
-               src ? src : "/", dest);
+               src ? src : "/", shown);
       return 0;
     }
   return ib_error_set (err, ENOTSUP, "type=%s is not supported yet", type);

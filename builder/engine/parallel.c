@@ -76,6 +76,8 @@ stage_child (build_t *b, stage_state_t *st, int wfd, int evfd)
                          st->rootfs ? st->rootfs : "", "rootfs_ready", st->rootfs_ready, "foreign",
                          st->foreign, "hits", (json_int_t) (b->hits - h0), "misses",
                          (json_int_t) (b->misses - m0), "keys", keys);
+  if (st->emitted)
+    json_object_set (o, "emitted", st->emitted);
   if (r < 0)
     {
       json_object_set_new (o, "error", json_string (e->msg));
@@ -111,6 +113,12 @@ stage_result (build_t *b, stage_state_t *st, const char *text, int wstatus, ib_e
     {
       free (st->rootfs);
       st->rootfs = xstrdup (rootfs);
+    }
+  json_t *emitted = json_object_get (o, "emitted");
+  if (emitted)
+    {
+      json_decref (st->emitted);
+      st->emitted = json_incref (emitted);
     }
   b->hits += (size_t) json_integer_value (json_object_get (o, "hits"));
   b->misses += (size_t) json_integer_value (json_object_get (o, "misses"));

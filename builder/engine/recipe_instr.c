@@ -814,5 +814,53 @@ parse_output (struct parser *p, ib_instr_t *in)
   if (v == NULL || v->value[0] == '\0')
     return perr (p, in->line, "OUTPUT type=%s needs %s=..., got 'OUTPUT %s'", type->value, need,
                  ex);
+  /* the keys each type takes (docs/recipe.md, OUTPUT): anything else is a
+   * typo or an exporter option of BuildKit's that is not here, said before
+   * the build starts rather than ignored */
+  static const struct
+  {
+    const char *type, *keys;
+  } accepted[] = {
+    { "local", "type, dest, src, require, repair, repair-exclude" },
+    { "tar", "type, dest, src, compression" },
+    { "image", "type, name, push" },
+    { "registry", "type, name, push" },
+    { "oci", "type, dest, name, tar" },
+    { "docker", "type, dest, name" },
+  };
+  for (size_t k = 0; k < sizeof accepted / sizeof accepted[0]; k++)
+    {
+      if (strcmp (type->value, accepted[k].type) != 0)
+        continue;
+      for (size_t i = 0; i < in->n_kvs; i++)
+        {
+          const char *key = in->kvs[i].key, *list = accepted[k].keys, *at;
+          size_t n = strlen (key);
+          bool ok = false;
+          for (at = strstr (list, key); at && !ok; at = strstr (at + 1, key))
+            ok = (at == list || at[-1] == ' ') && (at[n] == ',' || at[n] == '\0');
+          if (!ok)
+            {
+              cleanup_free char *ek = excerpt (key);
+              return perr (p, in->line, "OUTPUT type=%s: unknown key '%s' (accepted: %s)",
+                           type->value, ek, accepted[k].keys);
+            }
+        }
+    }
+  const ib_kv_t *dest = find_kv (in, "dest"), *tar = find_kv (in, "tar");
+  if (dest && strcmp (dest->value, "-") == 0
+      && (strcmp (type->value, "local") == 0 || (tar && strcmp (tar->value, "false") == 0)))
+    return perr (p, in->line, "OUTPUT type=%s,dest=-: a directory cannot go to stdout "
+                 "(type=tar|oci|docker,dest=- write a tarball there)", type->value);
+  static const char *const bool_keys[] = { "push", "tar" };
+  for (size_t k = 0; k < 2; k++)
+    {
+      const ib_kv_t *b = find_kv (in, bool_keys[k]);
+      if (b && strcmp (b->value, "true") != 0 && strcmp (b->value, "false") != 0)
+        {
+          cleanup_free char *ev = excerpt (b->value);
+          return perr (p, in->line, "OUTPUT %s=%s: expected true or false", bool_keys[k], ev);
+        }
+    }
   return 0;
 }

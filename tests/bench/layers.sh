@@ -268,7 +268,7 @@ prepare_write() {
   run_user mkdir -p "$in/ctx/tree"
   run_user tar -x --exclude='./dev/*' -C "$in/ctx/tree" -f "$tarball"
   run_user /usr/bin/python3 "$treepy" list "$in/ctx/tree" "$in/tree.list"
-  printf 'FROM scratch\nCOPY tree/ /\nOUTPUT type=oci,dest=out,name=layer:bench\n' > "$in/ctx/layer.recipe"
+  printf 'FROM scratch\nCOPY tree/ /\nOUTPUT type=oci,dest=out/,name=layer:bench\n' > "$in/ctx/layer.recipe"
   chown "$user" "$in/ctx/layer.recipe"
   printf 'write_tree\t%s entries, %s MiB (du), from %s\n' "$(wc -l < "$in/tree.list")" \
     "$(du -sm "$in/ctx/tree" | cut -f1)" "$tarball" >> "$out/meta.tsv"

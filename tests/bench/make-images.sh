@@ -41,7 +41,7 @@ if [ ! -f "$big/index.json" ] || [ "$(cat "$stamp")" != "$recipe_sum" ]; then
   store=$cache/build-store
   rm -rf "$big"
   if ! "$imgbuild" --store "$store" -q build "$here/build-image.recipe" \
-      --build-arg "REGISTRY=$registry" --output "type=oci,dest=$big,name=build" \
+      --build-arg "REGISTRY=$registry" --output "type=oci,dest=$big/,name=build" \
       >"$cache/build.log" 2>&1; then
     echo "make-images: building the big image failed; last lines of $cache/build.log:" >&2
     tail -n 20 "$cache/build.log" >&2

@@ -67,7 +67,7 @@ def test_annotations_in_the_manifest(tmp_path):
     c = tmp_path / "ctx"
     c.mkdir()
     shutil.copy("/bin/busybox", c / "busybox")
-    write(c / "r.recipe", "FROM scratch\nCOPY busybox /bin/busybox\nOUTPUT type=oci,dest=out/oci\n")
+    write(c / "r.recipe", "FROM scratch\nCOPY busybox /bin/busybox\nOUTPUT type=oci,dest=out/oci/\n")
     r = imgbuild("build", c / "r.recipe", "-t", "ann:1",
                  "--annotation", "org.opencontainers.image.source=https://example.org/app",
                  "--annotation", "manifest:org.example.team=ml", store=store, cwd=c)

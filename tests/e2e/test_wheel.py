@@ -489,8 +489,8 @@ def test_build_output_repairs_wheels(wheels, tmp_path):
     (c / "r.recipe").write_text(
         "FROM scratch\nCOPY libyaml-0.so.2 /usr/lib/libyaml-0.so.2\nCOPY dist/ /wheels/\n"
         "OUTPUT type=local,dest=out,src=/wheels,repair=manylinux_2_17_x86_64\n")
-    r = imgbuild("build", c / "r.recipe", store=tmp_path / "store", cwd=c,
-                 env={"SOURCE_DATE_EPOCH": "1700000000"})
+    r = imgbuild("build", c / "r.recipe", "--metadata-file", "meta.json", store=tmp_path / "store",
+                 cwd=c, env={"SOURCE_DATE_EPOCH": "1700000000"})
     assert r.rc == 0, r
     # the stub needs no versioned symbol, and the extension's own are old
     # enough for manylinux_2_5: as auditwheel does, the higher tag is added
@@ -503,6 +503,10 @@ def test_build_output_repairs_wheels(wheels, tmp_path):
     z = zipfile.ZipFile(c / "out" / fixed)
     assert f"ibw_yaml.libs/libyaml-0-{stub_digest}.so.2" in z.namelist()
     assert imgbuild("wheel", "audit", c / "out" / fixed, store="/x").rc == 0
+    # --metadata-file names the repaired wheel, not the one copied
+    meta = json.loads((c / "meta.json").read_text())
+    assert meta["imgbuild.wheels"] == [
+        {"path": f"out/{fixed}", "sha256": hashlib.sha256((c / "out" / fixed).read_bytes()).hexdigest()}]
 
 
 def test_build_output_repair_values_are_expanded(wheels, tmp_path):

@@ -207,7 +207,8 @@ test_output_values_and_cli_outputs (void **state)
                                           "ARG ARCH=x86_64\n"
                                           "ARG V=1\n"
                                           "OUTPUT type=local,dest=d-${V},src=/w,repair=manylinux_2_31_${ARCH},"
-                                          "repair-exclude=libx-${V}.so,compression=${V}\n");
+                                          "repair-exclude=libx-${V}.so\n"
+                                          "OUTPUT type=tar,dest=t-${V},compression=${V}\n");
   char *args[] = { "ARCH=aarch64", NULL };
   char *outputs[] = { "type=local,dest=cli-${V}", NULL };
   char *tags[] = { "app:${V}-${ARCH}", NULL };
@@ -218,12 +219,13 @@ test_output_values_and_cli_outputs (void **state)
   assert_string_equal (jstr (plan, "stages.0.outputs.0.dest"), "d-1");
   assert_string_equal (jstr (plan, "stages.0.outputs.0.repair"), "manylinux_2_31_aarch64");
   assert_string_equal (jstr (plan, "stages.0.outputs.0.repair-exclude"), "libx-1.so");
-  assert_string_equal (jstr (plan, "stages.0.outputs.0.compression"), "${V}"); /* as written */
-  assert_string_equal (jstr (plan, "stages.0.outputs.1.dest"), "cli-1");
-  assert_string_equal (jstr (plan, "stages.0.outputs.2.type"), "image");
-  assert_string_equal (jstr (plan, "stages.0.outputs.2.name"), "app:1-aarch64");
+  assert_string_equal (jstr (plan, "stages.0.outputs.1.dest"), "t-1");
+  assert_string_equal (jstr (plan, "stages.0.outputs.1.compression"), "${V}"); /* as written */
+  assert_string_equal (jstr (plan, "stages.0.outputs.2.dest"), "cli-1");
+  assert_string_equal (jstr (plan, "stages.0.outputs.3.type"), "image");
+  assert_string_equal (jstr (plan, "stages.0.outputs.3.name"), "app:1-aarch64");
   assert_int_equal (json_array_size (json_object_get (json_array_get (json_object_get (plan, "stages"), 0),
-                                                      "outputs")), 3);
+                                                      "outputs")), 4);
   json_decref (plan);
   unlink (path);
 }

@@ -713,6 +713,22 @@ test_output (void **state)
   assert_err_contains ("FROM x\nOUTPUT type=local\n", "OUTPUT type=local needs dest=");
   assert_err_contains ("FROM x\nOUTPUT type=image,dest=x\n", "OUTPUT type=image needs name=");
   assert_err_contains ("FROM x\nOUTPUT type=local,dest=a,dest=b\n", "got 'dest=b' again");
+  assert_err_is ("FROM x\nOUTPUT type=image,name=a,pusj=true\n",
+                 "test.recipe:2: OUTPUT type=image: unknown key 'pusj' (accepted: type, name, push)");
+  assert_err_is ("FROM x\nOUTPUT type=local,dest=a,repair-excl=x\n",
+                 "test.recipe:2: OUTPUT type=local: unknown key 'repair-excl' (accepted: type, "
+                 "dest, src, require, repair, repair-exclude)");
+  assert_err_contains ("FROM x\nOUTPUT type=docker,dest=a,tar=false\n", "unknown key 'tar'");
+  assert_err_contains ("FROM x\nOUTPUT type=local,dest=a,compression=gzip\n",
+                       "unknown key 'compression'");
+  assert_err_is ("FROM x\nOUTPUT type=registry,name=a,push=yes\n",
+                 "test.recipe:2: OUTPUT push=yes: expected true or false");
+  assert_err_contains ("FROM x\nOUTPUT type=local,dest=-\n",
+                       "OUTPUT type=local,dest=-: a directory cannot go to stdout");
+  assert_err_contains ("FROM x\nOUTPUT type=oci,dest=-,tar=false\n",
+                       "OUTPUT type=oci,dest=-: a directory cannot go to stdout");
+  assert_err_is ("FROM x\nOUTPUT type=oci,dest=a,tar=1\n",
+                 "test.recipe:2: OUTPUT tar=1: expected true or false");
   assert_err_contains ("FROM x\nOUTPUT type=local,\"dest=a\n", "expected a closing double quote");
   assert_err_contains ("FROM x\nOUTPUT =x,type=local\n", "expected OUTPUT option key=value");
 }
