@@ -774,6 +774,22 @@ resolve_entry (ib_store_t *s, json_t *index, const char *name, ib_descriptor_t *
             }
           json_decref (j);
         }
+      if (*blob_only)
+        return NULL;
+      /* an image ID (docker build -q, --iidfile): a stored image's config digest */
+      json_array_foreach (ms, i, e)
+      {
+        const char *dg = json_string_value (json_object_get (e, "digest"));
+        cleanup_free char *md = NULL;
+        size_t ml = 0;
+        ib_manifest_t *m = NULL;
+        bool hit = dg && ib_digest_valid (dg) && ib_store_read_blob (s, dg, &md, &ml, NULL) == 0
+                   && ib_manifest_parse (md, ml, &m, NULL) == 0
+                   && strcmp (m->config.digest, name) == 0;
+        ib_manifest_free (m);
+        if (hit && fill_descriptor (e, out) == 0)
+          return e;
+      }
       return NULL;
     }
 

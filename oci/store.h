@@ -176,9 +176,12 @@ int ib_store_blob_sources (ib_store_t *s, const char *digest, char ***sources, i
  * to it, or a manifest digest.  A digest ("sha256:..", "NAME@sha256:..",
  * the tag in NAME@ ignored) also finds a tag by the digests its
  * IB_REGISTRY_* annotations record (the manifest as served, the index it
- * came from); with NAME the tag must be of NAME's repository.  *out is the
- * descriptor the tag points at (the store's own rendering).  Error "image
- * NAME not found in store DIR". */
+ * came from); with NAME the tag must be of NAME's repository.  A bare
+ * digest that is no manifest's is taken as an image ID (docker's: the
+ * config's digest, what `build -q` and --iidfile print): the first tag
+ * whose manifest has that config.  *out is the descriptor the tag points
+ * at (the store's own rendering).  Error "image NAME not found in store
+ * DIR". */
 int ib_store_resolve (ib_store_t *s, const char *name, ib_descriptor_t *out, ib_error_t *err);
 /* Remove tag `name` from index.json (`docker rmi`, `podman untag`): the
  * exact name, else what ib_ref_parse normalizes it to.  The blobs stay

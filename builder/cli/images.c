@@ -30,6 +30,9 @@ image_rootfs (ib_store_t *store, const char *name_given, const char *dest, bool 
   bool pulled = false;
   if (ib_store_resolve (store, name, &desc, err) < 0)
     {
+      /* a digest (a manifest's or an image ID) names a stored image only */
+      if (ib_digest_valid (name))
+        return -1;
       /* not stored: pull it, unpacking each layer while it downloads */
       ib_error_free (err);
       if (ib_rootfs_pull (store, name, NULL, NULL, NULL, dest, snapshot, err) < 0)

@@ -489,3 +489,23 @@ def test_build_context_image_and_directory(dstore, base_image, tmp_path):
         args = [a for v in bad for a in ("--build-context", v)]
         r = imgbuild("build", *args, tmp_path / "ctx", store=store)
         assert r.rc == rc and msg in r.err, (bad, r)
+
+
+def test_image_id_from_build_q_names_the_image(dstore, base_image, tmp_path):
+    """`docker run $(docker build -q .)`: the image ID that -q and --iidfile
+    print (the config's digest) names the image for run, inspect and tag."""
+    write(tmp_path / "Dockerfile", f"FROM {base_image}\nRUN echo by-id > /id\n")
+    store = tmp_path / "s"
+    r = imgbuild("build", "-q", "-t", "byid:1", ".", store=store, cwd=tmp_path)
+    assert r.rc == 0, r
+    image_id = r.out.strip()
+    assert image_id.startswith("sha256:") and len(image_id) == 71, r
+    out = imgbuild("run", image_id, "--", "cat", "/id", store=store)
+    assert out.rc == 0 and out.out == "by-id\n", out
+    import json
+    info = json.loads(imgbuild("inspect", image_id, store=store).out)
+    assert info["manifest"]["config"]["digest"] == image_id
+    assert imgbuild("tag", image_id, "byid:2", store=store).rc == 0
+    assert json.loads(imgbuild("inspect", "byid:2", store=store).out)["digest"] == info["digest"]
+    r = imgbuild("run", "sha256:" + "0" * 64, "--", "true", store=store)
+    assert r.rc != 0 and "not found" in r.err, r

@@ -258,6 +258,17 @@ test_tags (void **state)
   assert_string_equal (d.media_type, IB_MT_DOCKER_MANIFEST);
   assert_int_equal (d.size, (int64_t) strlen (m2));
   ib_descriptor_clear (&d);
+  /* an image ID (the config's digest, docker build -q) finds a tag whose
+   * manifest has that config; m2 is untagged, so not until it is tagged */
+  assert_int_equal (ib_store_resolve (s, cd, &d, &err), -1);
+  assert_non_null (strstr (err->msg, "not found"));
+  ib_error_free (&err);
+  assert_int_equal (ib_store_tag (s, "localhost:5000/by/id:1", IB_MT_DOCKER_MANIFEST, d2,
+                                  (int64_t) strlen (m2), &err), 0);
+  assert_int_equal (ib_store_resolve (s, cd, &d, &err), 0);
+  assert_string_equal (d.digest, d2);
+  ib_descriptor_clear (&d);
+  assert_int_equal (ib_store_untag (s, "localhost:5000/by/id:1", NULL, &err), 0);
 
   /* not found names the image and the store */
   assert_int_equal (ib_store_resolve (s, "debian:trixie", &d, &err), -1);
