@@ -87,6 +87,38 @@ add_dir (struct archive *a, const char *name, const char *dest, ib_error_t *err)
 
 /* Decompress layer blob `blob` into the open temp file `fd`; its sha256
  * must be `diff_id`.  *size: the uncompressed bytes. */
+/* A regular-file entry `name` of `size` bytes, read from `fd` to its end
+ * (`src` names it in errors). */
+static int
+add_fd (struct archive *a, const char *name, int fd, int64_t size, const char *src,
+        const char *dest, ib_error_t *err)
+{
+  struct archive_entry *e = archive_entry_new ();
+  archive_entry_set_pathname (e, name);
+  archive_entry_set_filetype (e, AE_IFREG);
+  archive_entry_set_perm (e, 0644);
+  archive_entry_set_size (e, size);
+  int r = archive_write_header (a, e);
+  archive_entry_free (e);
+  if (r != ARCHIVE_OK)
+    return ib_error_set (err, EIO, "write %s: %s", dest, archive_error_string (a));
+  char buf[1 << 16];
+  for (;;)
+    {
+      ssize_t n = read (fd, buf, sizeof buf);
+      if (n < 0 && errno == EINTR)
+        continue;
+      if (n < 0)
+        return ib_error_sys (err, errno, "read %s", src);
+      if (n == 0)
+        break;
+      if (archive_write_data (a, buf, (size_t) n) != n)
+        return ib_error_set (err, archive_errno (a) ? archive_errno (a) : EIO, "write %s: %s",
+                             dest, archive_error_string (a));
+    }
+  return 0;
+}
+
 static int
 inflate_layer (const char *blob, int fd, const char *diff_id, int64_t *size, ib_error_t *err)
 {
@@ -154,30 +186,7 @@ add_layer (struct archive *a, ib_store_t *store, const char *digest, const char 
   cleanup_free char *name = xasprintf ("%s/layer.tar", dir);
   if (add_dir (a, dir, dest, err) < 0)
     return -1;
-  struct archive_entry *e = archive_entry_new ();
-  archive_entry_set_pathname (e, name);
-  archive_entry_set_filetype (e, AE_IFREG);
-  archive_entry_set_perm (e, 0644);
-  archive_entry_set_size (e, size);
-  int r = archive_write_header (a, e);
-  archive_entry_free (e);
-  if (r != ARCHIVE_OK)
-    return ib_error_set (err, EIO, "write %s: %s", dest, archive_error_string (a));
-  char buf[1 << 16];
-  for (;;)
-    {
-      ssize_t n = read (fd, buf, sizeof buf);
-      if (n < 0 && errno == EINTR)
-        continue;
-      if (n < 0)
-        return ib_error_sys (err, errno, "read %s", tmp);
-      if (n == 0)
-        break;
-      if (archive_write_data (a, buf, (size_t) n) != n)
-        return ib_error_set (err, archive_errno (a) ? archive_errno (a) : EIO, "write %s: %s",
-                             dest, archive_error_string (a));
-    }
-  return 0;
+  return add_fd (a, name, fd, size, tmp, dest, err);
 }
 
 /* A ustar tarball opened at `tmp` (beside `dest`, whose parent
@@ -337,30 +346,8 @@ add_blob (struct archive *a, ib_store_t *store, const char *digest, const char *
   if (fd < 0 || fstat (fd, &sb) < 0)
     return ib_error_sys (err, errno, "blob %s", digest);
   cleanup_free char *name = xasprintf ("blobs/sha256/%s", ib_digest_hex (digest));
-  struct archive_entry *e = archive_entry_new ();
-  archive_entry_set_pathname (e, name);
-  archive_entry_set_filetype (e, AE_IFREG);
-  archive_entry_set_perm (e, 0644);
-  archive_entry_set_size (e, sb.st_size);
-  int r = archive_write_header (a, e);
-  archive_entry_free (e);
-  if (r != ARCHIVE_OK)
-    return ib_error_set (err, EIO, "write %s: %s", dest, archive_error_string (a));
-  char buf[1 << 16];
-  for (;;)
-    {
-      ssize_t n = read (fd, buf, sizeof buf);
-      if (n < 0 && errno == EINTR)
-        continue;
-      if (n < 0)
-        return ib_error_sys (err, errno, "read blob %s", digest);
-      if (n == 0)
-        break;
-      if (archive_write_data (a, buf, (size_t) n) != n)
-        return ib_error_set (err, archive_errno (a) ? archive_errno (a) : EIO, "write %s: %s",
-                             dest, archive_error_string (a));
-    }
-  return 0;
+  cleanup_free char *src = xasprintf ("blob %s", digest);
+  return add_fd (a, name, fd, sb.st_size, src, dest, err);
 }
 
 /* OUTPUT type=oci,dest=FILE: the layout as a tarball (buildx's oci

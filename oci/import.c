@@ -38,7 +38,7 @@ typedef struct import
   ib_store_t *store;
   const char *shown; /* the archive as the user named it */
   int root;          /* the layout, or the unpacked tar */
-  const char *name;  /* the name given, or NULL */
+  const char *name;  /* the name given, normalized (ib_ref_string), or NULL */
   char **loaded;
   struct pending_tag *tags;
   size_t n_tags;
@@ -257,8 +257,7 @@ import_oci (import_t *im, ib_error_t *err)
     return ib_error_set (err, EINVAL, "oci-layout: not an image layout of version 1.x");
   if (read_member (im, "index.json", &text, &len, err) < 0)
     return -1;
-  json_error_t je;
-  json_t *index = json_loadb (text, len, 0, &je);
+  json_t *index = json_loadb (text, len, 0, NULL);
   json_t *ms = json_object_get (index, "manifests");
   int r = 0;
   if (!json_is_array (ms))
@@ -272,7 +271,7 @@ import_oci (import_t *im, ib_error_t *err)
   {
     if (r < 0)
       break;
-    cleanup_free char *name = im->name ? full_name (im->name, true)
+    cleanup_free char *name = im->name ? xstrdup (im->name)
                                        : full_name (json_string_value (json_object_get (
                                                         json_object_get (e, "annotations"),
                                                         "org.opencontainers.image.ref.name")),
@@ -362,10 +361,8 @@ import_docker (import_t *im, ib_error_t *err)
         bool named = false;
         if (r == 0 && im->name)
           {
-            cleanup_free char *full = full_name (im->name, true);
-            if (full)
-              pend_tag (im, full, IB_MT_OCI_MANIFEST, md, (int64_t) strlen (mj));
-            named = full != NULL;
+            pend_tag (im, im->name, IB_MT_OCI_MANIFEST, md, (int64_t) strlen (mj));
+            named = true;
           }
         size_t t;
         json_t *tag;
@@ -466,7 +463,13 @@ ib_import (ib_store_t *store, const char *path, const char *name, char ***loaded
 {
   if (loaded)
     *loaded = NULL;
-  import_t im = { .store = store, .shown = path, .root = -1, .name = name };
+  /* a name given is checked before anything is read */
+  cleanup_free char *given = name ? full_name (name, true) : NULL;
+  if (name && given == NULL)
+    return ib_error_set (err, EINVAL, "load %s: name %s: not an image reference (a tag, "
+                                      "no digest)",
+                         path, name);
+  import_t im = { .store = store, .shown = path, .root = -1, .name = given };
   cleanup_free char *dir = NULL;
   int ret = -1;
   struct stat st;

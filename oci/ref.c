@@ -166,6 +166,20 @@ ib_ref_free (ib_ref_t *r)
   memset (r, 0, sizeof *r);
 }
 
+bool
+ib_ref_names_registry (const char *name)
+{
+  const char *first = strchr (name, '/');
+  if (first == NULL)
+    return false;
+  size_t n = (size_t) (first - name);
+  for (size_t i = 0; i < n; i++)
+    if (isupper ((unsigned char) name[i]))
+      return true;
+  return memchr (name, '.', n) || memchr (name, ':', n)
+         || (n == 9 && strncmp (name, "localhost", 9) == 0);
+}
+
 int
 ib_ref_parse (const char *s, ib_ref_t *out, ib_error_t *err)
 {
@@ -223,18 +237,7 @@ ib_ref_parse (const char *s, ib_ref_t *out, ib_error_t *err)
   cleanup_free char *domain = NULL;
   const char *remainder;
   char *first = strchr (name, '/');
-  bool has_domain = false;
-  if (first)
-    {
-      size_t n = (size_t) (first - name);
-      bool upper = false;
-      for (size_t i = 0; i < n; i++)
-        if (isupper ((unsigned char) name[i]))
-          upper = true;
-      has_domain = memchr (name, '.', n) || memchr (name, ':', n)
-                   || (n == 9 && strncmp (name, "localhost", 9) == 0) || upper;
-    }
-  if (has_domain)
+  if (ib_ref_names_registry (name))
     {
       domain = xstrndup (name, (size_t) (first - name));
       remainder = first + 1;

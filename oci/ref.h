@@ -20,6 +20,10 @@ typedef struct ib_ref
  * must be lowercase [a-z0-9] with separators [._-]; tags [\w][\w.-]{0,127};
  * digests must be valid sha256 (oci/digest.h).  Errors name the input. */
 int ib_ref_parse (const char *s, ib_ref_t *out, ib_error_t *err);
+/* Whether `name`'s first path component is a registry by that rule (a
+ * '.', a ':', "localhost", or an uppercase letter, as Docker's
+ * splitDockerDomain): "quay.io/x" yes, "library/x" and "x" no. */
+bool ib_ref_names_registry (const char *name);
 void ib_ref_free (ib_ref_t *r);
 
 /* "registry/repository:tag", "registry/repository@digest" or both

@@ -2,6 +2,7 @@
  * subset) with a small strict TOML parser, mirror and prefix resolution,
  * and the process-wide registry options.  See oci/regconf.h. */
 #include "oci/regconf.h"
+#include "oci/ref.h"
 #include "common/util.h"
 
 #include <ctype.h>
@@ -568,18 +569,6 @@ registry_key (conf_parser_t *cp, const char *key, tval_t *v)
 
 static bool has_scheme (const char *s);
 
-/* Whether `name` starts with a registry (a first component with '.' or
- * ':', or "localhost"), as ib_ref_parse decides. */
-static bool
-qualified (const char *name)
-{
-  const char *slash = strchr (name, '/');
-  if (slash == NULL)
-    return false;
-  size_t n = (size_t) (slash - name);
-  return memchr (name, '.', n) || memchr (name, ':', n) || (n == 9 && !strncmp (name, "localhost", 9));
-}
-
 /* [aliases] "NAME" = "REGISTRY/REPOSITORY": the name short, the value
  * qualified, neither with a tag or digest; a name given again in one file
  * is an error, in a later file it replaces (ib_regconf_merge). */
@@ -587,12 +576,12 @@ static int
 add_alias (conf_parser_t *cp, const char *key, tval_t *v)
 {
   ib_regconf_t *c = cp->c;
-  if (qualified (key) || strpbrk (key, ":@") || *key == '\0')
+  if (ib_ref_names_registry (key) || strpbrk (key, ":@") || *key == '\0')
     return ib_error_set (cp->t.err, EINVAL,
                          "%s:%d: alias \"%s\": a short name (no registry, tag or digest)",
                          cp->t.path, v->line, key);
   const char *last = strrchr (v->s, '/');
-  if (!qualified (v->s) || has_scheme (v->s) || strchr (last, ':') || strchr (v->s, '@'))
+  if (!ib_ref_names_registry (v->s) || has_scheme (v->s) || strchr (last, ':') || strchr (v->s, '@'))
     return ib_error_set (cp->t.err, EINVAL,
                          "%s:%d: alias %s = \"%s\": the value is REGISTRY/REPOSITORY, with "
                          "no tag or digest",

@@ -1,6 +1,7 @@
 /* oci/shortname.c — short-name resolution (oci/shortname.h). */
 #include "oci/shortname.h"
 #include "common/util.h"
+#include "oci/ref.h"
 #include "oci/registry.h"
 
 #include <errno.h>
@@ -21,17 +22,6 @@ split_name (const char *name, char **repo, const char **suffix)
   *suffix = cut ? cut : "";
 }
 
-static bool
-has_registry (const char *repo)
-{
-  const char *slash = strchr (repo, '/');
-  if (slash == NULL)
-    return false;
-  size_t n = (size_t) (slash - repo);
-  return memchr (repo, '.', n) || memchr (repo, ':', n)
-         || (n == 9 && strncmp (repo, "localhost", 9) == 0);
-}
-
 int
 ib_short_name_resolve (const ib_regconf_t *c, const char *name, char ***candidates, char **how,
                        ib_error_t *err)
@@ -42,7 +32,7 @@ ib_short_name_resolve (const ib_regconf_t *c, const char *name, char ***candidat
   cleanup_free char *repo = NULL;
   const char *suffix;
   split_name (name, &repo, &suffix);
-  if (c == NULL || has_registry (repo))
+  if (c == NULL || ib_ref_names_registry (repo))
     {
       ib_strv_push (candidates, name);
       return 0;

@@ -124,15 +124,7 @@ cmd_pull (int argc, char **argv, ib_error_t *err)
     return -1;
   /* a short name: an alias, or the search registries (oci/shortname.h) */
   cleanup_free char *chosen = NULL;
-  const ib_regconf_t *conf = NULL;
-  cleanup_strv char **cand = NULL;
-  int r = ib_regconf_get (&conf, err);
-  if (r == 0)
-    r = ib_short_name_resolve (conf, src, &cand, NULL, err);
-  if (r == 0 && cand[1] == NULL)
-    chosen = xstrdup (cand[0]);
-  else if (r == 0)
-    r = ib_short_name_choose (store, src, os, arch, variant, NULL, NULL, &chosen, err);
+  int r = ib_short_name_choose (store, src, os, arch, variant, NULL, NULL, &chosen, err);
   if (r == 0 && creds)
     r = set_creds ("pull", creds, chosen, err);
   if (r < 0)

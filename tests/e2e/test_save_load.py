@@ -131,6 +131,9 @@ def test_push_and_pull_with_transports(built, tmp_path):
     r = imgbuild("pull", f"docker-archive:{arch}", store=s2)
     assert r.rc == 0, r
     assert inspect(s2, name)["manifest"]["config"]["digest"] == config
+    # a name that is no reference: refused before anything is read
+    r = imgbuild("pull", f"oci:{lay}:Bad Name", store=s2)
+    assert r.rc == 1 and "name Bad Name: not an image reference" in r.err, r
     # docker://REF is a registry reference
     r = imgbuild("pull", "docker://127.0.0.1:1/nothing:1", store=s2)
     assert r.rc == 1 and "127.0.0.1:1" in r.err, r
