@@ -23,6 +23,7 @@ static const ib_wheel_hooks_t wheel_hooks = {
   .policy_check = ib_wheel_policy_check,
   .check_required = ib_wheel_check_required,
   .check_copied = ib_wheel_check_copied,
+  .check_one = ib_wheel_check_one,
 };
 
 /* The strings of `v` joined by `sep` (caller frees). */

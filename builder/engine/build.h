@@ -34,7 +34,8 @@
 
 /* What OUTPUT type=local does with the Python wheels it writes: the wheel
  * wing's hooks (builder/wheel/wheel.h: ib_wheel_policy_check,
- * ib_wheel_check_required, ib_wheel_check_copied, whose comments give the
+ * ib_wheel_check_required, ib_wheel_check_copied, and ib_wheel_check_one
+ * for COPY --repair, whose comments give the
  * contracts), passed in by the caller so that the engine does not depend
  * on that wing.  NULL (ib_build_opts_t.wheels): wheels are copied
  * unchecked, and require= / repair= are refused. */
@@ -44,6 +45,8 @@ typedef struct ib_wheel_hooks
   int (*check_required) (const char *src, const char *root, const char *plat, ib_error_t *err);
   int (*check_copied) (const char *src, const char *dest, const char *root, const char *repair,
                        const char *repair_exclude, ib_error_t *err);
+  int (*check_one) (const char *path, const char *root, const char *repair,
+                    const char *repair_exclude, char **out_path, ib_error_t *err);
 } ib_wheel_hooks_t;
 
 /* --pull (docker build's and podman build's): MISSING (the default) pulls

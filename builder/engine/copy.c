@@ -5,7 +5,9 @@
 #include "builder/engine/fsops.h"
 
 #include <errno.h>
+#include <ftw.h>
 #include <glob.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
@@ -133,6 +135,80 @@ ignore_freep (ib_ignore_t **p)
   ib_ignore_free (*p);
 }
 
+/* COPY --repair: the wheels a source put under the destination.  A
+ * regular *.whl file source is `target/name` (or `target` itself); a
+ * directory's *.whl files (nftw, symlinks not followed) keep their place
+ * below `target`.  Host paths, pushed to *out. */
+static char **repair_walk_list;
+static size_t repair_walk_skip;
+static const char *repair_walk_target;
+
+static int
+repair_walk_one (const char *fpath, const struct stat *sb, int type, struct FTW *ftw)
+{
+  (void) ftw;
+  if (type == FTW_F && S_ISREG (sb->st_mode) && ib_str_has_suffix (fpath, ".whl"))
+    {
+      cleanup_free char *to = ib_path_join (repair_walk_target, fpath + repair_walk_skip);
+      ib_strv_push (&repair_walk_list, to);
+    }
+  return 0;
+}
+
+static void
+repair_collect (const char *src_host, const struct stat *ssb, const char *target, bool into_dir,
+                const char *name, char ***out)
+{
+  if (S_ISREG (ssb->st_mode))
+    {
+      const char *n = name ? name : strrchr (src_host, '/') ? strrchr (src_host, '/') + 1 : src_host;
+      if (!ib_str_has_suffix (n, ".whl"))
+        return;
+      cleanup_free char *to = into_dir ? ib_path_join (target, n) : xstrdup (target);
+      ib_strv_push (out, to);
+      return;
+    }
+  if (!S_ISDIR (ssb->st_mode))
+    return;
+  repair_walk_list = *out;
+  repair_walk_skip = strlen (src_host);
+  repair_walk_target = target;
+  nftw (src_host, repair_walk_one, 16, FTW_PHYS);
+  *out = repair_walk_list;
+  repair_walk_list = NULL;
+}
+
+/* Check (and with `repair`, repair) each wheel of `paths`, host paths of
+ * regular files in `st`'s tree; the wheel written in place of one keeps
+ * its owner and mode. */
+static int
+repair_copied (build_t *b, stage_state_t *st, const char *lib_root, char **paths,
+               const char *repair, const char *excl, ib_error_t *err)
+{
+  size_t rootlen = strlen (st->rootfs);
+  for (char **p = paths; p && *p; p++)
+    {
+      /* resolved again in the tree: no component may lead out of it */
+      cleanup_free char *at = NULL;
+      if (ib_root_resolve (st->rootfs, *p + rootlen, false, &at, err) < 0)
+        return -1;
+      struct stat sb;
+      if (lstat (at, &sb) < 0 || !S_ISREG (sb.st_mode))
+        continue;
+      cleanup_free char *out = NULL;
+      if (b->opts->wheels->check_one (at, lib_root, repair, excl, &out, err) < 0)
+        return ib_error_prefix (err, "--repair");
+      if (strcmp (out, at) != 0 || repair)
+        {
+          if (lchown (out, sb.st_uid, sb.st_gid) < 0 && errno != EPERM)
+            return ib_error_sys (err, errno, "chown %s", out + rootlen);
+          if (chmod (out, sb.st_mode & 07777) < 0)
+            return ib_error_sys (err, errno, "chmod %s", out + rootlen);
+        }
+    }
+  return 0;
+}
+
 int
 do_copy (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err)
 {
@@ -146,6 +222,8 @@ do_copy (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err)
     if (!ib_str_has_prefix (*f, "--from=") && !ib_str_has_prefix (*f, "--chown=")
         && !ib_str_has_prefix (*f, "--chmod=") && !ib_str_has_prefix (*f, "--exclude=")
         && !ib_str_has_prefix (*f, "--parents=") && !ib_str_has_prefix (*f, "--link=")
+        && !(!add && ib_str_has_prefix (*f, "--repair="))
+        && !(!add && ib_str_has_prefix (*f, "--repair-exclude="))
         && !(add && ib_str_has_prefix (*f, "--checksum=")))
       return ib_error_set (err, ENOTSUP, "%s is not supported yet", *f);
   cleanup_free char *checksum = NULL;
@@ -156,6 +234,27 @@ do_copy (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err)
       if (!ib_digest_valid (checksum))
         return ib_error_set (err, EINVAL, "--checksum=%s: expected sha256:<64 hex digits>",
                              checksum);
+    }
+
+  /* --repair=PLAT (imgbuild): the wheels copied are audited against the
+   * --from source's libraries and repaired, as OUTPUT's repair= does */
+  cleanup_free char *repair_x = NULL, *repair_excl_x = NULL;
+  if (ib_instr_flag (in, "repair-exclude") && !ib_instr_flag (in, "repair"))
+    return ib_error_set (err, EINVAL, "--repair-exclude needs --repair=PLAT");
+  if (ib_instr_flag (in, "repair"))
+    {
+      if (!from)
+        return ib_error_set (err, EINVAL, "--repair=%s needs --from: the stage or image whose "
+                             "libraries are grafted", ib_instr_flag (in, "repair"));
+      if (b->opts->wheels == NULL || b->opts->wheels->check_one == NULL)
+        return ib_error_set (err, ENOTSUP, "--repair needs the wheel checks, which this build "
+                             "was started without");
+      if (expand (b, st, ib_instr_flag (in, "repair"), &repair_x, err) < 0
+          || (ib_instr_flag (in, "repair-exclude")
+              && expand (b, st, ib_instr_flag (in, "repair-exclude"), &repair_excl_x, err) < 0))
+        return -1;
+      if (b->opts->wheels->policy_check (repair_x, err) < 0)
+        return ib_error_prefix (err, "--repair");
     }
 
   stage_state_t *src_stage = NULL;
@@ -281,6 +380,7 @@ do_copy (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err)
   cleanup_free char *dst_host = NULL;
   cleanup_free char *hdoc_dir = NULL;
   step_scan_t before = { 0 };
+  cleanup_strv char **wheels_copied = NULL; /* --repair: host paths */
   int ret = -1;
   size_t n_copied = 0;
   for (size_t i = 0; i + 1 < n; i++)
@@ -357,6 +457,11 @@ do_copy (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err)
       ib_buf_printf (&t, "stage-copy 2\n");
     for (char **e = ex_words; e && *e; e++)
       key_str (&t, "exclude", *e);
+    if (repair_x)
+      {
+        key_str (&t, "repair", repair_x);
+        key_str (&t, "repair-exclude", repair_excl_x ? repair_excl_x : "");
+      }
     for (size_t i = 0; i < n; i++)
       key_str (&t, "word", words[i]);
     key_str (&t, "dest", dest_abs);
@@ -552,8 +657,17 @@ do_copy (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err)
           co.name = NULL;
           if (r < 0)
             goto out;
+          if (repair_x)
+            {
+              const char *to = target ? target : dst_host;
+              bool in_dir = into_dir || is_dir (to);
+              repair_collect (src_host, &ssb, to, S_ISDIR (ssb.st_mode) || in_dir, name,
+                              &wheels_copied);
+            }
         }
     }
+  if (repair_x && repair_copied (b, st, src_root, wheels_copied, repair_x, repair_excl_x, err) < 0)
+    goto out;
   {
     cleanup_free char *created_by = xasprintf ("%s %s", in->keyword, shown);
     ret = commit_layer (b, st, &before, created_by, err);

@@ -41,6 +41,8 @@ static const struct flag_spec copy_flags[] = {
   { "link", FLAG_BOOL },
   { "parents", FLAG_BOOL },
   { "exclude", FLAG_LIST },
+  { "repair", FLAG_STRING },         /* imgbuild: the wheels copied, repaired */
+  { "repair-exclude", FLAG_STRING },
   { NULL, 0 },
 };
 

@@ -61,13 +61,19 @@ reject_wheel (const char *path, ib_error_t *err)
 }
 
 static int
-check_or_repair (const char *path, const output_check_t *o, ib_error_t *err)
+check_or_repair_at (const char *path, const output_check_t *o, char **repaired, ib_error_t *err)
 {
   bool pure = false;
+  if (repaired)
+    *repaired = NULL;
   if (check_one (path, o->root, &pure, err) < 0)
     return reject_wheel (path, err);
   if (!o->plat || pure)
-    return 0;
+    {
+      if (repaired)
+        *repaired = xstrdup (path);
+      return 0;
+    }
   cleanup_free char *dir = xstrdup (path);
   char *sl = strrchr (dir, '/');
   if (sl)
@@ -79,7 +85,27 @@ check_or_repair (const char *path, const output_check_t *o, ib_error_t *err)
     return reject_wheel (path, err);
   if (strcmp (out, path) != 0 && unlink (path) < 0)
     return ib_error_sys (err, errno, "remove %s (repaired as %s)", path, out);
+  if (repaired)
+    *repaired = steal_pointer (&out);
   return 0;
+}
+
+static int
+check_or_repair (const char *path, const output_check_t *o, ib_error_t *err)
+{
+  return check_or_repair_at (path, o, NULL, err);
+}
+
+int
+ib_wheel_check_one (const char *path, const char *root, const char *repair,
+                    const char *repair_exclude, char **out_path, ib_error_t *err)
+{
+  output_check_t o = { .root = root, .plat = repair && *repair ? repair : NULL };
+  cleanup_strv char **excl = NULL;
+  if (repair_exclude && *repair_exclude)
+    ibw_split_path_list (repair_exclude, &excl);
+  o.exclude = excl;
+  return check_or_repair_at (path, &o, out_path, err);
 }
 
 /* ibw_walk's callback for a directory copied into `dest`: `rel` a *.whl

@@ -142,8 +142,9 @@ typedef struct ib_wheel_repair_opts
  * RECORD; write the zip (entries sorted, .dist-info last, RECORD the very
  * last; mode 0644 or 0755; the MS-DOS time fields in UTC, whatever TZ says:
  * SOURCE_DATE_EPOCH's when set, so the output is reproducible, else each
- * member's as the wheel stored them and the current time for grafted
- * libraries; TZ is neither read for this nor set).  *out_path (caller frees) is the new wheel's
+ * member's as the wheel stored them, and for grafted libraries and the new
+ * RECORD the wheel's newest member's, so the same input gives the same
+ * bytes; TZ is neither read for this nor set).  *out_path (caller frees) is the new wheel's
  * path.  A wheel that needs no grafting is still retagged and rewritten. */
 int ib_wheel_repair (const char *path, const ib_wheel_repair_opts_t *opts, char **out_path,
                      ib_error_t *err);
@@ -152,6 +153,19 @@ int ib_wheel_repair (const char *path, const ib_wheel_repair_opts_t *opts, char 
  * `path`, log "wheel NAME: verified, N files; platform tag TAG" (or "pure
  * Python").  Fails on a wheel that does not verify. */
 int ib_wheel_check_output (const char *path, ib_error_t *err);
+
+/* The hook of `COPY --repair=PLAT`: one wheel `path` (a regular *.whl
+ * file the COPY wrote), verified and audited with the libraries of `root`
+ * (the --from stage's root filesystem), logged as ib_wheel_check_copied
+ * does, then, when `repair` is set (a --plat value; NULL or "": check
+ * only) and the wheel is not pure Python, repaired in place: written
+ * beside `path` under its new name, `path` removed when the name changed.
+ * `repair_exclude`: ':'-separated --exclude patterns, or NULL.  On
+ * success *out_path (caller frees) is where the wheel now is (`path`
+ * itself when it was not rewritten).  A wheel that fails is removed and
+ * the error names it. */
+int ib_wheel_check_one (const char *path, const char *root, const char *repair,
+                        const char *repair_exclude, char **out_path, ib_error_t *err);
 
 /* The hook of `OUTPUT type=local`: after ib_copy_into (src, dest, true)
  * copied `src` (a file, or a directory whose contents were merged into

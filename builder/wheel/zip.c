@@ -92,6 +92,27 @@ dos_time_utc (time_t t, unsigned char out[4])
   out[3] = (unsigned char) (dv >> 8);
 }
 
+/* dos_time_utc's inverse: the time the MS-DOS fields `d` name, read as
+ * UTC (as bdist_wheel writes them), whatever TZ says. */
+static time_t
+dos_fields_utc (const unsigned char d[4])
+{
+  unsigned tv = d[0] | (unsigned) d[1] << 8, dv = d[2] | (unsigned) d[3] << 8;
+  struct tm tm = { .tm_sec = (int) (tv & 0x1f) * 2, .tm_min = (int) (tv >> 5 & 0x3f),
+                   .tm_hour = (int) (tv >> 11), .tm_mday = (int) (dv & 0x1f),
+                   .tm_mon = (int) (dv >> 5 & 0xf) - 1, .tm_year = (int) (dv >> 9) + 80 };
+  return timegm (&tm);
+}
+
+/* A member's time: its MS-DOS fields read as UTC, not libarchive's
+ * reading of them (in the local time zone), so that the extended
+ * timestamp field a repair writes agrees with them whatever TZ says. */
+static time_t
+member_time (const member_t *m)
+{
+  return m->has_dos ? dos_fields_utc (m->dos) : (time_t) m->mtime;
+}
+
 /* The central directory of the zip open as `fd` (`size` bytes), as its end
  * of central directory record (or, when a field overflowed, the zip64
  * record) places it (APPNOTE.TXT 4.3.12-4.3.16): *cd (caller frees) holds
@@ -300,18 +321,24 @@ ibw_write_zip (ib_wheel_t *w, const char *out, ib_error_t *err)
         archive_write_free (a);
         goto out;
       }
-    time_t now = time (NULL);
     /* each entry's MS-DOS time fields, set by zip_set_dos_times afterwards:
      * SOURCE_DATE_EPOCH's in UTC, else a member's as the wheel stored
-     * them, else (a grafted library, a new RECORD) now's in UTC */
-    unsigned char (*dos)[4] = xmalloc ((ni ? ni : 1) * sizeof *dos);
+     * them, else (a grafted library, a new RECORD) those of the wheel's
+     * newest member: a repair is a function of its inputs, so that the
+     * same wheel repaired twice (OUTPUT repair= and COPY --repair) gives
+     * the same bytes */
+    const member_t *newest = NULL;
     if (sde < 0 && zip_dos_times (w, err) < 0)
       {
         archive_write_free (a);
         unlink (tmp);
-        free (dos);
         goto out;
       }
+    for (size_t i = 0; i < w->n; i++)
+      if (newest == NULL || member_time (&w->m[i]) > member_time (newest))
+        newest = &w->m[i];
+    time_t now = newest && member_time (newest) > 0 ? member_time (newest) : 315532800;
+    unsigned char (*dos)[4] = xmalloc ((ni ? ni : 1) * sizeof *dos);
     for (size_t i = 0; i < ni; i++)
       {
         cleanup_free char *full = ib_path_join (w->dir, items[i].rel);
@@ -339,10 +366,12 @@ ibw_write_zip (ib_wheel_t *w, const char *out, ib_error_t *err)
         archive_entry_set_size (e, (la_int64_t) len);
         if (sde < 0 && m && m->has_dos)
           memcpy (dos[i], m->dos, 4);
+        else if (sde < 0 && !m && newest && newest->has_dos)
+          memcpy (dos[i], newest->dos, 4);
         else
           dos_time_utc (sde >= 0 ? (time_t) sde : now, dos[i]);
-        archive_entry_set_mtime (e, sde >= 0 ? (time_t) sde : m && m->mtime ? (time_t) m->mtime
-                                                                             : now, 0);
+        archive_entry_set_mtime (e, sde >= 0 ? (time_t) sde : m && member_time (m) ? member_time (m)
+                                                                                  : now, 0);
         archive_entry_set_uid (e, 0);
         archive_entry_set_gid (e, 0);
         int wr = archive_write_header (a, e);

@@ -630,7 +630,7 @@ test_copy_and_flags (void **state)
   assert_err_contains ("FROM x\nCOPY [\"a\"]\n", "COPY needs at least one source");
   assert_err_is ("FROM x\nCOPY --frm=a b c\n",
                  "test.recipe:2:6: COPY accepts --from, --chown, --chmod, --link, --parents, "
-                 "--exclude, got '--frm=a'");
+                 "--exclude, --repair, --repair-exclude, got '--frm=a'");
   assert_err_contains ("FROM x\nADD --from=a b c\n", "ADD accepts");
   assert_err_contains ("FROM x\nCOPY --link=maybe a b\n", "--link takes true or false");
   assert_err_contains ("FROM x\nCOPY --from a b\n", "--from needs a value");
@@ -1144,7 +1144,7 @@ test_onbuild (void **state)
   assert_err_is ("FROM x\nONBUILD FOO bar\n", "test.recipe:2:9: unknown instruction 'FOO'");
   assert_err_is ("FROM x\nONBUILD COPY --form=a b c\n",
                  "test.recipe:2:14: COPY accepts --from, --chown, --chmod, --link, --parents, "
-                 "--exclude, got '--form=a'");
+                 "--exclude, --repair, --repair-exclude, got '--form=a'");
   assert_err_is ("FROM x\nONBUILD RUN cat <<EOF\n",
                  "test.recipe:2:17: unterminated heredoc '<<EOF': expected a line 'EOF', got end "
                  "of file");
