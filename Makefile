@@ -20,7 +20,7 @@ LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o)
 UNIT_SRC := $(wildcard tests/unit/test_*.c)
 UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 
-.PHONY: all man install uninstall deps test unit e2e e2e-realworld e2e-debian-wheels e2e-torch asan fuzz demo clean lint
+.PHONY: all man install uninstall deps test unit e2e e2e-realworld e2e-debian-wheels e2e-torch e2e-frameworks asan fuzz demo clean lint
 all: $(BIN)/imgbuild
 
 $(BUILD)/%.o: %.c $(HEADERS)
@@ -114,6 +114,11 @@ e2e-debian-wheels: all
 # pass even with the stand-in's apt step cached); docs/recipes.md has its time.
 e2e-torch: all
 	bash tests/torch/run.sh
+
+# torchvision 0.14.1 from source through recipes/torch110.recipe, the
+# orion-style client image (tests/frameworks/run.sh)
+e2e-frameworks: all
+	bash tests/frameworks/run.sh
 
 # ASAN_BUILD / ASAN_BIN: other directories (two builds in one checkout).
 ASAN_BUILD ?= build-asan

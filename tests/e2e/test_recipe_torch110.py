@@ -17,10 +17,12 @@ own plumbing end to end, not that PyTorch 1.1.0 builds for CUDA 9.0:
   - APT_PACKAGES, PIP_PACKAGES, NCCL_VERSION, CLIENT_APT_PACKAGES and
     CLIENT_PIP_PACKAGES empty (those steps skip), PY_DIST bookworm's.
 Checked: the clone at the tag (with its submodule), the build flags
-reaching setup.py, the wheel in ./dist, the torchvision tree in
-dist-packages, the wheel and the Orion files under /opt, the client image
+reaching setup.py, both wheels in ./dist, the torch and torchvision
+wheels (the latter the bytes of ./dist's, through COPY --repair) and the
+Orion files under /opt, both installed in dist-packages, the client image
 tagged, and `import torch, torchvision` inside it."""
 import functools
+import hashlib
 import http.server
 import json
 import os
@@ -34,7 +36,7 @@ import pytest
 from conftest import ROOT, imgbuild, stored_names, norm
 
 RECIPE = ROOT / "recipes/torch110.recipe"
-CLIENT = "orion-client:cu9.0-torch1.1.0-py3"
+CLIENT = "virtaitech/orion-client:cu9.0-torch1.1.0-py3"
 STANDIN_BASE = "localhost/torch110-standin:bookworm"
 PY_DIST = "/usr/local/lib/python3.11/dist-packages"  # bookworm's python3 (pip's site dir)
 FLAGS = ["NO_TEST", "NO_FBGEMM", "NO_MIOPEN", "NO_MKLDNN", "NO_NNPACK", "NO_QNNPACK", "USE_NCCL",
@@ -68,15 +70,23 @@ def test_torch110_plan_is_pinned(tmp_path):
     # bdist_wheel with the ccache mount; torchvision built with FORCE_CUDA=1
     assert "RUN --mount=type=cache,target=/root/.ccache export PATH=" in out
     assert "python3 setup.py bdist_wheel" in out
-    assert "FORCE_CUDA=1 && python3 setup.py build" in out
+    assert ('CC=gcc CXX=g++ FORCE_CUDA="1" ' in out and "&& python3 setup.py build "
+            "&& python3 setup.py bdist_wheel && mkdir -p /vision-wheels" in out)
     # the client's files
     assert "COPY --from=build /wheels/ /opt/\n" in out
     assert "COPY --chmod=755 torch110/oriond torch110/install-client-9.0 /opt/\n" in out
-    assert "COPY --from=build /vision/torchvision /usr/local/lib/python3.5/dist-packages/torchvision\n" in out
+    excl = ("libc10.so*:libc10_cuda.so*:libtorch*.so*:libshm.so*:libcaffe2*.so*:libcudart.so.*:"
+            "libnvrtc*.so*:libnvToolsExt.so.*:libcuda.so.*")
+    assert (f"COPY --from=build --repair=manylinux_2_17_x86_64 '--repair-exclude={excl}' "
+            "/vision-wheels/ /opt/\n") in out
+    assert 'test -d "/usr/local/lib/python3.5/dist-packages/torchvision"' not in out
+    assert 'if [ ! -d "/usr/local/lib/python3.5/dist-packages/torchvision" ]' in out
     # the outputs, in their stages
     build, client = out.split("\nstage 1 client\n")
-    assert "output: type=local dest=dist src=/wheels" in build
-    assert client.rstrip().endswith("output: type=image name=orion-client:cu9.0-torch1.1.0-py3")
+    assert "output: type=local dest=dist src=/wheels\n" in build
+    assert (f"output: type=local dest=dist src=/vision-wheels repair=manylinux_2_17_x86_64 "
+            f"repair-exclude='{excl}'\n") in build
+    assert client.rstrip().endswith("output: type=image name=virtaitech/orion-client:cu9.0-torch1.1.0-py3")
 
 
 def test_torch110_plan_follows_mirror_args(tmp_path):
@@ -230,7 +240,7 @@ def plumbing(base_image, standin_git, tmp_path_factory):
 
 def test_plumbing_standin_wheel_in_dist_built_from_the_tag(plumbing):
     wheels = sorted((plumbing["work"] / "dist").glob("*.whl"))
-    assert [w.name for w in wheels] == ["torch-1.1.0-py3-none-any.whl"]
+    assert [w.name for w in wheels] == ["torch-1.1.0-py3-none-any.whl", "torchvision-0.3.0-py3-none-any.whl"]
     with zipfile.ZipFile(wheels[0]) as z:
         assert z.read("torch/__init__.py").decode() == '__version__ = "1.1.0"\n'  # the tag, not main
         # the submodule came with the clone, at the commit the tag records
@@ -263,7 +273,14 @@ def test_plumbing_standin_opt_holds_wheel_and_orion_files(plumbing):
     out = run_in_client(plumbing, "sh", "-c", "cd /opt && ls && test -x oriond && test -x install-client-9.0"
                         " && head -2 oriond")
     assert out.split("#!/bin/sh")[0].split() == ["install-client-9.0", "oriond",
-                                                 "torch-1.1.0-py3-none-any.whl"]
+                                                 "torch-1.1.0-py3-none-any.whl",
+                                                 "torchvision-0.3.0-py3-none-any.whl"]
+    # the torchvision wheel under /opt is the one in ./dist, byte for byte
+    r = imgbuild("run", CLIENT, "--", "sha256sum", "/opt/torchvision-0.3.0-py3-none-any.whl",
+                 store=plumbing["store"])
+    assert r.rc == 0, r
+    want = hashlib.sha256((plumbing["work"] / "dist/torchvision-0.3.0-py3-none-any.whl").read_bytes())
+    assert r.out.split()[0] == want.hexdigest()
     assert "PLACEHOLDER" in out
 
 
@@ -274,11 +291,11 @@ def test_plumbing_standin_imports_torch_and_torchvision(plumbing):
                         " torchvision.__file__, b.FORCE_CUDA, b.TORCH_VERSION]))")
     tv, tfile, vv, vfile, force_cuda, built_against = json.loads(out)
     assert tv == "1.1.0" and vv == "0.3.0"
-    # torch pip-installed from the wheel; torchvision the tree the build stage made
+    # both pip-installed from their wheels into PY_DIST
     assert tfile == f"{PY_DIST}/torch/__init__.py"
     assert vfile == f"{PY_DIST}/torchvision/__init__.py"
     assert force_cuda == "1" and built_against == "1.1.0"
-    # torchvision is a copied tree, not an installed distribution; torch is one
     out = run_in_client(plumbing, "sh", "-c", f"ls {PY_DIST}")
     assert "torchvision" in out.split() and "torch" in out.split()
     assert any(x.startswith("torch-1.1.0.dist-info") for x in out.split())
+    assert any(x.startswith("torchvision-0.3.0.dist-info") for x in out.split())
