@@ -82,11 +82,23 @@ plan_instr (build_t *b, stage_state_t *st, const ib_instr_t *in, json_t *step, i
       {
         json_t *o = json_object ();
         json_object_set_new (step, in->kind == IB_I_ENV ? "env" : "labels", o);
+        /* a name the recipe does not set (the base image's PATH: the
+         * plan reads no image config) stays as written, as in a RUN's
+         * preview: `ENV PATH=/opt/x/bin:${PATH}` is not "/opt/x/bin:" */
+        plan_lookup_ctx_t pc = { { st, &st->args } };
         for (size_t i = 0; i < in->n_kvs; i++)
           {
             cleanup_free char *k = NULL, *v = NULL;
             if (expand (b, st, in->kvs[i].raw ? in->kvs[i].raw : "", &v, err) < 0)
               return -1;
+            if (in->kind == IB_I_ENV)
+              {
+                free (v);
+                v = NULL;
+                if (ib_expand (in->kvs[i].raw ? in->kvs[i].raw : "", escape_char (b), plan_lookup,
+                               &pc, &v, err) < 0)
+                  return -1;
+              }
             if (in->kind == IB_I_LABEL && expand (b, st, in->kvs[i].key, &k, err) < 0)
               return -1;
             json_object_set_new (o, k ? k : in->kvs[i].key, json_string (v));

@@ -122,3 +122,17 @@ def test_plan_errors(tmp_path):
     r = imgbuild("plan", "bad.recipe", store=tmp_path / "store", cwd=tmp_path)
     assert r.rc == 1
     assert r.err.strip() == "imgbuild: bad.recipe:3:1: unknown instruction 'FROB' (did you mean FROM?)"
+
+
+def test_plan_keeps_what_the_base_image_sets(tmp_path):
+    """The plan reads no image config: an ENV value naming a variable the
+    recipe does not set (the base image's PATH) shows it as written, and
+    so does a RUN that reads it, instead of expanding it to nothing."""
+    (tmp_path / "env.recipe").write_text(
+        "FROM scratch\nARG TOOLS=/opt/tools\nENV PATH=${TOOLS}/bin:${PATH} EMPTY=${NOT_SET:-d}\n"
+        'RUN echo "$PATH" "$EMPTY"\n')
+    r = imgbuild("plan", "env.recipe", "--json", store=tmp_path / "store", cwd=tmp_path)
+    assert r.rc == 0, r
+    env, run = json.loads(r.out)["stages"][0]["steps"][1:3]
+    assert env["env"] == {"PATH": "/opt/tools/bin:${PATH}", "EMPTY": "${NOT_SET:-d}"}, env
+    assert run["expanded"] == 'echo "/opt/tools/bin:${PATH}" "${NOT_SET:-d}"', run
