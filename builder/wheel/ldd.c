@@ -149,7 +149,12 @@ ibw_expand_origin (const char *entry, const char *dir)
 }
 
 /* parse_ld_paths: $ORIGIN relative to `origin_file`'s directory; an empty
- * entry is the current directory; only existing directories kept. */
+ * entry is the current directory; only existing directories kept.  Under
+ * a root (`sysroot` not ""), empty and relative entries are skipped: ld.so
+ * takes them from the current directory of the process that loads the
+ * object, which is the stage's, not imgbuild's (lddtree with a root
+ * would read its own), so an audit of a stage never depends on the
+ * directory imgbuild was started in. */
 static void
 expand_paths (char *const *in, const char *origin_file, const char *sysroot, char ***out)
 {
@@ -160,9 +165,12 @@ expand_paths (char *const *in, const char *origin_file, const char *sysroot, cha
   for (size_t i = 0; in && in[i]; i++)
     {
       cleanup_free char *p = NULL;
+      bool origin = strstr (in[i], "$ORIGIN") || strstr (in[i], "${ORIGIN}");
+      if (*sysroot && in[i][0] != '/' && !origin)
+        continue;
       if (!*in[i])
         p = getcwd (NULL, 0);
-      else if (strstr (in[i], "$ORIGIN") || strstr (in[i], "${ORIGIN}"))
+      else if (origin)
         p = ibw_expand_origin (in[i], dir);
       else
         p = xasprintf ("%s%s", in[i][0] == '/' ? sysroot : "", in[i]);

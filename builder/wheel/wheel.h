@@ -84,7 +84,9 @@ typedef struct ib_wheel_audit_opts
   /* Resolve libraries inside this directory (a build stage's root
    * filesystem: its /etc/ld.so.conf, default directories and absolute
    * RPATH entries, absolute symlinks taken relative to it; the host's
-   * LD_LIBRARY_PATH is ignored), or NULL: this host. */
+   * LD_LIBRARY_PATH and the current directory are never read: empty and
+   * relative RPATH/RUNPATH entries, which ld.so takes from the current
+   * directory, are skipped), or NULL: this host. */
   const char *root;
 } ib_wheel_audit_opts_t;
 
