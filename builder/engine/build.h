@@ -36,14 +36,18 @@
  * wing's hooks (builder/wheel/wheel.h: ib_wheel_policy_check,
  * ib_wheel_check_required, ib_wheel_check_copied, and ib_wheel_check_one
  * for COPY --repair, whose comments give the
- * contracts), passed in by the caller so that the engine does not depend
+ * contracts; `root` is the stage's root filesystem, `ld_library_path` the
+ * directories of its image config's LD_LIBRARY_PATH resolved inside it),
+ * passed in by the caller so that the engine does not depend
  * on that wing.  NULL (ib_build_opts_t.wheels): wheels are copied
  * unchecked, and require= / repair= are refused. */
 typedef struct ib_wheel_hooks
 {
   int (*policy_check) (const char *plat, ib_error_t *err);
-  int (*check_required) (const char *src, const char *root, const char *plat, ib_error_t *err);
-  int (*check_copied) (const char *src, const char *dest, const char *root, const char *repair,
+  int (*check_required) (const char *src, const char *root, char *const *ld_library_path,
+                         const char *plat, ib_error_t *err);
+  int (*check_copied) (const char *src, const char *dest, const char *root,
+                       char *const *ld_library_path, const char *repair,
                        const char *repair_exclude, ib_error_t *err);
   int (*check_one) (const char *path, const char *root, const char *repair,
                     const char *repair_exclude, char **out_path, ib_error_t *err);

@@ -245,6 +245,11 @@ const char *kv_get (const ib_instr_t *in, const char *key);
 bool output_key_expanded (const char *key);
 int run_output (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err);
 int store_stage_image (build_t *b, stage_state_t *st, ib_error_t *err);
+/* st's LD_LIBRARY_PATH as host directories inside st->rootfs, for the
+ * wheel hooks' ld_library_path (ib_wheel_hooks_t); NULL when it sets
+ * none; caller frees (ib_strv_free).  Its comment in outputs.c says how
+ * entries are taken. */
+char **stage_ld_library_path (stage_state_t *st);
 
 /* parallel.c */
 int run_stages_parallel (build_t *b, size_t jobs, ib_error_t *err);

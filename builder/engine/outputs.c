@@ -106,6 +106,60 @@ output_src (stage_state_t *st, const char *src, char **from, struct stat *sb, ib
   return 0;
 }
 
+/* The stage's LD_LIBRARY_PATH (the value its image config's Env ends
+ * with) as the wheel checks search it (ib_wheel_hooks_t): each entry,
+ * separated by ':' or ';' as ld.so separates them, resolved inside the
+ * stage's root filesystem (symlinks taken inside it) into a host path.
+ * As ld.so does, an empty or relative entry is taken from the directory a
+ * process of the stage starts in, its WORKDIR; an entry with a dynamic
+ * string token ($ORIGIN, $LIB, $PLATFORM, which ld.so expands per
+ * program) is skipped, as is one that cannot be resolved.  NULL when the
+ * stage sets none; the process's own LD_LIBRARY_PATH is never read.
+ * Caller frees. */
+/* Whether an LD_LIBRARY_PATH entry holds one of ld.so's dynamic string
+ * tokens (ld.so(8): $ORIGIN, $LIB, $PLATFORM, also as ${NAME}). */
+static bool
+has_dst (const char *entry)
+{
+  static const char *const tokens[] = { "$ORIGIN", "${ORIGIN}", "$LIB", "${LIB}",
+                                        "$PLATFORM", "${PLATFORM}", NULL };
+  for (size_t i = 0; tokens[i]; i++)
+    if (strstr (entry, tokens[i]))
+      return true;
+  return false;
+}
+
+char **
+stage_ld_library_path (stage_state_t *st)
+{
+  const char *v = config_env_get (st->config, "LD_LIBRARY_PATH");
+  if (v == NULL || *v == '\0')
+    return NULL;
+  const char *wd = config_string (st->config, "WorkingDir");
+  if (wd == NULL || wd[0] != '/')
+    wd = "/";
+  char **out = xmalloc (sizeof *out);
+  for (const char *p = v;; p++)
+    {
+      size_t len = strcspn (p, ":;");
+      cleanup_free char *entry = xstrndup (p, len);
+      if (!has_dst (entry))
+        {
+          cleanup_free char *in_root = entry[0] == '/' ? xstrdup (entry) : ib_path_join (wd, entry);
+          char *host = NULL;
+          if (ib_root_resolve (st->rootfs, in_root, true, &host, NULL) == 0)
+            {
+              ib_strv_push (&out, host);
+              free (host);
+            }
+        }
+      p += len;
+      if (*p == '\0')
+        break;
+    }
+  return out;
+}
+
 /* OUTPUT type=tar: the stage's root filesystem (or the tree under src=)
  * as one tarball written by the layer writer (sorted, PAX, mtimes clamped
  * to SOURCE_DATE_EPOCH: byte-identical across builds of the same tree),
@@ -386,11 +440,14 @@ output_one (build_t *b, stage_state_t *st, const ib_instr_t *in, const char *typ
       if (wh == NULL && ((require && *require) || (repair && *repair)))
         return ib_error_set (err, ENOTSUP, "require= and repair= need the wheel checks, "
                              "which this build was started without");
-      if (require && *require && wh->check_required (from, st->rootfs, require, err) < 0)
+      cleanup_strv char **ld_path = wh ? stage_ld_library_path (st) : NULL;
+      if (require && *require
+          && wh->check_required (from, st->rootfs, ld_path, require, err) < 0)
         return -1; /* nothing copied: dest holds no wheel that falls short */
       ib_copy_opts_t co = { .chmod = -1 };
       if (ib_copy_into (from, dest, true, &co, err) < 0
-          || (wh && wh->check_copied (from, dest, st->rootfs, repair, repair_excl, err) < 0)
+          || (wh && wh->check_copied (from, dest, st->rootfs, ld_path, repair, repair_excl,
+                                      err) < 0)
           || emit_wheels (st, from, dest, err) < 0)
         return -1;
       ib_info ("[%s] OUTPUT local %s -> %s", stage_label (st),

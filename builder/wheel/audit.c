@@ -334,7 +334,7 @@ ib_wheel_audit (ib_wheel_t *w, const ib_wheel_audit_opts_t *opts, ib_wheel_audit
       goto out;
     }
   /* library search paths: LD_LIBRARY_PATH, /etc/ld.so.conf, defaults */
-  ibw_ld_paths (a);
+  ibw_ld_paths (a, opts->ld_library_path);
   /* each object's tree */
   for (size_t i = 0; i < a->nt; i++)
     if (ibw_ldd_tree (a, &a->t[i], opts->exclude, err) < 0)

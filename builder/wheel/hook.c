@@ -14,13 +14,14 @@
 #include <unistd.h>
 
 static int
-check_one (const char *path, const char *root, bool *pure, ib_error_t *err)
+check_one (const char *path, const char *root, char *const *ld_library_path, bool *pure,
+           ib_error_t *err)
 {
   ib_wheel_t *w = NULL;
   if (ib_wheel_open (path, &w, err) < 0)
     return -1;
   ib_wheel_audit_t *a = NULL;
-  ib_wheel_audit_opts_t ao = { .root = root };
+  ib_wheel_audit_opts_t ao = { .root = root, .ld_library_path = ld_library_path };
   if (ib_wheel_audit (w, &ao, &a, err) < 0)
     {
       ib_wheel_close (w);
@@ -41,12 +42,13 @@ check_one (const char *path, const char *root, bool *pure, ib_error_t *err)
 int
 ib_wheel_check_output (const char *path, ib_error_t *err)
 {
-  return check_one (path, NULL, NULL, err);
+  return check_one (path, NULL, NULL, NULL, err);
 }
 
 typedef struct output_check
 {
   const char *root, *plat;
+  char *const *ld_library_path;
   char **exclude;
 } output_check_t;
 
@@ -66,7 +68,7 @@ check_or_repair_at (const char *path, const output_check_t *o, char **repaired, 
   bool pure = false;
   if (repaired)
     *repaired = NULL;
-  if (check_one (path, o->root, &pure, err) < 0)
+  if (check_one (path, o->root, o->ld_library_path, &pure, err) < 0)
     return reject_wheel (path, err);
   if (!o->plat || pure)
     {
@@ -79,7 +81,8 @@ check_or_repair_at (const char *path, const output_check_t *o, char **repaired, 
   if (sl)
     *sl = '\0';
   ib_wheel_repair_opts_t ro = { .plat = o->plat, .out_dir = sl ? dir : ".",
-                                .exclude = o->exclude, .root = o->root };
+                                .exclude = o->exclude, .root = o->root,
+                                .ld_library_path = o->ld_library_path };
   cleanup_free char *out = NULL;
   if (ib_wheel_repair (path, &ro, &out, err) < 0)
     return reject_wheel (path, err);
@@ -125,10 +128,12 @@ check_copied (const char *rel, void *ctx, ib_error_t *err)
 }
 
 int
-ib_wheel_check_copied (const char *src, const char *dest, const char *root, const char *repair,
+ib_wheel_check_copied (const char *src, const char *dest, const char *root,
+                       char *const *ld_library_path, const char *repair,
                        const char *repair_exclude, ib_error_t *err)
 {
-  output_check_t o = { .root = root, .plat = repair && *repair ? repair : NULL };
+  output_check_t o = { .root = root, .plat = repair && *repair ? repair : NULL,
+                       .ld_library_path = ld_library_path };
   cleanup_strv char **excl = NULL;
   if (repair_exclude && *repair_exclude)
     ibw_split_path_list (repair_exclude, &excl);
@@ -153,7 +158,8 @@ ib_wheel_check_copied (const char *src, const char *dest, const char *root, cons
 /* ---- require= ------------------------------------------------------------ */
 
 int
-ib_wheel_check_required (const char *src, const char *root, const char *plat, ib_error_t *err)
+ib_wheel_check_required (const char *src, const char *root, char *const *ld_library_path,
+                         const char *plat, ib_error_t *err)
 {
   if (ib_wheel_policy_check (plat, err) < 0)
     return ib_error_prefix (err, "OUTPUT require");
@@ -181,7 +187,7 @@ ib_wheel_check_required (const char *src, const char *root, const char *plat, ib
       cleanup_free char *full = ib_path_join (dir, rels[i]);
       ib_wheel_t *w = NULL;
       ib_wheel_audit_t *a = NULL;
-      ib_wheel_audit_opts_t ao = { .root = root };
+      ib_wheel_audit_opts_t ao = { .root = root, .ld_library_path = ld_library_path };
       if (ib_wheel_open (full, &w, err) < 0 || ib_wheel_audit (w, &ao, &a, err) < 0)
         {
           ib_wheel_close (w);

@@ -1,6 +1,7 @@
 /* builder/wheel/ldd.c — library resolution as auditwheel's lddtree does
  * it: each object's DT_NEEDED entries looked up, depth first, in RPATH
- * (with $ORIGIN), LD_LIBRARY_PATH, RUNPATH, /etc/ld.so.conf and its
+ * (with $ORIGIN), LD_LIBRARY_PATH (a build stage's, given; this host's
+ * only for an audit of this host), RUNPATH, /etc/ld.so.conf and its
  * includes, the default directories and the interpreter's; only the last
  * path component's symlinks followed; all of it under a build stage's
  * root filesystem when the audit is given one.  The NVIDIA driver and
@@ -149,7 +150,12 @@ ibw_expand_origin (const char *entry, const char *dir)
 }
 
 /* parse_ld_paths: $ORIGIN relative to `origin_file`'s directory; an empty
- * entry is the current directory; only existing directories kept. */
+ * entry is the current directory; only existing directories kept.  Under
+ * a root (`sysroot` not ""), empty and relative entries are skipped: ld.so
+ * takes them from the current directory of the process that loads the
+ * object, which is the stage's, not imgbuild's (lddtree with a root
+ * would read its own), so an audit of a stage never depends on the
+ * directory imgbuild was started in. */
 static void
 expand_paths (char *const *in, const char *origin_file, const char *sysroot, char ***out)
 {
@@ -160,9 +166,12 @@ expand_paths (char *const *in, const char *origin_file, const char *sysroot, cha
   for (size_t i = 0; in && in[i]; i++)
     {
       cleanup_free char *p = NULL;
+      bool origin = strstr (in[i], "$ORIGIN") || strstr (in[i], "${ORIGIN}");
+      if (*sysroot && in[i][0] != '/' && !origin)
+        continue;
       if (!*in[i])
         p = getcwd (NULL, 0);
-      else if (strstr (in[i], "$ORIGIN") || strstr (in[i], "${ORIGIN}"))
+      else if (origin)
         p = ibw_expand_origin (in[i], dir);
       else
         p = xasprintf ("%s%s", in[i][0] == '/' ? sysroot : "", in[i]);
@@ -353,10 +362,19 @@ ibw_is_subdir (const char *path, const char *dir)
 }
 
 void
-ibw_ld_paths (ib_wheel_audit_t *a)
+ibw_ld_paths (ib_wheel_audit_t *a, char *const *ld_library_path)
 {
-  const char *env = getenv ("LD_LIBRARY_PATH");
-  if (env && *env && !*a->sysroot) /* the host's, not the build's */
+  /* the LD_LIBRARY_PATH given (a stage's, resolved in its root by the
+   * caller); else, for this host only, the process's own: never the
+   * host's for an audit under a root */
+  const char *env = ld_library_path || *a->sysroot ? NULL : getenv ("LD_LIBRARY_PATH");
+  for (size_t i = 0; ld_library_path && ld_library_path[i]; i++)
+    if (*ld_library_path[i])
+      {
+        cleanup_free char *np = ibw_normpath (ld_library_path[i]);
+        add_dir (&a->env_paths, np);
+      }
+  if (env && *env)
     {
       cleanup_strv char **raw = NULL;
       ibw_split_path_list (env, &raw);

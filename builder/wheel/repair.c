@@ -261,7 +261,8 @@ ib_wheel_repair (const char *path, const ib_wheel_repair_opts_t *opts, char **ou
       goto out;
     }
   ib_wheel_audit_opts_t ao = { .allow_graft = true, .requested_base = base,
-                               .exclude = opts->exclude, .root = opts->root };
+                               .exclude = opts->exclude, .root = opts->root,
+                               .ld_library_path = opts->ld_library_path };
   if (ib_wheel_audit (w, &ao, &a, err) < 0)
     goto out;
   if (a->pure)
@@ -321,7 +322,11 @@ ib_wheel_repair (const char *path, const ib_wheel_repair_opts_t *opts, char **ou
           if (!src)
             {
               ib_error_set (err, ENOENT, "wheel %s: cannot repair: %s needs %s, which was not "
-                            "found on this host", w->base, t->rel, so);
+                            "found %s", w->base, t->rel, so,
+                            opts->root && *opts->root
+                                ? "in the root filesystem's library path (LD_LIBRARY_PATH, "
+                                  "/etc/ld.so.conf, default directories)"
+                                : "on this host");
               goto out;
             }
           smap_ent_t *m = ibw_smap_find (&soname_map, so);
@@ -425,7 +430,8 @@ ib_wheel_repair (const char *path, const ib_wheel_repair_opts_t *opts, char **ou
     /* the result must verify and audit as the requested policy or better */
     ib_wheel_t *w2 = NULL;
     ib_wheel_audit_t *a2 = NULL;
-    ib_wheel_audit_opts_t o2 = { .exclude = opts->exclude, .root = opts->root };
+    ib_wheel_audit_opts_t o2 = { .exclude = opts->exclude, .root = opts->root,
+                                 .ld_library_path = opts->ld_library_path };
     if (ib_wheel_open (out, &w2, err) < 0 || ib_wheel_audit (w2, &o2, &a2, err) < 0)
       {
         ib_wheel_close (w2);

@@ -225,9 +225,10 @@ bool ibw_is_libpython (const char *s);
  * when it is no ELF object. */
 int ibw_cached_elf (ib_wheel_audit_t *a, const char *path, elf_info_t **out, ib_error_t *err);
 lib_t *ibw_tree_lib (tree_t *t, const char *soname);
-/* The search paths every tree shares: LD_LIBRARY_PATH (for this host
+/* The search paths every tree shares: LD_LIBRARY_PATH (`ld_library_path`,
+ * see ib_wheel_audit_opts_t; when NULL, $LD_LIBRARY_PATH for this host
  * only), a->sysroot's /etc/ld.so.conf and the default directories. */
-void ibw_ld_paths (ib_wheel_audit_t *a);
+void ibw_ld_paths (ib_wheel_audit_t *a, char *const *ld_library_path);
 /* Resolve t->info's libraries into t (t->needed, t->libs), skipping those
  * `exclude` (see ib_wheel_audit_opts_t) or the driver patterns name. */
 int ibw_ldd_tree (ib_wheel_audit_t *a, tree_t *t, char *const *exclude, ib_error_t *err);

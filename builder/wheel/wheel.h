@@ -84,8 +84,20 @@ typedef struct ib_wheel_audit_opts
   /* Resolve libraries inside this directory (a build stage's root
    * filesystem: its /etc/ld.so.conf, default directories and absolute
    * RPATH entries, absolute symlinks taken relative to it; the host's
-   * LD_LIBRARY_PATH is ignored), or NULL: this host. */
+   * LD_LIBRARY_PATH and the current directory are never read: empty and
+   * relative RPATH/RUNPATH entries, which ld.so takes from the current
+   * directory, are skipped), or NULL: this host. */
   const char *root;
+  /* The LD_LIBRARY_PATH the objects would be loaded with, as directories
+   * (host paths: for a stage, the entries of its image config's
+   * LD_LIBRARY_PATH, each already resolved inside `root` by the caller),
+   * NULL-terminated; searched in order where lddtree searches
+   * LD_LIBRARY_PATH: after RPATH, before /etc/ld.so.conf and the default
+   * directories (as ld.so does).  Entries that are not directories are
+   * skipped.  NULL: none when `root` is set; without `root`, this
+   * process's $LD_LIBRARY_PATH (auditwheel on this host).  Borrowed for
+   * the call; never read from the process environment when set. */
+  char *const *ld_library_path;
 } ib_wheel_audit_opts_t;
 
 /* Audit an open wheel against the embedded manylinux policies (PEP 600), as
@@ -93,7 +105,8 @@ typedef struct ib_wheel_audit_opts
  * versioned symbols it needs (.gnu.version_r) grouped by prefix (GLIBC,
  * GLIBCXX, CXXABI, GCC, ZLIB, ...) are checked as set membership against
  * each policy's symbol_versions; DT_NEEDED entries are resolved (RPATH,
- * LD_LIBRARY_PATH, RUNPATH, /etc/ld.so.conf, default directories) and
+ * LD_LIBRARY_PATH (opts->ld_library_path), RUNPATH, /etc/ld.so.conf,
+ * default directories) and
  * those outside a policy's lib_whitelist are that policy's external
  * libraries; undefined symbols in a policy's blacklist hold it back; an
  * x86-64 ISA level above the baseline (GNU property note), PyFPE_jbuf,
@@ -129,6 +142,7 @@ typedef struct ib_wheel_repair_opts
   char *const *exclude;    /* see ib_wheel_audit_opts_t.exclude */
   const char *patchelf;    /* the patchelf program; NULL: "patchelf" from $PATH */
   const char *root;        /* see ib_wheel_audit_opts_t.root */
+  char *const *ld_library_path; /* see ib_wheel_audit_opts_t.ld_library_path */
 } ib_wheel_repair_opts_t;
 
 /* auditwheel repair: audit `path` with grafting allowed; fail when the
@@ -171,14 +185,16 @@ int ib_wheel_check_one (const char *path, const char *root, const char *repair,
  * copied `src` (a file, or a directory whose contents were merged into
  * `dest`), check every regular *.whl file it copied, at its place under
  * `dest` (sorted, files before subdirectories): verify and audit it (libraries
- * resolved in `root`, the stage's root filesystem; NULL: this host) and log
- * its tag.  With `repair` (a --plat value, or NULL / ""), every platform
+ * resolved in `root`, the stage's root filesystem; NULL: this host; and in
+ * `ld_library_path`, the stage's LD_LIBRARY_PATH as
+ * ib_wheel_audit_opts_t.ld_library_path says, or NULL) and log its tag.  With `repair` (a --plat value, or NULL / ""), every platform
  * wheel is then repaired in place: the repaired wheel is written beside
  * it and the original removed when the name changed; `repair_exclude` is
  * a ':'-separated list of --exclude patterns (or NULL).  Fails on the first
  * wheel that does not verify or cannot be repaired (so a corrupt wheel
  * fails the build). */
-int ib_wheel_check_copied (const char *src, const char *dest, const char *root, const char *repair,
+int ib_wheel_check_copied (const char *src, const char *dest, const char *root,
+                           char *const *ld_library_path, const char *repair,
                            const char *repair_exclude, ib_error_t *err);
 
 /* Whether `plat` ("manylinux_2_17_x86_64", or an alias such as
@@ -190,7 +206,8 @@ int ib_wheel_policy_check (const char *plat, ib_error_t *err);
 /* The hook of `OUTPUT type=local,require=PLAT`, run on `src` (a file or a
  * directory in the stage's root filesystem `root`) BEFORE anything is
  * copied: every regular *.whl under it (sorted) is verified and audited
- * without grafting (as `auditwheel show`: libraries resolved in `root`),
+ * without grafting (as `auditwheel show`: libraries resolved in `root`
+ * and `ld_library_path`, as ib_wheel_check_copied's),
  * and must satisfy `plat`: the audit's overall policy has at least plat's
  * priority (PEP 600; a pure wheel satisfies any).  Nothing is repaired.
  * Fails (EINVAL) when `plat` names no policy, or when any wheel falls short:
@@ -198,7 +215,7 @@ int ib_wheel_policy_check (const char *plat, ib_error_t *err);
  * (versioned symbols above plat's, libraries off plat's whitelist,
  * black-listed symbols, UCS2, PyFPE_jbuf, ISA extensions); a wheel that
  * does not verify fails with ib_wheel_open's error. */
-int ib_wheel_check_required (const char *src, const char *root, const char *plat,
-                             ib_error_t *err);
+int ib_wheel_check_required (const char *src, const char *root, char *const *ld_library_path,
+                             const char *plat, ib_error_t *err);
 
 #endif

@@ -516,6 +516,112 @@ def test_registry_hint_reads_every_page_of_tags(registry, env, tmp_path, build, 
                      "/v2/mxnet/paged/tags/list?n=1&last=abc123_static_ubuntu16.04_cu100"], pages
 
 
+# -- MXNet CD's own command line (the tool's --push/--pull, --libmxnet; its
+# README's --static/--dynamic and operand destination) ---------------------------
+
+def test_s3_tool_form_push_then_pull(s3, env, tmp_path, build):
+    """A Jenkins line of MXNet CD (cd/Jenkinsfile_utils.groovy push_artifact:
+    `--push --verbose --libtype ... --dependencies` with no dependencies)
+    and the README's `--pull --static --variant=cu102 ./dist`, against the
+    server: the keys say static, the files come back at the operand."""
+    repo = f"s3://{BUCKET}/toolform"
+    common = ["--repository", repo, "--s3-endpoint", s3["endpoint"], "--git-sha", "tool1",
+              "--os", "ubuntu16.04"]
+    r = art("--push", "--verbose", "--libtype", "static", "--variant", "cu100", *common,
+            "--libmxnet", build / "lib/libmxnet.so", "--licenses", build / "licenses/LICENSE",
+            build / "licenses/NOTICE.txt", "--dependencies", tmp_path=tmp_path, env=env)
+    assert r.rc == 0, r
+    prefix = "toolform/tool1/static/ubuntu16.04/cu100/"
+    assert s3_keys(s3, "toolform/") == [prefix + "libmxnet.so", prefix + "licenses/LICENSE",
+                                        prefix + "licenses/NOTICE.txt"]
+    # the README's push: --static, the action flag after other options
+    r = art(*common, "--static", "--variant", "cu101", "--push",
+            "--libmxnet", build / "lib/libmxnet.so", "--licenses", build / "licenses/LICENSE",
+            "--dependencies", build / "deps/libgfortran.so.4", tmp_path=tmp_path, env=env)
+    assert r.rc == 0, r
+    assert s3_keys(s3, "toolform/tool1/static/ubuntu16.04/cu101/") == [
+        "toolform/tool1/static/ubuntu16.04/cu101/" + rel
+        for rel in ("dependencies/libgfortran.so.4", "libmxnet.so", "licenses/LICENSE")]
+    assert s3_get(s3, "toolform/tool1/static/ubuntu16.04/cu101/dependencies/libgfortran.so.4") \
+        == (build / "deps/libgfortran.so.4").read_bytes()
+
+    dist = tmp_path / "work" / "dist"
+    (tmp_path / "work").mkdir()
+    r = art("--pull", "--static", "--variant=cu100", *common, "./dist",
+            tmp_path=tmp_path, env=env, cwd=tmp_path / "work")
+    assert r.rc == 0, r
+    check_pulled(dist, {"libmxnet.so": build / "lib/libmxnet.so",
+                        "licenses/LICENSE": build / "licenses/LICENSE",
+                        "licenses/NOTICE.txt": build / "licenses/NOTICE.txt"},
+                 dict(META, commit_id="tool1"))
+
+    # the subcommand word with a positional destination, --libtype static
+    # and --static agreeing, --pull repeating the word
+    dest = tmp_path / "dest2"
+    r = art("pull", "--pull", "--libtype", "static", "--static", "--variant", "cu101", *common,
+            dest, tmp_path=tmp_path, env=env)
+    assert r.rc == 0, r
+    assert tree(dest) == ["dependencies/libgfortran.so.4", "libmxnet.meta", "libmxnet.so",
+                          "licenses/LICENSE"]
+    assert sha(dest / "libmxnet.so") == sha(build / "lib/libmxnet.so")
+    assert yaml.safe_load((dest / "libmxnet.meta").read_text())["variant"] == "cu101"
+
+
+def test_registry_tool_form_push_then_pull(registry, env, tmp_path, build):
+    """--dynamic, --libmxnet and a destination given twice (as the
+    operand and as --destination, the same directory spelt two ways),
+    against the registry."""
+    repo = f"{registry}/mxnet/toolform"
+    common = ["--repository", repo, "--git-sha", "tool2", "--os", "centos7", "--variant", "cpu"]
+    r = art("--push", "--dynamic", *common, "--libmxnet", build / "lib/libmxnet.so",
+            "--licenses", f"{build}/licenses/*", tmp_path=tmp_path, env=env)
+    assert r.rc == 0, r
+    tags = json.loads(reg_get(registry, "mxnet/toolform/tags/list"))["tags"]
+    assert tags == ["tool2_dynamic_centos7_cpu"]
+    (tmp_path / "work").mkdir()
+    r = art("--pull", "--dynamic", *common, "--destination", "out/", "./out",
+            tmp_path=tmp_path, env=env, cwd=tmp_path / "work")
+    assert r.rc == 0, r
+    check_pulled(tmp_path / "work/out", {"libmxnet.so": build / "lib/libmxnet.so",
+                                          "licenses/LICENSE": build / "licenses/LICENSE",
+                                          "licenses/NOTICE.txt": build / "licenses/NOTICE.txt"},
+                 {"commit_id": "tool2", "dependency_linking": "dynamic", "os": "centos7",
+                  "variant": "cpu"})
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--push", "--pull"], "--push and --pull cannot be used together"),
+    (["--pull", "--destination", "d", "--push"], "--push and --pull cannot be used together"),
+    (["push", "--pull"], "artifact push: --pull conflicts with the subcommand 'push'"),
+    (["pull", "--push"], "artifact pull: --push conflicts with the subcommand 'pull'"),
+    (["--push", "--static", "--dynamic"], "--static and --dynamic cannot be used together"),
+    (["--push", "--dynamic", "--libtype", "static"],
+     "artifact push: --dynamic conflicts with --libtype static"),
+    (["pull", "--libtype", "dynamic", "--static"],
+     "artifact pull: --static conflicts with --libtype dynamic"),
+    (["--pull", "--destination", "one", "two"],
+     "artifact pull: destination 'two' conflicts with --destination 'one'"),
+    (["--pull", "one", "two"], "artifact pull: unexpected argument 'two' (one destination only)"),
+    (["--push", "somewhere"], "artifact push: unexpected argument 'somewhere'"),
+    (["--static", "--libmxnet", "x.so"], "artifact: expected push or pull"),
+])
+def test_tool_form_conflicts_are_usage_errors(s3, env, tmp_path, build, args, says):
+    """Each contradictory line: exit 2, a message naming both sides, and
+    nothing pushed or pulled (every other argument would succeed)."""
+    common = ["--bucket", BUCKET, "--s3-endpoint", s3["endpoint"], "--git-sha", "conflict",
+              "--os", "linux", "--variant", "cpu"]
+    push_only = ["--libmxnet", build / "lib/libmxnet.so", "--licenses",
+                 build / "licenses/LICENSE"]
+    is_push = "push" in args or "--push" in args
+    (tmp_path / "work").mkdir()
+    r = art(*args, *common, *(push_only if is_push and "--libmxnet" not in args else []),
+            tmp_path=tmp_path, env=env, cwd=tmp_path / "work")
+    assert r.rc == 2, r
+    assert says in r.err, r
+    assert s3_keys(s3, "conflict/") == []
+    assert list((tmp_path / "work").iterdir()) == []
+
+
 @pytest.fixture(scope="module")
 def basic_registry(tmp_path_factory):
     d = tmp_path_factory.mktemp("artifact-basic-registry")

@@ -793,3 +793,186 @@ def test_output_require_refusals_before_any_step(wheel_store, tmp_path):
         assert r.rc == 1 and want in r.err, r
         assert "RUN" not in r.err and "COPY" not in r.err, r
         assert not (tmp_path / "x").exists()
+
+
+# -- the stage's LD_LIBRARY_PATH -----------------------------------------------
+# A C extension linking libibwdep.so.1, a library the stage installs only in
+# /opt/deps/lib: not in its /etc/ld.so.conf nor a default directory, found
+# by ld.so (and by auditwheel run in the stage) only through the stage's
+# `ENV LD_LIBRARY_PATH` (MXNet's seed build names its deps directory so).
+# The library calls pthread_create, whose GLIBC_2.34 version the audit
+# sees only when it resolves the library.  The extension's RUNPATH is a
+# relative "deps": ld.so would take it from the loading process's
+# directory, which for the stage is never imgbuild's.
+
+DEP_C = r"""
+#include <pthread.h>
+static void *run (void *p) { return p; }
+int ibw_dep_value (void)
+{
+  pthread_t t;
+  void *r = 0;
+  if (pthread_create (&t, 0, run, (void *) 42L) == 0)
+    pthread_join (t, &r);
+  return (int) (long) r;
+}
+"""
+
+DEP_EXT_C = r"""
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+int ibw_dep_value (void);
+static PyObject *value (PyObject *self, PyObject *args)
+{
+  (void) self; (void) args;
+  return PyLong_FromLong (ibw_dep_value ());
+}
+static PyMethodDef methods[] = { { "value", value, METH_NOARGS, "42, from libibwdep" },
+                                 { NULL, NULL, 0, NULL } };
+static struct PyModuleDef mod = { PyModuleDef_HEAD_INIT, "ibw_dep", NULL, -1, methods,
+                                  NULL, NULL, NULL, NULL };
+PyMODINIT_FUNC PyInit_ibw_dep (void) { return PyModule_Create (&mod); }
+"""
+
+DEP_SETUP = """from setuptools import Extension, setup
+setup(name="ibw_dep", version="0.1",
+      ext_modules=[Extension("ibw_dep", ["ext.c"], libraries=["ibwdep"],
+                             library_dirs=["/opt/deps/lib"],
+                             extra_link_args=["-Wl,-rpath,deps"])])
+"""
+
+# ARG LDP: the stage's LD_LIBRARY_PATH (empty: the stage sets none), set
+# after the build step so that each value reuses it; /opt/linked is an
+# absolute symlink to /opt/deps/lib (a path the host does not have).
+DEP_RECIPE = """ARG TOOLCHAIN
+FROM ${TOOLCHAIN}
+COPY dep.c ext.c setup.py /src/
+RUN set -e; umask 022; mkdir -p /opt/deps/lib; cd /src; \\
+    gcc -shared -fPIC -O1 -Wl,-soname,libibwdep.so.1 -o /opt/deps/lib/libibwdep.so.1 dep.c; \\
+    ln -s libibwdep.so.1 /opt/deps/lib/libibwdep.so; ln -s /opt/deps/lib /opt/linked; \\
+    python3 setup.py -q bdist_wheel -d /wheels >/dev/null; rm -rf build *.egg-info
+WORKDIR /opt
+ARG LDP=/opt/deps/lib
+ENV LD_LIBRARY_PATH=${LDP}
+"""
+
+
+def dep_context(tmp_path):
+    c = tmp_path / "depctx"
+    c.mkdir()
+    (c / "dep.c").write_text(DEP_C)
+    (c / "ext.c").write_text(DEP_EXT_C)
+    (c / "setup.py").write_text(DEP_SETUP)
+    (c / "r.recipe").write_text(DEP_RECIPE)
+    return c
+
+
+def build_dep(store, c, *outputs, ldp=None, env=None, cwd=None):
+    args = ["--build-arg", f"TOOLCHAIN={TOOLCHAIN}"]
+    if ldp is not None:
+        args += ["--build-arg", f"LDP={ldp}"]
+    for o in outputs:
+        args += ["--output", o]
+    return imgbuild(c / "r.recipe", *args, "--context", c, store=store, cwd=cwd or c,
+                    env=dict({"SOURCE_DATE_EPOCH": str(EPOCH)}, **(env or {})))
+
+
+DEP_WHEEL = f"ibw_dep-0.1-{PYVER}-{PYVER}-linux_x86_64.whl"
+DEP_REPAIRED = f"ibw_dep-0.1-{PYVER}-{PYVER}-manylinux_2_34_x86_64.whl"
+
+
+def test_output_repair_finds_libraries_on_the_stage_ld_library_path(wheel_store, tmp_path):
+    """OUTPUT repair=: libibwdep.so.1, found only through the stage's ENV
+    LD_LIBRARY_PATH=/opt/deps/lib, is grafted into the wheel, whose tag
+    counts the library's GLIBC_2.34; require= sees the same library."""
+    c = dep_context(tmp_path)
+    # (the library copied out to a directory that is not the extension's
+    # relative RUNPATH "deps" below the build's working directory)
+    r = build_dep(wheel_store, c, f"type=local,dest={c}/stagelib,src=/opt/deps/lib",
+                  f"type=local,dest={c}/out,src=/wheels,repair=manylinux_2_34_x86_64")
+    assert r.rc == 0, r
+    assert f"wheel {DEP_WHEEL}: verified" in r.err, r
+    assert f"repaired as {DEP_REPAIRED}; platform tag manylinux_2_34_x86_64" in r.err, r
+    assert sorted(p.name for p in (c / "out").iterdir()) == [DEP_REPAIRED]
+    lib = (c / "stagelib/libibwdep.so.1").read_bytes()
+    digest = hashlib.sha256(lib).hexdigest()[:8]
+    z = zipfile.ZipFile(c / "out" / DEP_REPAIRED)
+    grafted = f"ibw_dep.libs/libibwdep-{digest}.so.1"
+    assert grafted in z.namelist(), z.namelist()
+    # the grafted library is the stage's, its soname set to its new name
+    (tmp_path / "x").mkdir()
+    z.extract(grafted, tmp_path / "x")
+    needed, _, soname = readelf_dynamic(tmp_path / "x" / grafted)
+    assert soname == [f"libibwdep-{digest}.so.1"] and needed == ["libc.so.6"], (needed, soname)
+    # and the extension needs it under that name, through an $ORIGIN RPATH
+    ext = next(n for n in z.namelist() if n.startswith("ibw_dep.") and n.endswith(".so"))
+    z.extract(ext, tmp_path / "x")
+    needed, rpath, _ = readelf_dynamic(tmp_path / "x" / ext)
+    assert f"libibwdep-{digest}.so.1" in needed and "libibwdep.so.1" not in needed, needed
+    assert rpath == ["$ORIGIN/ibw_dep.libs"], rpath
+    assert imgbuild("wheel", "audit", c / "out" / DEP_REPAIRED, store="/x").rc == 0
+
+    # require=: the library resolved, its GLIBC_2.34 counts
+    r = build_dep(wheel_store, c, f"type=local,dest={c}/strict,src=/wheels,"
+                                  "require=manylinux_2_17_x86_64")
+    assert r.rc == 1, r
+    err = " ".join(r.err.split())
+    assert (f"wheel {DEP_WHEEL}: platform tag linux_x86_64, not manylinux_2_17_x86_64: "
+            "versioned symbols need manylinux_2_34_x86_64 (libc.so.6 GLIBC_2.34)") in err, err
+    assert "external libraries off its whitelist: libibwdep.so.1" in err, err
+    assert not (c / "strict").exists()
+
+    # the entries as ld.so reads them: ';' separates too, a relative entry
+    # is from WORKDIR (/opt), one with $ORIGIN is skipped; an absolute
+    # symlink is followed inside the stage
+    for i, ldp in enumerate(["$ORIGIN/nothing;deps/lib", "/nonexistent::/opt/linked"]):
+        out = c / f"out{i}"
+        r = build_dep(wheel_store, c, f"type=local,dest={out},src=/wheels,"
+                                      "repair=manylinux_2_34_x86_64", ldp=ldp)
+        assert r.rc == 0, (ldp, r)
+        assert sorted(p.name for p in out.iterdir()) == [DEP_REPAIRED], ldp
+        assert grafted in zipfile.ZipFile(out / DEP_REPAIRED).namelist(), ldp
+    # and with none of them naming the library, it is not found
+    r = build_dep(wheel_store, c, f"type=local,dest={c}/none,src=/wheels,"
+                                  "repair=manylinux_2_34_x86_64",
+                  ldp="$ORIGIN/../deps/lib:deps:/opt/deps")
+    assert r.rc == 1, r
+    assert "needs libibwdep.so.1, which was not found" in r.err, r
+
+
+def test_output_audit_ignores_the_host_environment(wheel_store, tmp_path):
+    """imgbuild's own LD_LIBRARY_PATH and current directory never reach a
+    stage's audit: for a stage without LD_LIBRARY_PATH, where libibwdep.so.1
+    is on no search path, repair= and require= answer the same whether
+    imgbuild runs with LD_LIBRARY_PATH naming a host directory that holds a
+    libibwdep.so.1 and from a directory whose deps/ (the extension's
+    relative RUNPATH) holds one, or not.  Either host library, if it were
+    read, would be grafted, and its GLIBC_2.34 would show."""
+    c = dep_context(tmp_path)
+    host = tmp_path / "hostlib"
+    run_dir = tmp_path / "rundir"
+    (run_dir / "deps").mkdir(parents=True)
+    host.mkdir()
+    for d in (host, run_dir / "deps"):
+        sh("gcc", "-shared", "-fPIC", "-Wl,-soname,libibwdep.so.1", "-o", d / "libibwdep.so.1",
+           c / "dep.c")
+    out = tmp_path / "out"
+    answers = []
+    for env, cwd in [({}, c), ({"LD_LIBRARY_PATH": str(host)}, run_dir)]:
+        r = build_dep(wheel_store, c, f"type=local,dest={out},src=/wheels,"
+                                      "repair=manylinux_2_17_x86_64", ldp="", env=env, cwd=cwd)
+        assert r.rc == 1, r
+        said = " ".join(r.err.split())
+        assert f"wheel {DEP_WHEEL}: cannot repair: ibw_dep." in said, r
+        assert ("needs libibwdep.so.1, which was not found in the root filesystem's library "
+                "path") in said, r
+        assert not out.exists() or list(out.iterdir()) == []
+        r = build_dep(wheel_store, c, f"type=local,dest={out},src=/wheels,"
+                                      "require=manylinux_2_17_x86_64", ldp="", env=env, cwd=cwd)
+        assert r.rc == 1, r
+        said = [l for l in r.err.splitlines() if "require=manylinux_2_17_x86_64:" in l]
+        assert len(said) == 1, r
+        assert "external libraries off its whitelist: libibwdep.so.1" in said[0], r
+        assert "GLIBC_2.34" not in said[0], r
+        answers.append(said[0])
+    assert answers[0] == answers[1]
