@@ -49,8 +49,9 @@ typedef struct ib_wheel_hooks
   int (*check_copied) (const char *src, const char *dest, const char *root,
                        char *const *ld_library_path, const char *repair,
                        const char *repair_exclude, ib_error_t *err);
-  int (*check_one) (const char *path, const char *root, const char *repair,
-                    const char *repair_exclude, char **out_path, ib_error_t *err);
+  int (*check_one) (const char *path, const char *root, char *const *ld_library_path,
+                    const char *repair, const char *repair_exclude, char **out_path,
+                    ib_error_t *err);
 } ib_wheel_hooks_t;
 
 /* --pull (docker build's and podman build's): MISSING (the default) pulls

@@ -182,10 +182,13 @@ repair_collect (const char *src_host, const struct stat *ssb, const char *target
  * regular files in `st`'s tree; the wheel written in place of one keeps
  * its owner and mode. */
 static int
-repair_copied (build_t *b, stage_state_t *st, const char *lib_root, char **paths,
+repair_copied (build_t *b, stage_state_t *st, stage_state_t *src, char **paths,
                const char *repair, const char *excl, ib_error_t *err)
 {
   size_t rootlen = strlen (st->rootfs);
+  /* the source stage's libraries, as OUTPUT's audit of that stage sees
+   * them: its ld.so.conf, default directories and LD_LIBRARY_PATH */
+  cleanup_strv char **ld_path = stage_ld_library_path (src);
   for (char **p = paths; p && *p; p++)
     {
       /* resolved again in the tree: no component may lead out of it */
@@ -196,7 +199,7 @@ repair_copied (build_t *b, stage_state_t *st, const char *lib_root, char **paths
       if (lstat (at, &sb) < 0 || !S_ISREG (sb.st_mode))
         continue;
       cleanup_free char *out = NULL;
-      if (b->opts->wheels->check_one (at, lib_root, repair, excl, &out, err) < 0)
+      if (b->opts->wheels->check_one (at, src->rootfs, ld_path, repair, excl, &out, err) < 0)
         return ib_error_prefix (err, "--repair");
       if (strcmp (out, at) != 0 || repair)
         {
@@ -666,7 +669,7 @@ do_copy (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err)
             }
         }
     }
-  if (repair_x && repair_copied (b, st, src_root, wheels_copied, repair_x, repair_excl_x, err) < 0)
+  if (repair_x && repair_copied (b, st, src_stage, wheels_copied, repair_x, repair_excl_x, err) < 0)
     goto out;
   {
     cleanup_free char *created_by = xasprintf ("%s %s", in->keyword, shown);

@@ -100,10 +100,12 @@ check_or_repair (const char *path, const output_check_t *o, ib_error_t *err)
 }
 
 int
-ib_wheel_check_one (const char *path, const char *root, const char *repair,
-                    const char *repair_exclude, char **out_path, ib_error_t *err)
+ib_wheel_check_one (const char *path, const char *root, char *const *ld_library_path,
+                    const char *repair, const char *repair_exclude, char **out_path,
+                    ib_error_t *err)
 {
-  output_check_t o = { .root = root, .plat = repair && *repair ? repair : NULL };
+  output_check_t o = { .root = root, .ld_library_path = ld_library_path,
+                       .plat = repair && *repair ? repair : NULL };
   cleanup_strv char **excl = NULL;
   if (repair_exclude && *repair_exclude)
     ibw_split_path_list (repair_exclude, &excl);

@@ -170,7 +170,9 @@ int ib_wheel_check_output (const char *path, ib_error_t *err);
 
 /* The hook of `COPY --repair=PLAT`: one wheel `path` (a regular *.whl
  * file the COPY wrote), verified and audited with the libraries of `root`
- * (the --from stage's root filesystem), logged as ib_wheel_check_copied
+ * (the --from stage's root filesystem) and `ld_library_path` (its
+ * LD_LIBRARY_PATH's directories, host paths, as ib_wheel_check_copied
+ * takes them; NULL: none), logged as ib_wheel_check_copied
  * does, then, when `repair` is set (a --plat value; NULL or "": check
  * only) and the wheel is not pure Python, repaired in place: written
  * beside `path` under its new name, `path` removed when the name changed.
@@ -178,8 +180,9 @@ int ib_wheel_check_output (const char *path, ib_error_t *err);
  * success *out_path (caller frees) is where the wheel now is (`path`
  * itself when it was not rewritten).  A wheel that fails is removed and
  * the error names it. */
-int ib_wheel_check_one (const char *path, const char *root, const char *repair,
-                        const char *repair_exclude, char **out_path, ib_error_t *err);
+int ib_wheel_check_one (const char *path, const char *root, char *const *ld_library_path,
+                        const char *repair, const char *repair_exclude, char **out_path,
+                        ib_error_t *err);
 
 /* The hook of `OUTPUT type=local`: after ib_copy_into (src, dest, true)
  * copied `src` (a file, or a directory whose contents were merged into

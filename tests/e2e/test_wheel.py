@@ -514,7 +514,9 @@ def test_copy_repair_gives_the_output_repair_bytes(wheels, tmp_path):
     the source stage's libraries and repaired in the destination, and the
     repaired wheel is byte for byte the one OUTPUT repair= writes for the
     same stage (no SOURCE_DATE_EPOCH: a repair depends on its inputs only);
-    owner and mode are the copied wheel's; the step is cached as any COPY."""
+    owner and mode are the copied wheel's; the step is cached as any COPY.
+    The library is found, by both, through the source stage's
+    LD_LIBRARY_PATH (it is in no ld.so.conf directory)."""
     w = wheels["ibw_yaml"]
     c = tmp_path / "ctx"
     (c / "dist").mkdir(parents=True)
@@ -523,8 +525,8 @@ def test_copy_repair_gives_the_output_repair_bytes(wheels, tmp_path):
     sh("gcc", "-shared", "-fPIC", "-Wl,-soname,libyaml-0.so.2", "-o", c / "libyaml-0.so.2", c / "stub.c")
     stub_digest = hashlib.sha256((c / "libyaml-0.so.2").read_bytes()).hexdigest()[:8]
     (c / "r.recipe").write_text(
-        "FROM scratch AS build\nCOPY libyaml-0.so.2 /usr/lib/libyaml-0.so.2\n"
-        "COPY --chmod=640 dist/ /wheels/\n"
+        "FROM scratch AS build\nCOPY libyaml-0.so.2 /opt/deps/lib/libyaml-0.so.2\n"
+        "ENV LD_LIBRARY_PATH=/opt/deps/lib\nCOPY --chmod=640 dist/ /wheels/\n"
         "OUTPUT type=local,dest=out,src=/wheels,repair=manylinux_2_17_x86_64\n"
         "FROM scratch\nARG PLAT=manylinux_2_17_x86_64\n"
         "COPY --from=build --repair=${PLAT} /wheels/ /opt/\n"
@@ -547,7 +549,7 @@ def test_copy_repair_gives_the_output_repair_bytes(wheels, tmp_path):
     (c / "client.tar").unlink()
     r = imgbuild("build", c / "r.recipe", store=store, cwd=c)
     assert r.rc == 0, r
-    assert "(3 steps cached, 0 run)" in r.err, r.err
+    assert "(4 steps cached, 0 run)" in r.err, r.err
     with tarfile.open(c / "client.tar") as t:
         assert t.extractfile(f"opt/{fixed}").read() == data
     # another policy is another step
