@@ -38,6 +38,8 @@ from conftest import ROOT, imgbuild, sh, stored_names, tiny_wheel, norm
 
 RECIPE = ROOT / "recipes/framework-wheels.recipe"
 STANDIN_BASE = "localhost/framework-wheels-standin:bookworm"
+EXCLUDE = ("libc10.so*:libc10_cuda.so*:libtorch*.so*:libshm.so*:libcaffe2*.so*:libcudart.so.*:"
+           "libnvrtc*.so*:libnvToolsExt.so.*:libcublas*.so.*:libcudnn*.so.*:libcuda.so.*")
 
 # The recipe's version table, written again here from PyTorch's release
 # compatibility matrix (not read from the recipe).
@@ -80,13 +82,18 @@ def test_framework_wheels_plan_is_pinned(tmp_path):
             'data=torchdata==0.6.0 ;;') in out
     assert 'index="https://download.pytorch.org/whl/${channel}${variant}";' in out
     assert ('--index-url "$index" --extra-index-url "https://pypi.org/simple" $pkgs;') in out
-    assert "args: those of line 61, and PYTORCH_VERSION=1.13.1 CUDA_VERSION=11.7 ENABLE_CUDA=0 " \
+    assert "args: those of line 72, and PYTORCH_VERSION=1.13.1 CUDA_VERSION=11.7 ENABLE_CUDA=0 " \
            "IS_ARM64=0 ENABLE_MKLDNN=1 TORCH_ONLY=0 " \
-           "TORCH_INDEX=https://download.pytorch.org/whl PIP_INDEX=https://pypi.org/simple\n" in out
+           "TORCH_INDEX=https://download.pytorch.org/whl PIP_INDEX=https://pypi.org/simple " \
+           "BUILD_FROM=index FRAMEWORK=torch\n" in out
+    # index mode: the source steps do nothing
+    assert 'RUN if [ "index" = source ]; then' in out
+    assert 'RUN --mount=type=cache,target=/root/.ccache if [ "index" = source ]; then' in out
     # the repair platform picked by IS_ARM64, the outputs named by the versions
     assert "ARG WHEEL_ARCH=x86_64\n" in out
     assert out.rstrip().endswith(
-        "output: type=local dest=dist/torch1.13.1-py3.10 src=/wheels repair=manylinux_2_31_x86_64\n"
+        "output: type=local dest=dist/torch1.13.1-py3.10 src=/wheels repair=manylinux_2_31_x86_64 "
+        f"repair-exclude='{EXCLUDE}'\n"
         "output: type=image name=framework-build:torch1.13.1-py3.10")
     assert "warning" not in r.err
 
@@ -111,8 +118,45 @@ def test_framework_wheels_plan_matrix_and_other_args(tmp_path):
         assert "ARG WHEEL_ARCH=aarch64\n" in text
         assert text.rstrip().endswith(
             f"output: type=local dest=out/torch{version}-py3.9 src=/wheels "
-            "repair=manylinux_2_31_aarch64\n"
+            f"repair=manylinux_2_31_aarch64 repair-exclude='{EXCLUDE}'\n"
             f"output: type=image name=framework-build:torch{version}-py3.9")
+    assert "warning" not in r.err
+
+
+def test_framework_wheels_plan_source_mode_cells(tmp_path):
+    """BUILD_FROM=source with --matrix over FRAMEWORK: one cell per
+    framework, each with the seed's switches; the PyTorch cell clones
+    PyTorch's own source (recursively) and builds it with USE_CUDA,
+    USE_CUDNN, TORCH_CUDA_ARCH_LIST, MAX_JOBS; CUDA_VERSION may be the
+    seed's three-part form (11.6.0 is the variant cu116)."""
+    r = imgbuild("plan", RECIPE, "--build-arg", "BUILD_FROM=source",
+                 "--matrix", "FRAMEWORK=torch,torchvision", "--build-arg", "ENABLE_CUDA=1",
+                 "--build-arg", "CUDA_VERSION=11.6.0", "--build-arg", "MAX_JOBS=16",
+                 "--build-arg", "TORCH_CUDA_ARCH_LIST=7.0;8.0+PTX",
+                 "--build-arg", "TORCH_REPO=https://git.example/pytorch.git",
+                 store=tmp_path / "store")
+    assert r.rc == 0, r
+    one, two = norm(r.out).split("\nmatrix 2/2: FRAMEWORK=torchvision\n\n")
+    assert one.startswith("matrix 1/2: FRAMEWORK=torch\n\n")
+    for text, fw in ((one, "torch"), (two, "torchvision")):
+        assert f"ARG FRAMEWORK={fw}\n" in text
+        assert "ENV USE_MKLDNN=1 USE_CUDA=1 USE_MPI=1\n" in text
+        # the three-part CUDA version cut to major.minor for the variant
+        assert 'cuda=$(echo "11.6.0" | cut -d. -f1,2);' in text
+        assert 'if [ "source" = source ]; then case "' + fw + '" in' in text
+        assert 'torch) repo="https://git.example/pytorch.git" ;;' in text
+        assert 'git clone --recursive --branch "$tag" "$repo" "/src/$dir";' in text
+        flat = " ".join(text.split())
+        assert ('CC=gcc CXX=g++ USE_CUDNN="1" FORCE_CUDA="1" TORCH_CUDA_ARCH_LIST="7.0;8.0+PTX";'
+                in flat), flat
+        assert 'if [ -n "16" ]; then export MAX_JOBS="16"' in text
+        assert 'if [ "$arch" = aarch64 ]; then export BLAS=OpenBLAS; fi;' in text
+        assert "python setup.py build; python setup.py bdist_wheel; cp dist/*.whl /wheels/;" in text
+        assert 'build-info-$framework.txt' in text
+        assert text.rstrip().endswith(
+            "output: type=local dest=dist/torch1.13.1-py3.10 src=/wheels repair=manylinux_2_31_x86_64 "
+        f"repair-exclude='{EXCLUDE}'\n"
+            "output: type=image name=framework-build:torch1.13.1-py3.10")
     assert "warning" not in r.err
 
 
@@ -260,7 +304,7 @@ def test_plumbing_standin_matrix_shares_the_conda_step(plumbing):
     conda = [step(parts[h], "conda") for h in heads]
     assert [l.endswith(" CACHED") for l in conda] == [False, False, True, True]
     # the version-table step reads PYTORCH_VERSION: it runs in every combination
-    table = [step(parts[h], "set -e") for h in heads]
+    table = [step(parts[h], "case \"${IS_ARM64}\"") for h in heads]
     assert not any(l.endswith(" CACHED") for l in table)
     assert "stand-in conda: created /opt/conda/envs/build: python=3.9 asked" in parts[heads[0]]
     assert "stand-in conda: created" not in parts[heads[2]]

@@ -26,18 +26,10 @@ from pathlib import Path
 
 import pytest
 
-import sources
-from conftest import e2e
+from conftest import e2e, CLIENT, PY_DIST
 
 ROOT = e2e.ROOT
 imgbuild = e2e.imgbuild
-RECIPE = ROOT / "recipes/torch110.recipe"
-CLIENT = "localhost/orion-client:cu-none-torch1.13.1-py3"
-PY_DIST = "/usr/local/lib/python3.11/dist-packages"
-PLAT = "manylinux_2_36_x86_64"  # bookworm's glibc
-# torchvision's own version.txt says 0.14.1a0; with no BUILD_VERSION its
-# setup.py adds the commit it was built from
-TAGS = "manylinux_2_34_x86_64.manylinux_2_36_x86_64"
 
 # In the client: torchvision's operators against references written here
 # in plain Python, a model forward pass, the image decoders.
@@ -137,35 +129,6 @@ import torchvision.io.image as tvimage
 res["image_so"] = tvimage.__file__
 print(json.dumps(res))
 """
-
-
-@pytest.fixture(scope="module")
-def built(base_image, tmp_path_factory):
-    store = tmp_path_factory.mktemp("fw-store")
-    work = tmp_path_factory.mktemp("fw-work")
-    served = sources.Served(tmp_path_factory.mktemp("fw-src"))
-    try:
-        sources.standin_args(imgbuild, base_image, store, work)
-        r = imgbuild(RECIPE,
-                     "--build-arg", f"BASE={sources.STANDIN}", "--build-arg", f"CLIENT_BASE={sources.STANDIN}",
-                     "--build-arg", "APT_PACKAGES=", "--build-arg", "PIP_PACKAGES=",
-                     "--build-arg", "NCCL_VERSION=",
-                     "--build-arg", f"TORCH_REPO={served.url}/pytorch.git",
-                     "--build-arg", "TORCH_VERSION=v1.13.1",
-                     "--build-arg", f"VISION_REPO={served.url}/vision.git",
-                     "--build-arg", "VISION_VERSION=v0.14.1",
-                     "--build-arg", "FORCE_CUDA=0", "--build-arg", "MAX_JOBS=2",
-                     "--build-arg", "CLIENT_APT_PACKAGES=", "--build-arg", "CLIENT_PIP_PACKAGES=",
-                     "--build-arg", f"PY_DIST={PY_DIST}",
-                     "--build-arg", f"REPAIR={PLAT}",
-                     "--build-arg", f"CLIENT_IMAGE={CLIENT}",
-                     store=store, cwd=work, timeout=3600)
-        assert r.rc == 0, r
-    finally:
-        served.shutdown()
-    version = f"0.14.1a0+{served.vision_sha[:7]}"
-    return {"store": store, "work": work, "build": r, "version": version,
-            "wheel": f"torchvision-{version}-cp311-cp311-{TAGS}.whl"}
 
 
 def test_wheel_in_dist_repaired(built):
