@@ -138,7 +138,9 @@ ignore_freep (ib_ignore_t **p)
 /* COPY --repair: the wheels a source put under the destination.  A
  * regular *.whl file source is `target/name` (or `target` itself); a
  * directory's *.whl files (nftw, symlinks not followed) keep their place
- * below `target`.  Host paths, pushed to *out. */
+ * below `target`.  Host paths, pushed to *out.  nftw's callback takes no
+ * context: the walk's state is in these statics (a build's steps run one
+ * at a time in a process; -j runs stages in processes of their own). */
 static char **repair_walk_list;
 static size_t repair_walk_skip;
 static const char *repair_walk_target;
@@ -201,13 +203,11 @@ repair_copied (build_t *b, stage_state_t *st, stage_state_t *src, char **paths,
       cleanup_free char *out = NULL;
       if (b->opts->wheels->check_one (at, src->rootfs, ld_path, repair, excl, &out, err) < 0)
         return ib_error_prefix (err, "--repair");
-      if (strcmp (out, at) != 0 || repair)
-        {
-          if (lchown (out, sb.st_uid, sb.st_gid) < 0 && errno != EPERM)
-            return ib_error_sys (err, errno, "chown %s", out + rootlen);
-          if (chmod (out, sb.st_mode & 07777) < 0)
-            return ib_error_sys (err, errno, "chmod %s", out + rootlen);
-        }
+      /* a rewritten wheel is a new file: the copied one's owner and mode */
+      if (lchown (out, sb.st_uid, sb.st_gid) < 0 && errno != EPERM)
+        return ib_error_sys (err, errno, "chown %s", out + rootlen);
+      if (chmod (out, sb.st_mode & 07777) < 0)
+        return ib_error_sys (err, errno, "chmod %s", out + rootlen);
     }
   return 0;
 }
