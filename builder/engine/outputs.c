@@ -106,16 +106,6 @@ output_src (stage_state_t *st, const char *src, char **from, struct stat *sb, ib
   return 0;
 }
 
-/* The stage's LD_LIBRARY_PATH (the value its image config's Env ends
- * with) as the wheel checks search it (ib_wheel_hooks_t): each entry,
- * separated by ':' or ';' as ld.so separates them, resolved inside the
- * stage's root filesystem (symlinks taken inside it) into a host path.
- * As ld.so does, an empty or relative entry is taken from the directory a
- * process of the stage starts in, its WORKDIR; an entry with a dynamic
- * string token ($ORIGIN, $LIB, $PLATFORM, which ld.so expands per
- * program) is skipped, as is one that cannot be resolved.  NULL when the
- * stage sets none; the process's own LD_LIBRARY_PATH is never read.
- * Caller frees. */
 /* Whether an LD_LIBRARY_PATH entry holds one of ld.so's dynamic string
  * tokens (ld.so(8): $ORIGIN, $LIB, $PLATFORM, also as ${NAME}). */
 static bool
@@ -129,6 +119,16 @@ has_dst (const char *entry)
   return false;
 }
 
+/* The stage's LD_LIBRARY_PATH (the value its image config's Env ends
+ * with) as the wheel checks search it (ib_wheel_hooks_t): each entry,
+ * separated by ':' or ';' as ld.so separates them, resolved inside the
+ * stage's root filesystem (symlinks taken inside it) into a host path.
+ * As ld.so does, an empty or relative entry is taken from the directory a
+ * process of the stage starts in, its WORKDIR; an entry with a dynamic
+ * string token ($ORIGIN, $LIB, $PLATFORM, which ld.so expands per
+ * program) is skipped, as is one that cannot be resolved.  NULL when the
+ * stage sets none; the process's own LD_LIBRARY_PATH is never read.
+ * Caller frees. */
 char **
 stage_ld_library_path (stage_state_t *st)
 {
