@@ -23,6 +23,29 @@ class Result:
         return f"rc={self.rc}\nstdout:\n{self.out[-3000:]}\nstderr:\n{self.err[-3000:]}"
 
 
+def cache_dir():
+    """What the suites keep between runs: $IMGBUILD_TEST_CACHE, else the
+    user's ~/.cache/imgbuild-tests."""
+    c = os.environ.get("IMGBUILD_TEST_CACHE")
+    if c:
+        return Path(c)
+    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "imgbuild-tests"
+
+
+def local_cache_args(cache):
+    """--cache-from the local build cache directory `cache` and, when this
+    user may write there, --cache-to it: a stand-in base's apt step made
+    once and imported by the next run (or by another user, read-only)."""
+    try:
+        cache.parent.mkdir(parents=True, exist_ok=True)
+    except PermissionError:
+        pass  # read-only for this user: the cache is imported, not written
+    args = ["--cache-from", f"type=local,src={cache}"]
+    if os.access(cache.parent, os.W_OK) and (not cache.exists() or os.access(cache, os.W_OK)):
+        args += ["--cache-to", f"type=local,dest={cache}"]
+    return args
+
+
 def imgbuild(*args, store, cwd=None, env=None, timeout=1800, input=None):
     e = dict(os.environ)
     e.update(env or {})

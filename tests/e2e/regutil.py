@@ -6,17 +6,10 @@ import re
 import subprocess
 from pathlib import Path
 
-from conftest import ROOT, sh
+from conftest import ROOT, cache_dir, sh  # noqa: F401 (cache_dir: regutil's users)
 
 REGISTRY_SH = ROOT / "tests/lib/registry.sh"
 ACCESS = re.compile(r'"([A-Z]+) (\S+) HTTP/[0-9.]+" (\d{3}) ')
-
-
-def cache_dir():
-    c = os.environ.get("IMGBUILD_TEST_CACHE")
-    if c:
-        return Path(c)
-    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "imgbuild-tests"
 
 
 def base_layout():

@@ -34,7 +34,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, imgbuild, sh, stored_names, tiny_wheel, norm
+from conftest import ROOT, cache_dir, imgbuild, local_cache_args, sh, stored_names, tiny_wheel, norm
 
 RECIPE = ROOT / "recipes/framework-wheels.recipe"
 STANDIN_BASE = "localhost/framework-wheels-standin:bookworm"
@@ -178,11 +178,6 @@ OUTPUT type=image,name=%s
 """ % STANDIN_BASE
 
 
-def cache_dir():
-    c = os.environ.get("IMGBUILD_TEST_CACHE")
-    return Path(c) if c else Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "imgbuild-tests"
-
-
 @pytest.fixture(scope="module")
 def index(tmp_path_factory):
     """The stand-in indexes: /whl/cpu and /whl/test/cpu (PyTorch's release
@@ -224,9 +219,7 @@ def plumbing(base_image, index, tmp_path_factory):
     (work / "standin-base.recipe").write_text(STANDIN_BASE_RECIPE)
     shutil.copy(ROOT / "tests/e2e/standin/conda", work / "conda")
     cache = cache_dir() / "framework-wheels-standin-cache"
-    args = ["--cache-from", f"type=local,src={cache}"]
-    if os.access(cache.parent, os.W_OK) and (not cache.exists() or os.access(cache, os.W_OK)):
-        args += ["--cache-to", f"type=local,dest={cache}"]
+    args = local_cache_args(cache)
     r = imgbuild(work / "standin-base.recipe", "--build-arg", f"BASE={base_image}", *args,
                  store=store, cwd=work)
     assert r.rc == 0, r

@@ -40,8 +40,8 @@ import zipfile
 
 import pytest
 
-from conftest import ROOT, imgbuild
-from test_recipe_torch110 import cache_dir, git, norm
+from conftest import ROOT, cache_dir, imgbuild, local_cache_args
+from test_recipe_torch110 import git, norm
 
 RECIPE = ROOT / "recipes/mxnet-cu100.recipe"
 STANDIN_BASE = "localhost/mxnet-standin:bookworm"
@@ -310,9 +310,7 @@ def standin(base_image, standin_src, tmp_path_factory):
     work = tmp_path_factory.mktemp("mxnet-base")
     (work / "standin-base.recipe").write_text(STANDIN_BASE_RECIPE)
     cache = cache_dir() / "mxnet-standin-cache"
-    args = ["--cache-from", f"type=local,src={cache}"]
-    if os.access(cache.parent, os.W_OK) and (not cache.exists() or os.access(cache, os.W_OK)):
-        args += ["--cache-to", f"type=local,dest={cache}"]
+    args = local_cache_args(cache)
     r = imgbuild(work / "standin-base.recipe", "--build-arg", f"BASE={base_image}", *args,
                  store=store, cwd=work)
     (work / "build.log").write_text(r.out + r.err)

@@ -33,7 +33,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, imgbuild, stored_names, norm
+from conftest import ROOT, cache_dir, imgbuild, local_cache_args, stored_names, norm
 
 RECIPE = ROOT / "recipes/torch110.recipe"
 CLIENT = "virtaitech/orion-client:cu9.0-torch1.1.0-py3"
@@ -206,11 +206,6 @@ def standin_git(tmp_path_factory):
     httpd.shutdown()
 
 
-def cache_dir():
-    c = os.environ.get("IMGBUILD_TEST_CACHE")
-    return Path(c) if c else Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "imgbuild-tests"
-
-
 @pytest.fixture(scope="module")
 def plumbing(base_image, standin_git, tmp_path_factory):
     store = tmp_path_factory.mktemp("torch110-store")
@@ -219,9 +214,7 @@ def plumbing(base_image, standin_git, tmp_path_factory):
     # the stand-in base's apt step: from the suite's cache when a pass
     # before this one (or an earlier run) recorded it
     cache = cache_dir() / "torch110-standin-cache"
-    args = ["--cache-from", f"type=local,src={cache}"]
-    if os.access(cache.parent, os.W_OK) and (not cache.exists() or os.access(cache, os.W_OK)):
-        args += ["--cache-to", f"type=local,dest={cache}"]
+    args = local_cache_args(cache)
     r = imgbuild(work / "standin-base.recipe", "--build-arg", f"BASE={base_image}", *args,
                  store=store, cwd=work)
     assert r.rc == 0, r

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, imgbuild, sh
+from conftest import ROOT, cache_dir, imgbuild, local_cache_args, sh
 
 FIXTURES = ROOT / "tests/fixtures/wheels"
 AUDITWHEEL = json.loads((FIXTURES / "auditwheel.json").read_text())
@@ -39,20 +39,13 @@ TOOLCHAIN = "localhost/ibw-toolchain:bookworm"
 EPOCH = 1700000000
 
 
-def cache_dir():
-    c = os.environ.get("IMGBUILD_TEST_CACHE")
-    return Path(c) if c else Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "imgbuild-tests"
-
-
 @pytest.fixture(scope="session")
 def wheel_store(base_image, tmp_path_factory):
     """A store holding TOOLCHAIN (toolchain.recipe on the suite's base); its
     apt step comes from the suite's cache when an earlier run recorded it."""
     store = tmp_path_factory.mktemp("wheel-store")
     cache = cache_dir() / "wheel-toolchain-cache"
-    args = ["--cache-from", f"type=local,src={cache}"]
-    if os.access(cache.parent, os.W_OK) and (not cache.exists() or os.access(cache, os.W_OK)):
-        args += ["--cache-to", f"type=local,dest={cache}"]
+    args = local_cache_args(cache)
     r = imgbuild(FIXTURES / "toolchain.recipe", "--build-arg", f"BASE={base_image}",
                  "-t", TOOLCHAIN, *args, store=store, cwd=FIXTURES)
     assert r.rc == 0, r

@@ -13,7 +13,9 @@ import shutil
 import subprocess
 import threading
 import urllib.request
-from pathlib import Path
+from conftest import e2e
+
+cache_dir, local_cache_args = e2e.cache_dir, e2e.local_cache_args
 
 VISION_URL = ("http://deb.debian.org/debian/pool/main/p/pytorch-vision/"
               "pytorch-vision_0.14.1.orig.tar.gz")
@@ -50,11 +52,6 @@ from setuptools import setup
 setup(name="torch", version="1.13.1", packages=[],
       description="stand-in: Debian's python3-torch 1.13.1 is the torch imported")
 """
-
-
-def cache_dir():
-    c = os.environ.get("IMGBUILD_TEST_CACHE")
-    return Path(c) if c else Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "imgbuild-tests"
 
 
 def vision_tarball():
@@ -127,13 +124,6 @@ def standin_args(imgbuild, base_image, store, work):
     (work / "standin.recipe").write_text(STANDIN_RECIPE)
     cache = (cache_dir() / f"frameworks.uid{os.getuid()}"
              / f"standin-{os.environ.get('IMGBUILD_USERNS') or 'auto'}")
-    try:
-        cache.parent.mkdir(parents=True, exist_ok=True)
-    except PermissionError:
-        pass
-    args = ["--cache-from", f"type=local,src={cache}"]
-    if os.access(cache.parent, os.W_OK) and (not cache.exists() or os.access(cache, os.W_OK)):
-        args += ["--cache-to", f"type=local,dest={cache}"]
-    r = imgbuild(work / "standin.recipe", "--build-arg", f"BASE={base_image}", *args,
-                 store=store, cwd=work)
+    r = imgbuild(work / "standin.recipe", "--build-arg", f"BASE={base_image}",
+                 *local_cache_args(cache), store=store, cwd=work)
     assert r.rc == 0, r
