@@ -34,6 +34,7 @@ typedef struct cache_spec
   spec_type_t type;
   char *path; /* type=local: dest= (export) or src= (import) */
   char *ref;  /* type=registry: ref= */
+  bool ignore_error; /* ignore-error=true: a failure is a warning (BuildKit's key) */
 } cache_spec_t;
 
 static void
@@ -84,6 +85,16 @@ parse_spec (const char *spec, bool export, cache_spec_t *out, ib_error_t *err)
               return ib_error_set (err, EINVAL, "%s %s: mode=%s: expected min or max", opt, spec,
                                    v);
             }
+        }
+      else if (strcmp (item, "ignore-error") == 0)
+        {
+          if (strcmp (v, "true") != 0 && strcmp (v, "false") != 0)
+            {
+              spec_clear (out);
+              return ib_error_set (err, EINVAL, "%s %s: ignore-error=%s: expected true or false",
+                                   opt, spec, v);
+            }
+          out->ignore_error = strcmp (v, "true") == 0;
         }
       else if (strcmp (item, "oci-mediatypes") != 0 && strcmp (item, "image-manifest") != 0
                && unknown == NULL)
@@ -482,7 +493,13 @@ ib_cache_export (ib_store_t *store, char *const *keys, const char *spec, ib_erro
                         manifest_digest, err);
   else
     ret = export_registry (store, sp.ref, set.layers, config, manifest, err);
-  if (ret < 0)
+  if (ret < 0 && sp.ignore_error && err)
+    {
+      ib_warn ("cache export to %s failed (ignore-error=true): %s", spec, (*err)->msg);
+      ib_error_free (err);
+      ret = 0;
+    }
+  else if (ret < 0)
     ib_error_prefix (err, "--cache-to %s", spec);
   else
     ib_info ("cache exported to %s: %zu records, %zu blobs (%.1f MB)", spec,
@@ -782,6 +799,14 @@ import_registry (import_src_t *s, const char *spec, const char *ref_string, size
   return ret;
 }
 
+/* errno values of a registry that cannot be reached at all (oci/http.c) */
+static bool
+unreachable (int status)
+{
+  return status == ECONNREFUSED || status == ETIMEDOUT || status == ENETUNREACH
+         || status == EHOSTUNREACH || status == EHOSTDOWN || status == ECONNRESET;
+}
+
 int
 ib_cache_import (ib_store_t *store, const char *spec, ib_error_t *err)
 {
@@ -807,6 +832,16 @@ ib_cache_import (ib_store_t *store, const char *spec, ib_error_t *err)
     }
   else
     ret = import_registry (&s, spec, sp.ref, &n, err);
+  /* A registry that cannot be reached costs the cache, not the build (a
+   * build farm's cells go on uncached when the cache registry is down);
+   * ignore-error=true makes any failure a warning.  A damaged cache at a
+   * registry that answered is an error otherwise. */
+  if (ret < 0 && err && (sp.ignore_error || unreachable ((*err)->status)))
+    {
+      ib_warn ("cache %s could not be read; building without it: %s", spec, (*err)->msg);
+      ib_error_free (err);
+      ret = 1;
+    }
   if (ret < 0)
     ib_error_prefix (err, "--cache-from %s", spec);
   else if (ret == 0)
