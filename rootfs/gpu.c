@@ -880,8 +880,63 @@ out:
   return ret;
 }
 
+/* ib_gpu_restrict's list: GPU indexes, NULL when unrestricted */
+static char **allowed_gpus;
+
+void
+ib_gpu_restrict (const char *indexes)
+{
+  ib_strv_free (allowed_gpus);
+  allowed_gpus = NULL;
+  if (indexes == NULL)
+    return;
+  ib_strv_push (&allowed_gpus, ""); /* a list, even when empty */
+  free (allowed_gpus[0]);
+  allowed_gpus[0] = NULL;
+  cleanup_free char *copy = xstrdup (indexes);
+  char *save = NULL;
+  for (char *t = strtok_r (copy, ",", &save); t; t = strtok_r (NULL, ",", &save))
+    ib_strv_push (&allowed_gpus, t);
+}
+
+static int resolve_one (const char *request, const ib_gpu_opts_t *o, ib_gpu_edits_t *e,
+                        ib_error_t *err);
+
 int
 ib_gpu_resolve (const char *request, const ib_gpu_opts_t *o, ib_gpu_edits_t *e, ib_error_t *err)
+{
+  const char *gpu = "nvidia.com/gpu=";
+  if (allowed_gpus == NULL || request == NULL || !ib_str_has_prefix (request, gpu))
+    return resolve_one (request, o, e, err);
+  /* the GPUs the scheduler gave: "all" is those, index K the K-th of them */
+  const char *name = request + strlen (gpu);
+  size_t n = ib_strv_len (allowed_gpus);
+  if (strcmp (name, "all") == 0)
+    {
+      if (n == 0)
+        return ib_error_set (err, ENODEV, "--device %s: the job was given no GPU", request);
+      for (size_t i = 0; i < n; i++)
+        {
+          cleanup_free char *one = xasprintf ("%s%s", gpu, allowed_gpus[i]);
+          if (resolve_one (one, o, e, err) < 0)
+            return -1;
+        }
+      return 0;
+    }
+  char *end;
+  unsigned long k = strtoul (name, &end, 10);
+  if (*name == '\0' || *end != '\0')
+    return ib_error_set (err, EPERM, "--device %s: only GPUs by index or all, as the job's "
+                         "GPUs are numbered, while the scheduler restricts them", request);
+  if (k >= n)
+    return ib_error_set (err, ENODEV, "--device %s: the job was given %zu GPU%s", request, n,
+                         n == 1 ? "" : "s");
+  cleanup_free char *one = xasprintf ("%s%s", gpu, allowed_gpus[k]);
+  return resolve_one (one, o, e, err);
+}
+
+static int
+resolve_one (const char *request, const ib_gpu_opts_t *o, ib_gpu_edits_t *e, ib_error_t *err)
 {
   static const ib_gpu_opts_t none = { 0 };
   if (o == NULL)

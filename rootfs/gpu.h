@@ -68,6 +68,13 @@ typedef struct ib_gpu_edits
 int ib_gpu_resolve (const char *request, const ib_gpu_opts_t *opts, ib_gpu_edits_t *edits,
                     ib_error_t *err);
 
+/* Restrict "nvidia.com/gpu" requests, process-wide, to the GPUs a
+ * scheduler gave the job (`indexes`: "2,5", the host's GPU indexes, as
+ * Slurm's SLURM_JOB_GPUS): "all" resolves each of them, index K the K-th
+ * of them (K from 0; K past the end: ENODEV naming the count), any other
+ * name is refused (EPERM).  NULL lifts the restriction. */
+void ib_gpu_restrict (const char *indexes);
+
 /* Every request of `devices` (NULL-terminated; NULL or empty: nothing)
  * resolved into one *edits, with the CDI `spec_dirs` (ib_gpu_opts_t) and
  * NVIDIA_VISIBLE_DEVICES / NVIDIA_DRIVER_CAPABILITIES taken from `env`

@@ -17,5 +17,5 @@ bash tests/lib/base-image.sh "127.0.0.1:$port" >/dev/null
 start=$(date +%s)
 bin/imgbuild recipes/demo.recipe --build-arg "REGISTRY=127.0.0.1:$port"
 echo "demo: built in $(( $(date +%s) - start )) s"
-ls -l dist/
+ls -l dist/markupsafe-O2/
 bin/imgbuild run demo-client:latest -- python3 -c 'import markupsafe, markupsafe._speedups; print("markupsafe", markupsafe.__version__, "with C speedups")'

@@ -33,6 +33,9 @@ pkgs=(
   # make man / make install: man pages cut from docs/cli.md by go-md2man;
   # tests/e2e/test_install.py reads them with man-db's man
   go-md2man man-db
+  # build --slurm tests (tests/lib/slurm.sh): a one-host Slurm cluster with
+  # its own munged
+  slurmctld slurmd slurm-client munge
   # TLS e2e tests: a test CA and certificates made at test time
   # (openssl above also makes the TLS tests' CA and certificates)
 )

@@ -2,6 +2,9 @@
  * runner of both: options to ib_build_opts_t, then builder/build.h. */
 #include "builder/engine/build.h"
 #include "builder/cli/cli.h"
+#include "builder/cli/cells.h"
+#include "builder/cli/slurm.h"
+#include "rootfs/gpu.h"
 #include "builder/engine/matrix.h"
 #include "builder/engine/recipe.h"
 #include "builder/engine/plan.h"
@@ -16,6 +19,7 @@
 #include <unistd.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 
 /* OUTPUT type=local's wheel checks: the wheel wing's, for the engine
  * (builder/engine/build.h, ib_wheel_hooks_t). */
@@ -98,15 +102,18 @@ platform_option (const char *arg)
 
 /* One combination's lines of the matrix summary: its outputs as the plan
  * names them (needed stages, ARGs expanded), the wheels now in each
- * type=local dest, the images tagged. */
+ * type=local dest, the images tagged with their manifest digests (the
+ * store's tag; for a registry name the store lacks, the target stage's
+ * image, `r`). */
 static void
-matrix_summary_outputs (const ib_build_opts_t *bo, ib_buf_t *sum)
+matrix_summary_outputs (ib_store_t *store, const ib_build_opts_t *bo,
+                        const ib_build_result_t *r, char ***lines)
 {
   json_t *plan = NULL;
   ib_error_t e = NULL;
   if (ib_build_plan (bo, &plan, &e) < 0)
     {
-      ib_buf_printf (sum, "  (outputs unknown: %s)\n", e->msg);
+      ib_strv_push (lines, e->msg);
       ib_error_free (&e);
       return;
     }
@@ -118,21 +125,79 @@ matrix_summary_outputs (const ib_build_opts_t *bo, ib_buf_t *sum)
       const char *type = json_string_value (json_object_get (o, "type"));
       const char *dest = json_string_value (json_object_get (o, "dest"));
       const char *name = json_string_value (json_object_get (o, "name"));
+      cleanup_free char *line = NULL;
       if (type && strcmp (type, "local") == 0 && dest)
         {
           cleanup_strv char **wheels = NULL;
           list_wheels (dest, &wheels);
           if (wheels == NULL)
-            ib_buf_printf (sum, "  local %s (no wheels)\n", dest);
+            line = xasprintf ("  local %s (no wheels)", dest);
           for (char **w = wheels; w && *w; w++)
-            ib_buf_printf (sum, "  wheel %s\n", *w);
+            {
+              cleanup_free char *wl = xasprintf ("  wheel %s", *w);
+              ib_strv_push (lines, wl);
+            }
         }
       else if (type && (strcmp (type, "image") == 0 || strcmp (type, "registry") == 0) && name)
-        ib_buf_printf (sum, "  image %s\n", name);
+        {
+          ib_descriptor_t d = { 0 };
+          ib_error_t re = NULL;
+          if (ib_store_resolve (store, name, &d, &re) == 0)
+            line = xasprintf ("  image %s %s", name, d.digest);
+          else
+            line = xasprintf ("  image %s %s", name, r && *r->manifest_digest ? r->manifest_digest
+                                                                               : "(digest unknown)");
+          ib_error_free (&re);
+          free (d.media_type);
+        }
       else if (type && dest)
-        ib_buf_printf (sum, "  %s %s\n", type, dest);
+        line = xasprintf ("  %s %s", type, dest);
+      if (line)
+        ib_strv_push (lines, line);
     }
   json_decref (plan);
+}
+
+/* Build combination `i` of `m` (base's options, its --build-args, the
+ * combination's values) in `store`, timed, and fill *cell (cells.h) with
+ * its outcome and its summary lines.  0, or -1 with *err set. */
+int
+matrix_build_cell (ib_store_t *store, const ib_build_opts_t *base, const ib_matrix_t *m,
+                   size_t i, matrix_cell_t *cell, ib_error_t *err)
+{
+  size_t n = ib_matrix_count (m);
+  cleanup_strv char **combo = ib_matrix_combination (m, i);
+  cleanup_strv char **args = ib_strv_dup (base->build_args);
+  for (char **c = combo; *c; c++)
+    ib_strv_push (&args, *c);
+  cell->index = i;
+  cell->n = n;
+  cell->label = strv_join (combo, " ");
+  ib_build_opts_t bo = *base;
+  bo.build_args = args;
+  ib_build_result_t result = { 0 };
+  if (bo.result == NULL)
+    bo.result = &result;
+  struct timespec t0, t1;
+  clock_gettime (CLOCK_MONOTONIC, &t0);
+  int r = ib_build (store, &bo, err);
+  clock_gettime (CLOCK_MONOTONIC, &t1);
+  cell->seconds = (double) (t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) / 1e9;
+  if (r < 0)
+    {
+      const char *msg = err && *err ? (*err)->msg : "failed";
+      const char *nl = strchr (msg, '\n');
+      cleanup_free char *first = xstrndup (msg, nl ? (size_t) (nl - msg) : strlen (msg));
+      cell->state = xstrdup ("FAILED");
+      cell->why = ib_str_printable (first, true); /* no escapes */
+    }
+  else
+    {
+      cell->state = xstrdup ("ok");
+      matrix_summary_outputs (store, &bo, bo.result, &cell->lines);
+    }
+  ib_build_result_clear (&result);
+  return r;
 }
 
 /* imgbuild build --matrix: ib_build once per combination (matrix.h's
@@ -140,33 +205,25 @@ matrix_summary_outputs (const ib_build_opts_t *bo, ib_buf_t *sum)
  * in one store (so steps that do not read a matrix ARG are cache hits
  * after the first combination).  A failed combination is reported and
  * the next one built (--fail-fast: none after it); at the end a summary
- * on stdout lists per combination its outcome, the wheels in each
- * type=local dest and the images tagged.  Fails when any combination did. */
+ * on stdout lists per combination its outcome and time, the wheels in
+ * each type=local dest and the images tagged.  Fails when any
+ * combination did. */
 static int
 build_matrix (ib_store_t *store, const ib_build_opts_t *base, const ib_matrix_t *m,
               bool fail_fast, ib_error_t *err)
 {
-  size_t n = ib_matrix_count (m), failed = 0, built = 0;
-  ib_buf_t sum = { 0 };
-  ib_buf_puts (&sum, "");
+  size_t n = ib_matrix_count (m), failed = 0;
+  matrix_cell_t *cells = xmalloc (n * sizeof *cells);
+  memset (cells, 0, n * sizeof *cells);
   for (size_t i = 0; i < n; i++)
     {
       cleanup_strv char **combo = ib_matrix_combination (m, i);
-      cleanup_strv char **args = ib_strv_dup (base->build_args);
-      for (char **c = combo; *c; c++)
-        ib_strv_push (&args, *c);
       cleanup_free char *label = strv_join (combo, " ");
-      ib_build_opts_t bo = *base;
-      bo.build_args = args;
       ib_info ("==> matrix %zu/%zu: %s", i + 1, n, label);
       ib_error_t e = NULL;
-      if (ib_build (store, &bo, &e) < 0)
+      if (matrix_build_cell (store, base, m, i, &cells[i], &e) < 0)
         {
           failed++;
-          const char *nl = strchr (e->msg, '\n');
-          cleanup_free char *first = ib_str_printable (e->msg, true); /* no escapes */
-          ib_buf_printf (&sum, "matrix %zu/%zu: %s: FAILED: %.*s\n", i + 1, n, label,
-                         nl ? (int) (nl - e->msg) : (int) strlen (e->msg), first);
           ib_error_prefix (&e, "matrix %s", label);
           ib_error_report (&e);
           if (fail_fast)
@@ -174,22 +231,18 @@ build_matrix (ib_store_t *store, const ib_build_opts_t *base, const ib_matrix_t 
               for (size_t k = i + 1; k < n; k++)
                 {
                   cleanup_strv char **rest = ib_matrix_combination (m, k);
-                  cleanup_free char *rl = strv_join (rest, " ");
-                  ib_buf_printf (&sum, "matrix %zu/%zu: %s: not built (--fail-fast)\n", k + 1, n,
-                                 rl);
+                  cells[k] = (matrix_cell_t){ .index = k, .n = n, .label = strv_join (rest, " "),
+                                              .state = xstrdup ("not built"),
+                                              .why = xstrdup ("--fail-fast"), .seconds = -1 };
                 }
               break;
             }
-          continue;
         }
-      built++;
-      ib_buf_printf (&sum, "matrix %zu/%zu: %s: ok\n", i + 1, n, label);
-      matrix_summary_outputs (&bo, &sum);
     }
-  printf ("matrix summary: %zu of %zu combinations built, %zu failed\n%s", built, n, failed,
-          sum.data);
-  fflush (stdout);
-  ib_buf_free (&sum);
+  cells_print_summary (stdout, cells, n);
+  for (size_t i = 0; i < n; i++)
+    cell_clear (&cells[i]);
+  free (cells);
   if (failed)
     return ib_error_set (err, EIO, "matrix: %zu of %zu combinations failed", failed, n);
   return 0;
@@ -316,7 +369,48 @@ enum
   OPT_LOAD,
   OPT_IIDFILE,
   OPT_METADATA_FILE,
+  OPT_SHARED_ONLY,
+  OPT_SLURM,
+  OPT_SLURM_OPT,
+  OPT_SLURM_SCRIPT,
+  OPT_SLURM_DIR,
+  OPT_SLURM_STORE,
+  OPT_SLURM_TASK,
+  OPT_DETACH,
 };
+
+static void
+slurm_opts_clear (slurm_opts_t *so)
+{
+  ib_strv_free (so->sbatch_opts);
+  so->sbatch_opts = NULL;
+}
+
+/* How many GPUs a --slurm build asks Slurm for: the most distinct
+ * nvidia.com/gpu devices one RUN names (build --device plus its own
+ * --device flags); "all" counts one. */
+static int
+gpus_wanted (char *const *devices, const char *recipe, const char *text)
+{
+  int base = 0, most = 0;
+  for (char *const *d = devices; d && *d; d++)
+    base += ib_str_has_prefix (*d, "nvidia.com/gpu=");
+  ib_recipe_t *r = NULL;
+  cleanup_free char *data = NULL;
+  if (text == NULL && ib_read_file_max (recipe, IB_RECIPE_MAX, "recipe", &data, NULL, NULL) == 0)
+    text = data;
+  if (text && ib_recipe_parse (recipe, text, &r, NULL) == 0)
+    for (size_t s = 0; s < r->n_stages; s++)
+      for (size_t i = 0; i < r->stages[s].n_instrs; i++)
+        {
+          int k = 0;
+          for (char **f = r->stages[s].instrs[i].flags; *f; f++)
+            k += ib_str_has_prefix (*f, "--device=nvidia.com/gpu=");
+          most = k > most ? k : most;
+        }
+  ib_recipe_free (r);
+  return base + most;
+}
 
 int
 cmd_build (int argc, char **argv, ib_error_t *err)
@@ -344,6 +438,14 @@ cmd_build (int argc, char **argv, ib_error_t *err)
     { "push", no_argument, NULL, OPT_PUSH },       { "load", no_argument, NULL, OPT_LOAD },
     { "iidfile", required_argument, NULL, OPT_IIDFILE },
     { "metadata-file", required_argument, NULL, OPT_METADATA_FILE },
+    { "shared-only", no_argument, NULL, OPT_SHARED_ONLY },
+    { "slurm", no_argument, NULL, OPT_SLURM },
+    { "slurm-opt", required_argument, NULL, OPT_SLURM_OPT },
+    { "slurm-script", required_argument, NULL, OPT_SLURM_SCRIPT },
+    { "slurm-dir", required_argument, NULL, OPT_SLURM_DIR },
+    { "slurm-store", required_argument, NULL, OPT_SLURM_STORE },
+    { "slurm-task", required_argument, NULL, OPT_SLURM_TASK },
+    { "detach", no_argument, NULL, OPT_DETACH },
     REGISTRY_OPTIONS,                              GLOBAL_OPTIONS,
     { NULL, 0, NULL, 0 },
   };
@@ -358,9 +460,11 @@ cmd_build (int argc, char **argv, ib_error_t *err)
   const char *target = NULL, *context = NULL, *file = NULL, *platform = NULL;
   __attribute__ ((cleanup (ib_matrix_clear))) ib_matrix_t matrix = { 0 };
   __attribute__ ((cleanup (ib_secrets_clear))) ib_secrets_t secrets = { 0 };
+  __attribute__ ((cleanup (slurm_opts_clear))) slurm_opts_t slurm = { 0 };
+  bool jobs_given = false;
   ib_compression_t compression = IB_COMPRESSION_GZIP;
   int level = -1;
-  bool reproducible = false, push = false, load = false;
+  bool reproducible = false, push = false, load = false, shared_only = false;
   const char *iidfile = NULL, *metadata_file = NULL;
   char *end;
   int c;
@@ -413,6 +517,14 @@ cmd_build (int argc, char **argv, ib_error_t *err)
       case OPT_LOAD: load = true; break;
       case OPT_IIDFILE: iidfile = optarg; break;
       case OPT_METADATA_FILE: metadata_file = optarg; break;
+      case OPT_SHARED_ONLY: shared_only = true; break;
+      case OPT_SLURM: slurm.submit = true; break;
+      case OPT_SLURM_OPT: ib_strv_push (&slurm.sbatch_opts, optarg); break;
+      case OPT_SLURM_SCRIPT: slurm.script = optarg; break;
+      case OPT_SLURM_DIR: slurm.dir = optarg; break;
+      case OPT_SLURM_STORE: slurm.store = optarg; break;
+      case OPT_SLURM_TASK: slurm.task_dir = optarg; break;
+      case OPT_DETACH: slurm.detach = true; break;
       case 't': ib_strv_push (&tags, optarg); break;
       case 'C': context = optarg; break;
       case 'f': file = optarg; break;
@@ -438,6 +550,7 @@ cmd_build (int argc, char **argv, ib_error_t *err)
         jobs = (int) strtol (optarg, &end, 10);
         if (errno || end == optarg || *end || jobs < 1 || jobs > 64)
           usage_error ("--jobs: expected a number from 1 to 64, got '%s'", optarg);
+        jobs_given = true;
         break;
       case 'A':
         /* buildx spells it [TYPE:]KEY=VALUE; manifest is the only type here */
@@ -484,6 +597,8 @@ cmd_build (int argc, char **argv, ib_error_t *err)
   }
   if (fail_fast && matrix.n_axes == 0)
     usage_error ("%s", "build: --fail-fast goes with --matrix");
+  if (shared_only && matrix.n_axes == 0)
+    usage_error ("%s", "build: --shared-only goes with --matrix");
   if (matrix.n_axes && (iidfile || metadata_file))
     usage_error ("build: %s describes one image; --matrix builds one per combination",
                  iidfile ? "--iidfile" : "--metadata-file");
@@ -502,6 +617,64 @@ cmd_build (int argc, char **argv, ib_error_t *err)
       fprintf (stderr, "imgbuild: --compression-level %d: out of range (%s)\nTry 'imgbuild --help'.\n",
                level, ranges[compression]);
       exit (2);
+    }
+  if (!slurm.submit && (slurm.sbatch_opts || slurm.script || slurm.dir || slurm.detach
+                        || (slurm.store && !slurm.task_dir)))
+    usage_error ("build: %s goes with --slurm",
+                 slurm.detach ? "--detach" : slurm.script ? "--slurm-script"
+                 : slurm.dir ? "--slurm-dir" : slurm.store ? "--slurm-store" : "--slurm-opt");
+  if (slurm.submit && slurm.task_dir)
+    usage_error ("%s", "build: --slurm submits, --slurm-task runs in a submitted task");
+  if (slurm.submit && (debug_shell || keep_on_failure))
+    usage_error ("build: %s needs a terminal here; a Slurm task has none",
+                 debug_shell ? "--debug-shell" : "--keep-on-failure");
+  if (slurm.submit)
+    {
+      /* Slurm runs it: the recipe is checked here first, so a typo costs
+       * no queue wait */
+      json_t *plan = NULL;
+      ib_build_opts_t po = { .recipe_path = recipe, .recipe_text = recipe_text,
+                             .context_dir = context, .build_args = args, .target = target,
+                             .platform = platform };
+      cleanup_strv char **first = ib_strv_dup (args);
+      cleanup_strv char **combo = ib_matrix_combination (&matrix, 0);
+      for (char **c = combo; *c; c++)
+        ib_strv_push (&first, *c);
+      po.build_args = first;
+      if (ib_build_plan (&po, &plan, err) < 0)
+        return ib_error_prefix (err, "build --slurm");
+      json_decref (plan);
+      slurm.jobs = jobs_given ? jobs : 0;
+      return slurm_submit (&slurm, cli_argv, &matrix, fail_fast, cache_to != NULL,
+                           gpus_wanted (devices, recipe, recipe_text), err);
+    }
+  cleanup_free char *task_store = NULL;
+  if (slurm.task_dir)
+    {
+      /* a task of a --slurm job: its node's store, the cache never fatal,
+       * only the GPUs Slurm gave */
+      task_store = slurm_task_store (&slurm, cli_store_dir);
+      cli_store_dir = task_store;
+      if (cache_from == NULL)
+        for (char **c = cache_to; c && *c; c++)
+          {
+            cleanup_free char *from = xstrdup (*c);
+            char *dest = strstr (from, "dest=");
+            if (dest)
+              memcpy (dest, "src=", 4), memmove (dest + 4, dest + 5, strlen (dest + 5) + 1);
+            ib_strv_push (&cache_from, from);
+          }
+      for (char **c = cache_to; c && *c; c++)
+        if (strstr (*c, "ignore-error=") == NULL)
+          {
+            char *with = xasprintf ("%s,ignore-error=true", *c);
+            free (*c);
+            *c = with;
+          }
+      const char *gpus = getenv ("SLURM_JOB_GPUS") ? getenv ("SLURM_JOB_GPUS")
+                                                    : getenv ("SLURM_STEP_GPUS");
+      if (gpus)
+        ib_gpu_restrict (gpus);
     }
   /* as BuildKit: the files and sockets must be there when the build starts */
   if (ib_secrets_check (&secrets, err) < 0)
@@ -534,10 +707,25 @@ cmd_build (int argc, char **argv, ib_error_t *err)
   ib_build_result_t result = { 0 };
   if (matrix.n_axes == 0)
     bo.result = &result;
-  int r = matrix.n_axes ? build_matrix (store, &bo, &matrix, fail_fast, err)
-                        : ib_build (store, &bo, err);
+  /* --shared-only: one build, with the first combination's values, of
+   * what no combination changes (build.h) */
+  cleanup_strv char **axes = NULL, **first = NULL;
+  if (shared_only)
+    {
+      for (size_t i = 0; i < matrix.n_axes; i++)
+        ib_strv_push (&axes, matrix.axes[i].name);
+      first = ib_strv_dup (args);
+      cleanup_strv char **combo = ib_matrix_combination (&matrix, 0);
+      for (char **c = combo; *c; c++)
+        ib_strv_push (&first, *c);
+      bo.build_args = first;
+      bo.shared_only = axes;
+    }
+  int r = slurm.task_dir                  ? slurm_task_run (&slurm, store, &bo, &matrix, err)
+          : matrix.n_axes && !shared_only ? build_matrix (store, &bo, &matrix, fail_fast, err)
+                                          : ib_build (store, &bo, err);
   ib_store_close (store);
-  if (r == 0 && matrix.n_axes == 0)
+  if (r == 0 && matrix.n_axes == 0 && !slurm.task_dir)
     {
       r = write_build_result (&result, iidfile, metadata_file, err);
       /* docker build -q: the image ID alone on stdout (unless an output

@@ -11,6 +11,7 @@
 #define IB_BUILDER_CLI_CLI_H
 
 #include "builder/engine/build.h"
+#include "builder/engine/matrix.h"
 #include "common/error.h"
 #include "oci/store.h"
 #include "rootfs/sandbox.h"
@@ -22,6 +23,10 @@
 /* imgbuild run: the exit status for a failure of imgbuild itself, as
  * podman's and docker's (126 and 127 keep their meaning). */
 #define EXIT_OWN_FAILURE 125
+
+/* The whole command line as main() got it (a copy: getopt permutes
+ * argv), what `build --slurm` hands its tasks. */
+extern char **cli_argv;
 
 /* --store DIR (global option), or NULL: the default store
  * (ib_store_default_root). */
@@ -159,6 +164,14 @@ int enter_userns (ib_error_t *err);
  * set.  (images.c; used by unpack and run.) */
 int image_rootfs (ib_store_t *store, const char *name, const char *dest, bool snapshot,
                   json_t **config_out, ib_error_t *err);
+
+/* build.c: combination `i` of matrix `m` built in `store` with `base`'s
+ * options and its values, timed; *cell (cells.h) gets its outcome and
+ * summary lines (the caller clears it).  0, or -1 with *err set.  Used by
+ * the local --matrix and by a Slurm task (slurm.c). */
+struct matrix_cell;
+int matrix_build_cell (ib_store_t *store, const ib_build_opts_t *base, const ib_matrix_t *m,
+                       size_t i, struct matrix_cell *cell, ib_error_t *err);
 
 /* The commands, one function each (argv[0] is the command's name).
  * build.c: imgbuild build (and `imgbuild RECIPE`, argv[1] the recipe), plan */

@@ -3,6 +3,7 @@
  * each in builder/cli/, over the library), and the helpers they share
  * (cli.h).  The CLI is the only place that calls exit(). */
 #include "builder/cli/cli.h"
+#include "builder/cli/slurm.h"
 #include "common/util.h"
 #include "oci/auth.h"
 #include "oci/regconf.h"
@@ -18,6 +19,7 @@
 #endif
 
 const char *cli_store_dir;
+char **cli_argv;
 ib_userns_mode_t cli_userns_mode = IB_USERNS_AUTO;
 
 static const char usage_text[] =
@@ -35,13 +37,19 @@ static const char usage_text[] =
   "          [--add-host NAME:IP] [--shm-size SIZE] [--ulimit NAME=SOFT[:HARD]]\n"
   "          [--label KEY=VALUE] [--build-context NAME=DIR|NAME=docker-image://REF]\n"
   "          [-o DIR|-|SPEC] [--push] [--load] [--iidfile FILE] [--metadata-file FILE]\n"
+  "          [--shared-only] [--slurm [--slurm-opt ARG]... [--slurm-script FILE]\n"
+  "           [--slurm-dir DIR] [--slurm-store PATTERN] [--detach]]\n"
   "                         build a recipe (a Dockerfile with OUTPUT); --matrix: once\n"
-  "                         per combination of the values, then a summary; -q: only\n"
+  "                         per combination of the values, then a summary; --slurm: as\n"
+  "                         a Slurm array job, a task per combination; -q: only\n"
   "                         the image ID on stdout\n"
   "  plan RECIPE [--build-arg K=V] [--matrix K=V1,V2...] [--target STAGE]\n"
   "       [--platform OS/ARCH[/VARIANT]] [--json]\n"
   "                         print what a build would do (stages, steps after ARG\n"
   "                         expansion, cache key inputs, outputs) without running it\n"
+  "  matrix status JOBID [--slurm-dir DIR] [--follow]\n"
+  "                         the summary of a build --slurm job (--detach) so far;\n"
+  "                         --follow: until it ends\n"
   "  pull REF [--platform OS/ARCH[/VARIANT]] [--authfile FILE] [--creds USER:PASS]\n"
   "                         pull an image into the store\n"
   "  push SRC DST [DST...] [-t TAG] [--chunk-size SIZE] [--authfile FILE] [--creds USER:PASS]\n"
@@ -330,6 +338,7 @@ main (int argc, char **argv)
   static const struct option opts[] = {
     GLOBAL_OPTIONS, { "version", no_argument, NULL, 'V' }, REGISTRY_OPTIONS, { NULL, 0, NULL, 0 },
   };
+  cli_argv = ib_strv_dup (argv);
   const char *env_chunk = getenv ("IMGBUILD_PUSH_CHUNK_SIZE");
   if (env_chunk && *env_chunk)
     set_chunk_size ("IMGBUILD_PUSH_CHUNK_SIZE", env_chunk);
@@ -396,6 +405,8 @@ main (int argc, char **argv)
     r = cmd_wheel (sub_argc, sub_argv, &err);
   else if (strcmp (cmd, "artifact") == 0)
     r = cmd_artifact (sub_argc, sub_argv, &err);
+  else if (strcmp (cmd, "matrix") == 0)
+    r = cmd_matrix (sub_argc, sub_argv, &err);
   else if (strcmp (cmd, "version") == 0)
     {
       printf ("imgbuild %s\n", IMGBUILD_VERSION);

@@ -488,7 +488,7 @@ ib_build (ib_store_t *store, const ib_build_opts_t *opts, ib_error_t *err)
       if (r < 0)
         goto out;
     }
-  if (opts->jobs > 1)
+  if (opts->jobs > 1 && opts->shared_only == NULL)
     {
       if (run_stages_parallel (&b, (size_t) opts->jobs, err) < 0)
         goto out;
@@ -517,18 +517,23 @@ ib_build (ib_store_t *store, const ib_build_opts_t *opts, ib_error_t *err)
         goto out;
     }
   for (size_t k = 0; k < b.build_args.n; k++)
-    if (!b.build_arg_used[k] && !is_proxy_arg (b.build_args.names[k]))
+    if (!b.build_arg_used[k] && !is_proxy_arg (b.build_args.names[k])
+        && !ib_strv_has (opts->shared_only, b.build_args.names[k]))
       {
         bool global = false;
         vars_get (&b.global_args, b.build_args.names[k], &global);
         if (!global)
           ib_warn ("build arg %s was not consumed by any ARG", b.build_args.names[k]);
       }
-  if (opts->result && fill_result (&b, &b.stages[target], opts->result, err) < 0)
+  if (opts->result && !opts->shared_only && fill_result (&b, &b.stages[target], opts->result, err) < 0)
     goto out;
-  ib_info ("build %s: done, target stage %s image %s (%zu steps cached, %zu run)",
-           b.recipe->path, b.stages[target].def->name ? b.stages[target].def->name : "(unnamed)",
-           b.stages[target].manifest_digest, b.hits, b.misses);
+  if (opts->shared_only)
+    ib_info ("build %s: done, the steps every combination shares (%zu steps cached, %zu run)",
+             b.recipe->path, b.hits, b.misses);
+  else
+    ib_info ("build %s: done, target stage %s image %s (%zu steps cached, %zu run)",
+             b.recipe->path, b.stages[target].def->name ? b.stages[target].def->name : "(unnamed)",
+             b.stages[target].manifest_digest, b.hits, b.misses);
   ret = 0;
 out:
   if (b.n_jobs > 0)

@@ -142,6 +142,14 @@ typedef struct ib_build_opts
                               * id, target...) is part of a step's cache key, never the
                               * bytes, as in BuildKit */
   ib_build_result_t *result; /* NULL, or filled on success (above) */
+  char *const *shared_only;  /* NULL, or build-arg names (a --matrix's axes): build only what
+                              * no value of these can change, to warm a cache for every
+                              * combination (--shared-only).  A stage stops before its first
+                              * instruction that reads one: an ARG declaring one (or a global
+                              * ARG whose default reads one), a FROM or a --from/from= naming
+                              * one or a stage that stopped; its steps so far are built and
+                              * recorded, its OUTPUTs skipped; -j is ignored, no image is
+                              * tagged and `result` is not filled */
 } ib_build_opts_t;
 
 /* Run the build.  Relative OUTPUT dest paths resolve against the current

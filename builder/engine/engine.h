@@ -48,6 +48,7 @@ typedef struct stage_state
 {
   const ib_stage_t *def;
   bool needed, built;
+  bool stopped;              /* --shared-only stopped the stage (shared.c) */
   char *rootfs;              /* host path of the working rootfs */
   json_t *config;            /* image config being built */
   ib_descriptor_t *layers;   /* manifest layers */
@@ -285,6 +286,8 @@ void vars_set (vars_t *v, const char *name, const char *value);
 int finish_stage (build_t *b, stage_state_t *st, ib_error_t *err);
 int run_instr (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err);
 int run_stage (build_t *b, stage_state_t *st, ib_error_t *err);
+/* shared.c: with opts->shared_only, must the stage stop before `in`? */
+bool shared_stops_here (build_t *b, stage_state_t *st, const ib_instr_t *in);
 void shell_from_config (stage_state_t *st);
 
 #endif

@@ -143,6 +143,13 @@ run_stage (build_t *b, stage_state_t *st, ib_error_t *err)
     {
       const ib_instr_t *in = &def->instrs[i];
       int r = 0;
+      if (b->opts->shared_only && shared_stops_here (b, st, in))
+        {
+          ib_info ("[%s] --shared-only: stopped before line %d (its %s depends on a --matrix argument)",
+                   stage_label (st), in->line, in->keyword);
+          st->stopped = true;
+          break;
+        }
       if (in->kind != IB_I_OUTPUT && in->kind != IB_I_ARG)
         st->step++;
       b->cur_in = in;
@@ -159,7 +166,9 @@ run_stage (build_t *b, stage_state_t *st, ib_error_t *err)
   /* A stage whose OUTPUTs only read its tree (local, tar), in a build of
    * one process, leaves its layers compressing while the next stages run;
    * ib_build finishes it.  A stage's process (-j) finishes its own. */
-  bool image = b->opts->jobs > 1;
+  if (st->stopped)
+    return st->n_pending > 0 ? join_layers (b, st, err) : 0; /* the blobs, for --cache-to */
+  bool image = b->opts->jobs > 1 || b->opts->shared_only;
   for (size_t i = 0; i < def->n_instrs; i++)
     {
       const char *type = def->instrs[i].kind == IB_I_OUTPUT ? kv_get (&def->instrs[i], "type") : NULL;
@@ -170,7 +179,7 @@ run_stage (build_t *b, stage_state_t *st, ib_error_t *err)
   for (size_t i = 0; i < def->n_instrs; i++)
     {
       const ib_instr_t *in = &def->instrs[i];
-      if (in->kind == IB_I_OUTPUT && run_output (b, st, in, err) < 0)
+      if (in->kind == IB_I_OUTPUT && !b->opts->shared_only && run_output (b, st, in, err) < 0)
         return instr_error (b, in, err);
     }
   st->built = true;
