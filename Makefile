@@ -20,7 +20,7 @@ LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o)
 UNIT_SRC := $(wildcard tests/unit/test_*.c)
 UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 
-.PHONY: all man install uninstall deps test unit e2e e2e-realworld e2e-debian-wheels e2e-torch e2e-frameworks asan fuzz demo clean lint
+.PHONY: all man install uninstall deps test unit e2e e2e-realworld e2e-debian-wheels e2e-torch e2e-frameworks e2e-slurm asan fuzz demo clean lint
 all: $(BIN)/imgbuild
 
 $(BUILD)/%.o: %.c $(HEADERS)
@@ -119,6 +119,11 @@ e2e-torch: all
 # orion-style client image (tests/frameworks/run.sh)
 e2e-frameworks: all
 	bash tests/frameworks/run.sh
+
+# recipes/demo.recipe's matrix through a one-host Slurm cluster, checked
+# against a local --matrix (tests/slurm); minutes per identity mode
+e2e-slurm: all
+	bash tests/slurm/run.sh
 
 # ASAN_BUILD / ASAN_BIN: other directories (two builds in one checkout).
 ASAN_BUILD ?= build-asan

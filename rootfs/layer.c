@@ -1111,6 +1111,32 @@ write_items (struct archive *a, const char *rootfs, int rootfd, struct item *ite
   return 0;
 }
 
+/* ib_layer_opts_t.match_tree: give every entry written the mtime its tar
+ * header got (whole seconds, clamped to `sde`), so that the tree the next
+ * step sees is the one an unpack of the layer gives (a tool that compares
+ * mtimes, Python's .pyc check, make, then decides alike on every node).
+ * Best effort: a file that cannot be touched keeps its time. */
+static void
+match_tree_times (int rootfd, const struct item *items, size_t n, int64_t sde)
+{
+  for (size_t i = 0; i < n; i++)
+    {
+      const struct scan_ent *e = items[i].e;
+      if (e == NULL || items[i].link_to)
+        continue;
+      int64_t mtime = e->mtime_ns / 1000000000;
+      if (e->mtime_ns < 0 && e->mtime_ns % 1000000000)
+        mtime--;
+      if (mtime > sde)
+        mtime = sde;
+      if (mtime * 1000000000 == e->mtime_ns)
+        continue;
+      struct timespec t[2] = { { .tv_nsec = UTIME_OMIT }, { .tv_sec = (time_t) mtime } };
+      if (utimensat (rootfd, e->path, t, AT_SYMLINK_NOFOLLOW) < 0)
+        ib_debug ("%s: mtime not matched to the layer: %s", e->path, strerror (errno));
+    }
+}
+
 static int
 write_diff (const char *rootfs, const ib_fs_scan_t *before, const ib_fs_scan_t *cur,
             char *const *ex, const char *out_path, const ib_layer_opts_t *o, ib_layer_result_t *res,
@@ -1274,6 +1300,8 @@ write_diff (const char *rootfs, const ib_fs_scan_t *before, const ib_fs_scan_t *
       ib_error_set (err, s.status, "write %s: %s", out_path, s.msg);
       goto out;
     }
+  if (o->sde >= 0 && o->match_tree)
+    match_tree_times (rootfd, items, n_items, o->sde);
   ib_sha256_final (s.tar_hash, res->diff_id);
   ib_sha256_final (s.gz_hash, res->digest);
   if (s.engine == ENGINE_NONE)

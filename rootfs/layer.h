@@ -89,6 +89,10 @@ typedef struct ib_layer_opts
    * always. */
   bool (*raw_start) (void *ud, uint64_t est);
   void *raw_ud;
+  /* ib_layer_write_diff with sde >= 0: set the mtime of every entry written
+   * in the tree itself to the one its tar header got (whole seconds, at
+   * most sde), so the tree equals an unpack of the layer */
+  bool match_tree;
 } ib_layer_opts_t;
 
 /* "gzip", "zstd" or "none" (also "uncompressed") -> *out; -1 (errno EINVAL)

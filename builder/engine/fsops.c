@@ -209,8 +209,8 @@ copy_entry (const char *src, const char *dst, const char *rel, copy_run_t *run, 
           if (ib_rm_rf (dst, err) < 0)
             return -1;
         }
-      else if (unlink (dst) < 0)
-        return ib_error_sys (err, errno, "replace %s", dst);
+      else if (!(o->atomic && S_ISREG (st.st_mode)) && unlink (dst) < 0)
+        return ib_error_sys (err, errno, "replace %s", dst); /* (atomic: renamed over) */
     }
   if (S_ISLNK (st.st_mode))
     {
@@ -257,15 +257,36 @@ copy_entry (const char *src, const char *dst, const char *rel, copy_run_t *run, 
   cleanup_close int in = open (src, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
   if (in < 0)
     return ib_error_sys (err, errno, "open %s", src);
-  cleanup_close int out = open (dst, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+  /* o->atomic: written beside dst under a temporary name, renamed over
+   * it when complete */
+  cleanup_free char *tmp = NULL;
+  if (o->atomic)
+    {
+      const char *slash = strrchr (dst, '/');
+      tmp = slash ? xasprintf ("%.*s/.%s.imgbuild-XXXXXX", (int) (slash - dst), dst, slash + 1)
+                  : xasprintf (".%s.imgbuild-XXXXXX", dst);
+    }
+  cleanup_close int out = tmp ? mkostemp (tmp, O_CLOEXEC)
+                              : open (dst, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW,
+                                      0600);
   if (out < 0)
     return ib_error_sys (err, errno, "create %s", shown_dst (o, dst));
   /* a full disk names the file being written, as the image will have it */
-  if (ib_copy_fd_data_to (in, out, src, shown_dst (o, dst), err) < 0)
-    return -1;
-  if (close (steal_fd (&out)) < 0) /* NFS, quotas: a deferred write error */
-    return ib_error_sys (err, errno, "write %s", shown_dst (o, dst));
-  apply_meta (dst, &st, o);
+  if (ib_copy_fd_data_to (in, out, src, shown_dst (o, dst), err) < 0
+      || (close (steal_fd (&out)) < 0 /* NFS, quotas: a deferred write error */
+          && ib_error_sys (err, errno, "write %s", shown_dst (o, dst)) < 0))
+    {
+      if (tmp)
+        unlink (tmp);
+      return -1;
+    }
+  apply_meta (tmp ? tmp : dst, &st, o);
+  if (tmp && rename (tmp, dst) < 0)
+    {
+      int e = errno;
+      unlink (tmp);
+      return ib_error_sys (err, e, "replace %s", shown_dst (o, dst));
+    }
   if (st.st_nlink > 1 && seen == NULL)
     {
       copied_inode_t *c = xmalloc (sizeof *c);

@@ -35,6 +35,10 @@ typedef struct ib_copy_opts
                             the target of a symlink that source named (COPY
                             follows a source symlink for the content and names
                             the copy after the link, as BuildKit does) */
+  bool atomic;           /* regular files are written under a temporary name beside
+                            their destination and renamed over it when complete, so
+                            a reader never sees one half-written (OUTPUT type=local:
+                            a shared dist directory) */
 } ib_copy_opts_t;
 
 /* Dockerfile COPY semantics for one source: a directory's *contents* are

@@ -423,7 +423,7 @@ commit_layer (build_t *b, stage_state_t *st, step_scan_t *ss, const char *create
   close (fd);
   ib_layer_result_t res;
   ib_layer_opts_t lo = { .compression = b->opts->compression, .level = b->opts->compression_level,
-                         .sde = b->sde };
+                         .sde = b->sde, .match_tree = true };
   raw_start_ctx_t rc = { .b = b, .tar = tmp, .pid = -1, .res_fd = -1, .ctl_fd = -1 };
   if (lo.compression != IB_COMPRESSION_NONE)
     {

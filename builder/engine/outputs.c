@@ -444,7 +444,7 @@ output_one (build_t *b, stage_state_t *st, const ib_instr_t *in, const char *typ
       if (require && *require
           && wh->check_required (from, st->rootfs, ld_path, require, err) < 0)
         return -1; /* nothing copied: dest holds no wheel that falls short */
-      ib_copy_opts_t co = { .chmod = -1 };
+      ib_copy_opts_t co = { .chmod = -1, .atomic = true };
       if (ib_copy_into (from, dest, true, &co, err) < 0
           || (wh && wh->check_copied (from, dest, st->rootfs, ld_path, repair, repair_excl,
                                       err) < 0)

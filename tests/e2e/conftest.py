@@ -112,6 +112,18 @@ def registry(tmp_path_factory):
     subprocess.run(["bash", str(ROOT / "tests/lib/registry.sh"), "stop", str(d)])
 
 
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    """A one-host Slurm cluster (tests/lib/slurm.sh: nodes n1 and n2, the
+    partition gpu with 2 fake GPUs on n2), started by this user; the
+    environment its clients need."""
+    d = tmp_path_factory.mktemp("slurm")
+    os.chmod(d, 0o755)
+    sh("bash", ROOT / "tests/lib/slurm.sh", "start", d)
+    yield {"SLURM_CONF": str(d / "slurm.conf"), "IMGBUILD_SLURM_POLL": "0.3"}
+    subprocess.run(["bash", str(ROOT / "tests/lib/slurm.sh"), "stop", str(d)])
+
+
 @pytest.fixture(scope="session")
 def base_image(registry):
     return sh("bash", ROOT / "tests/lib/base-image.sh", registry).stdout.strip()

@@ -18,24 +18,10 @@ import signal
 import subprocess
 import time
 from pathlib import Path
+from conftest import IMGBUILD, ROOT, imgbuild, tiny_wheel
 
-import pytest
-
-from conftest import IMGBUILD, ROOT, imgbuild, sh, tiny_wheel
-
-SLURM_SH = ROOT / "tests/lib/slurm.sh"
 TIMES = re.compile(r" in \d+\.\d s")
 NODES = re.compile(r" on n[12]")
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    d = tmp_path_factory.mktemp("slurm")
-    os.chmod(d, 0o755)
-    sh("bash", SLURM_SH, "start", d)
-    env = {"SLURM_CONF": str(d / "slurm.conf"), "IMGBUILD_SLURM_POLL": "0.3"}
-    yield env
-    subprocess.run(["bash", str(SLURM_SH), "stop", str(d)])
 
 
 def slurm(cluster, *args):
@@ -349,3 +335,50 @@ def test_slurm_option_errors(cluster, tmp_path):
     r = submit(cluster, tmp_path, "bad.recipe", "--matrix", "X=1,2")
     assert r.rc == 1 and "unknown instruction 'RUNN'" in r.err, r
     assert not (tmp_path / "jobs").exists() or not list((tmp_path / "jobs").glob("job-*"))
+
+
+if os.geteuid() == 0:
+    def test_an_unprivileged_user_submits_to_roots_cluster(tmp_path):
+        """The usual site: slurmd runs as root, a user submits; the user's
+        tasks run as the user (their stores are the user's)."""
+        import pwd
+        import shutil
+        import tempfile
+        user = os.environ.get("IMGBUILD_TEST_USER", "imgbuild-test")
+        try:
+            pw = pwd.getpwnam(user)
+        except KeyError:
+            subprocess.run(["useradd", "--create-home", "--shell", "/bin/bash", user], check=True)
+            pw = pwd.getpwnam(user)
+        # everything the user reads or writes in a directory it can reach
+        top = Path(tempfile.mkdtemp(prefix="imgbuild-slurm-user."))
+        try:
+            os.chmod(top, 0o755)
+            cl = top / "cluster"
+            cl.mkdir()
+            subprocess.run(["bash", str(ROOT / "tests/lib/slurm.sh"), "start", str(cl)],
+                           check=True)
+            try:
+                work = top / "work"
+                copy_context(work)
+                binary = top / "imgbuild"
+                shutil.copy(IMGBUILD, binary)
+                os.chmod(binary, 0o755)
+                subprocess.run(["chown", "-R", f"{pw.pw_uid}:{pw.pw_gid}", str(work)], check=True)
+                r = subprocess.run(
+                    ["runuser", "-u", user, "--", "env", f"SLURM_CONF={cl}/slurm.conf",
+                     "IMGBUILD_SLURM_POLL=0.3", f"HOME={pw.pw_dir}", str(binary), "--store",
+                     f"{work}/store", "build", "m.recipe", *MATRIX, "-j", "2", "--slurm",
+                     "--slurm-dir", f"{work}/jobs", "--slurm-store", f"{work}/stores/%n"],
+                    cwd=work, capture_output=True, text=True, timeout=300)
+                assert r.returncode == 0, r.stdout + r.stderr
+                assert r.stdout.startswith("matrix summary: 4 of 4 combinations built, 0 failed\n")
+                # the tasks ran as the user: what they wrote is the user's
+                for p in [*(work / "stores").iterdir(), *(work / "dist").iterdir()]:
+                    assert p.stat().st_uid == pw.pw_uid, p
+                (jd,) = (work / "jobs").glob("job-*")
+                assert (jd / "cells" / "0.json").stat().st_uid == pw.pw_uid
+            finally:
+                subprocess.run(["bash", str(ROOT / "tests/lib/slurm.sh"), "stop", str(cl)])
+        finally:
+            shutil.rmtree(top, ignore_errors=True)
