@@ -213,8 +213,7 @@ build_matrix (ib_store_t *store, const ib_build_opts_t *base, const ib_matrix_t 
               bool fail_fast, ib_error_t *err)
 {
   size_t n = ib_matrix_count (m), failed = 0;
-  matrix_cell_t *cells = xmalloc (n * sizeof *cells);
-  memset (cells, 0, n * sizeof *cells);
+  matrix_cell_t *cells = xmalloc (n * sizeof *cells); /* zeroed */
   for (size_t i = 0; i < n; i++)
     {
       cleanup_strv char **combo = ib_matrix_combination (m, i);
@@ -625,6 +624,9 @@ cmd_build (int argc, char **argv, ib_error_t *err)
                  : slurm.dir ? "--slurm-dir" : slurm.store ? "--slurm-store" : "--slurm-opt");
   if (slurm.submit && slurm.task_dir)
     usage_error ("%s", "build: --slurm submits, --slurm-task runs in a submitted task");
+  if (slurm.submit && recipe_text)
+    usage_error ("%s", "build: --slurm: the tasks cannot read the recipe from this stdin "
+                       "(-f -): give a file on a shared file system");
   if (slurm.submit && (debug_shell || keep_on_failure))
     usage_error ("build: %s needs a terminal here; a Slurm task has none",
                  debug_shell ? "--debug-shell" : "--keep-on-failure");

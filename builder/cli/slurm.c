@@ -274,6 +274,8 @@ slurm_submit (const slurm_opts_t *so, char *const *argv, const ib_matrix_t *m,
   /* the job directory's own path, absolute: the tasks' cwd is ours, but
    * their scripts name it */
   cleanup_free char *dir = realpath (tmpl, NULL);
+  if (dir == NULL)
+    dir = xstrdup (tmpl);
   cleanup_free char *cells = ib_path_join (dir, "cells");
   cleanup_free char *logs = ib_path_join (dir, "logs");
   if (ib_mkdir_p (cells, 0755, err) < 0 || ib_mkdir_p (logs, 0755, err) < 0)

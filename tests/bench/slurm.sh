@@ -70,8 +70,8 @@ run_local() { # round
   local w=$dir/local-$1
   rm -rf "$w" && mkdir -p "$w"
   local t0; t0=$(now)
-  (cd "$w" && "$ib" --store "$w/store" build "${common[@]}" >"$w/out" 2>"$w/err") \
-    || die "local round $1 failed: $(tail -5 "$w/err")"
+  (cd "$w" && "$ib" --store "$w/store" build "${common[@]}" >"$w/stdout.txt" 2>"$w/stderr.txt") \
+    || die "local round $1 failed: $(tail -5 "$w/stderr.txt")"
   echo "local $1 $(echo "$(now) - $t0" | bc)" >> "$out/times"
 }
 run_slurm() { # round
@@ -80,7 +80,7 @@ run_slurm() { # round
   local t0; t0=$(now)
   (cd "$w" && "$ib" --store "$w/unused" build "${common[@]}" --slurm --slurm-dir "$w/jobs" \
      --slurm-store "$w/stores/%n" --cache-to "type=registry,ref=$reg/bench-cache:r$1" \
-     >"$w/out" 2>"$w/err") || die "slurm round $1 failed: $(tail -5 "$w/err")"
+     >"$w/stdout.txt" 2>"$w/stderr.txt") || die "slurm round $1 failed: $(tail -5 "$w/stderr.txt")"
   echo "slurm $1 $(echo "$(now) - $t0" | bc)" >> "$out/times"
 }
 : > "$out/times"
@@ -107,7 +107,7 @@ EOF
   echo
   echo "From the last slurm run (its job directory's logs):"
   jd=$(ls -d "$last"/jobs/job-*)
-  grep -h -E "seed job|running on|: ok in" "$last/err" | sed 's/^/    /'
+  grep -h -E "seed job|running on|: ok in" "$last/stderr.txt" | sed 's/^/    /'
   for f in "$jd"/logs/seed.out "$jd"/logs/cell-*.out; do
     echo "  $(basename "$f"):"
     grep -E "^==> matrix|cache imported|cache exported|^\[build 3/[0-9]+\] RUN echo|^\[client 3/[0-9]+\] RUN apt|stopped before" "$f" \

@@ -330,6 +330,9 @@ def test_slurm_option_errors(cluster, tmp_path):
         r = imgbuild("build", "m.recipe", *args, store=tmp_path / "store", cwd=tmp_path,
                      env=cluster)
         assert r.rc == 2 and msg in r.err, (args, r)
+    r = imgbuild("build", "-f", "-", ".", "--slurm", store=tmp_path / "store", cwd=tmp_path,
+                 env=cluster, input=COPY_RECIPE)
+    assert r.rc == 2 and "the tasks cannot read the recipe from this stdin" in r.err, r
     # a broken recipe is refused here, before anything is queued
     (tmp_path / "bad.recipe").write_text("FROM scratch\nRUNN x\n")
     r = submit(cluster, tmp_path, "bad.recipe", "--matrix", "X=1,2")
