@@ -908,31 +908,52 @@ ib_gpu_resolve (const char *request, const ib_gpu_opts_t *o, ib_gpu_edits_t *e, 
   const char *gpu = "nvidia.com/gpu=";
   if (allowed_gpus == NULL || request == NULL || !ib_str_has_prefix (request, gpu))
     return resolve_one (request, o, e, err);
-  /* the GPUs the scheduler gave: "all" is those, index K the K-th of them */
-  const char *name = request + strlen (gpu);
+  /* the GPUs the scheduler gave: "all" is those, index K the K-th of them
+   * (a list "0,1" too, as discovery takes it) */
   size_t n = ib_strv_len (allowed_gpus);
-  if (strcmp (name, "all") == 0)
+  cleanup_strv char **picked = NULL;
+  if (strcmp (request + strlen (gpu), "all") == 0)
+    picked = ib_strv_dup (allowed_gpus);
+  else
     {
-      if (n == 0)
-        return ib_error_set (err, ENODEV, "--device %s: the job was given no GPU", request);
-      for (size_t i = 0; i < n; i++)
+      cleanup_free char *names = xstrdup (request + strlen (gpu));
+      char *save = NULL;
+      for (char *t = strtok_r (names, ",", &save); t; t = strtok_r (NULL, ",", &save))
         {
-          cleanup_free char *one = xasprintf ("%s%s", gpu, allowed_gpus[i]);
-          if (resolve_one (one, o, e, err) < 0)
-            return -1;
+          char *end;
+          unsigned long k = strtoul (t, &end, 10);
+          if (*end != '\0' || *t == '-' || *t == '+')
+            return ib_error_set (err, EPERM, "--device %s: only GPUs by index or all, as the "
+                                 "job's GPUs are numbered, while the scheduler restricts them",
+                                 request);
+          if (k >= n)
+            return ib_error_set (err, ENODEV, "--device %s: the job was given %zu GPU%s", request,
+                                 n, n == 1 ? "" : "s");
+          ib_strv_push (&picked, allowed_gpus[k]);
         }
-      return 0;
     }
-  char *end;
-  unsigned long k = strtoul (name, &end, 10);
-  if (*name == '\0' || *end != '\0')
-    return ib_error_set (err, EPERM, "--device %s: only GPUs by index or all, as the job's "
-                         "GPUs are numbered, while the scheduler restricts them", request);
-  if (k >= n)
-    return ib_error_set (err, ENODEV, "--device %s: the job was given %zu GPU%s", request, n,
-                         n == 1 ? "" : "s");
-  cleanup_free char *one = xasprintf ("%s%s", gpu, allowed_gpus[k]);
-  return resolve_one (one, o, e, err);
+  if (picked == NULL || *picked == NULL)
+    return ib_error_set (err, ENODEV, "--device %s: the job was given no GPU", request);
+  /* one request for them all (discovery takes a list); where a CDI spec
+   * names GPUs one by one, one request each */
+  ib_buf_t list = { 0 };
+  for (char **p = picked; *p; p++)
+    ib_buf_printf (&list, "%s%s", p == picked ? "" : ",", *p);
+  cleanup_free char *one = xasprintf ("%s%s", gpu, list.data);
+  ib_buf_free (&list);
+  if (picked[1] == NULL)
+    return resolve_one (one, o, e, err);
+  ib_error_t e1 = NULL;
+  if (resolve_one (one, o, e, &e1) == 0)
+    return 0;
+  ib_error_free (&e1);
+  for (char **p = picked; *p; p++)
+    {
+      cleanup_free char *each = xasprintf ("%s%s", gpu, *p);
+      if (resolve_one (each, o, e, err) < 0)
+        return -1;
+    }
+  return 0;
 }
 
 static int

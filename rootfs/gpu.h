@@ -70,9 +70,11 @@ int ib_gpu_resolve (const char *request, const ib_gpu_opts_t *opts, ib_gpu_edits
 
 /* Restrict "nvidia.com/gpu" requests, process-wide, to the GPUs a
  * scheduler gave the job (`indexes`: "2,5", the host's GPU indexes, as
- * Slurm's SLURM_JOB_GPUS): "all" resolves each of them, index K the K-th
- * of them (K from 0; K past the end: ENODEV naming the count), any other
- * name is refused (EPERM).  NULL lifts the restriction. */
+ * Slurm's SLURM_JOB_GPUS): "all" is all of them, index K the K-th of them
+ * (K from 0; K past the end: ENODEV naming the count), a list "0,1" those;
+ * any other name (a UUID) is refused (EPERM).  Several GPUs go to discovery
+ * as one list, else (a CDI spec that names them one by one) one request
+ * each.  NULL lifts the restriction. */
 void ib_gpu_restrict (const char *indexes);
 
 /* Every request of `devices` (NULL-terminated; NULL or empty: nothing)

@@ -378,6 +378,18 @@ enum
   OPT_DETACH,
 };
 
+/* A --cache-to spec as the --cache-from that reads it (dest= -> src=);
+ * caller frees. */
+static char *
+cache_src_spec (const char *to)
+{
+  char *from = xstrdup (to);
+  char *dest = strstr (from, "dest=");
+  if (dest && (dest == from || dest[-1] == ','))
+    memcpy (dest, "src=", 4), memmove (dest + 4, dest + 5, strlen (dest + 5) + 1);
+  return from;
+}
+
 static void
 slurm_opts_clear (slurm_opts_t *so)
 {
@@ -651,21 +663,38 @@ cmd_build (int argc, char **argv, ib_error_t *err)
                            gpus_wanted (devices, recipe, recipe_text), err);
     }
   cleanup_free char *task_store = NULL;
+  bool each_stage = false;
   if (slurm.task_dir)
     {
       /* a task of a --slurm job: its node's store, the cache never fatal,
        * only the GPUs Slurm gave */
       task_store = slurm_task_store (&slurm, cli_store_dir);
       cli_store_dir = task_store;
+      /* the cache: what the --cache-to names (the seed's export) and, for
+       * a cell, its own, which it exports to after each stage (a requeued
+       * task resumes from it; cells never write over each other) */
       if (cache_from == NULL)
         for (char **c = cache_to; c && *c; c++)
           {
-            cleanup_free char *from = xstrdup (*c);
-            char *dest = strstr (from, "dest=");
-            if (dest)
-              memcpy (dest, "src=", 4), memmove (dest + 4, dest + 5, strlen (dest + 5) + 1);
+            cleanup_free char *from = cache_src_spec (*c);
             ib_strv_push (&cache_from, from);
           }
+      const char *task = getenv ("SLURM_ARRAY_TASK_ID");
+      if (!shared_only && task)
+        {
+          cleanup_free char *cell = xasprintf ("cell%s", task);
+          for (char **c = cache_to; c && *c; c++)
+            {
+              char *own = slurm_cell_cache_spec (*c, cell);
+              if (own == NULL)
+                continue;
+              cleanup_free char *from = cache_src_spec (own);
+              ib_strv_push (&cache_from, from);
+              free (*c);
+              *c = own;
+            }
+          each_stage = true;
+        }
       for (char **c = cache_to; c && *c; c++)
         if (strstr (*c, "ignore-error=") == NULL)
           {
@@ -698,6 +727,7 @@ cmd_build (int argc, char **argv, ib_error_t *err)
                          .cache_to = cache_to, .annotations = annotations, .jobs = jobs,
                          .wheels = &wheel_hooks };
   bo.secrets = &secrets;
+  bo.cache_to_each_stage = each_stage;
   bo.network_none = network_none;
   bo.pull = pull;
   bo.labels = labels;

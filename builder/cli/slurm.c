@@ -687,6 +687,36 @@ slurm_follow (const char *dir, bool fail_fast, ib_error_t *err)
 /* the task's side */
 
 char *
+slurm_cell_cache_spec (const char *spec, const char *cell)
+{
+  /* the value of ref= (type=registry) or dest= (type=local) gets "-CELL":
+   * after the tag (":TAG-CELL"; ":CELL" without one), after the path */
+  const char *keys[] = { "ref=", "dest=" };
+  for (size_t k = 0; k < 2; k++)
+    {
+      const char *v = NULL;
+      for (const char *p = spec; p; p = strchr (p, ','))
+        {
+          p += *p == ',';
+          if (ib_str_has_prefix (p, keys[k]))
+            {
+              v = p + strlen (keys[k]);
+              break;
+            }
+        }
+      if (v == NULL)
+        continue;
+      size_t len = strcspn (v, ",");
+      const char *slash = memrchr (v, '/', len);
+      const char *colon = memrchr (v, ':', len);
+      bool tagged = k == 1 || (colon && (slash == NULL || colon > slash));
+      return xasprintf ("%.*s%s%s%s", (int) (v - spec + len), spec, tagged ? "-" : ":", cell,
+                        v + len);
+    }
+  return NULL;
+}
+
+char *
 slurm_task_store (const slurm_opts_t *so, const char *store_opt)
 {
   const char *pattern = so->store ? so->store : store_opt;

@@ -65,6 +65,11 @@ int slurm_follow (const char *dir, bool fail_fast, ib_error_t *err);
  * outcome written to the job directory).  A seed task (bo->shared_only)
  * writes cells/seed.json. */
 char *slurm_task_store (const slurm_opts_t *so, const char *store_opt);
+/* A cell's own cache: `spec` (a --cache-to) with "-CELL" after its ref=
+ * tag or dest= path ("type=registry,ref=r/c:buildcache" and "cell3":
+ * "type=registry,ref=r/c:buildcache-cell3"); NULL when it has neither.
+ * Caller frees. */
+char *slurm_cell_cache_spec (const char *spec, const char *cell);
 int slurm_task_run (const slurm_opts_t *so, ib_store_t *store, const ib_build_opts_t *bo,
                     const ib_matrix_t *m, ib_error_t *err);
 

@@ -495,12 +495,34 @@ ib_build (ib_store_t *store, const ib_build_opts_t *opts, ib_error_t *err)
     }
   else
     {
+      size_t last = 0;
+      for (size_t i = 0; i < b.n_stages; i++)
+        if (b.stages[i].needed)
+          last = i;
       for (size_t i = 0; i < b.n_stages; i++)
         {
           if (!b.stages[i].needed)
             continue;
           if (run_stage (&b, &b.stages[i], err) < 0)
             goto out;
+          /* --cache-to after each stage but the last (the end exports
+           * anyway): what a killed build finished is in the cache */
+          if (opts->cache_to_each_stage && i < last && opts->cache_to)
+            {
+              if (join_layers (&b, &b.stages[i], err) < 0 || need_userns (&b, err) < 0)
+                goto out; /* (the user namespace before the network's threads) */
+              for (char **c = opts->cache_to; *c; c++)
+                {
+                  prog_pause (&b);
+                  ib_error_t e = NULL;
+                  if (ib_cache_export (store, b.keys, *c, &e) < 0)
+                    {
+                      ib_warn ("%s", e->msg);
+                      ib_error_free (&e);
+                    }
+                  prog_resume (&b);
+                }
+            }
         }
       for (size_t i = 0; i < b.n_stages; i++)
         if (b.stages[i].built && finish_stage (&b, &b.stages[i], err) < 0)

@@ -121,6 +121,10 @@ typedef struct ib_build_opts
                               * FROM another, and not part of any step's key */
   char **cache_from;         /* --cache-from SPEC: imported before the build (cache_io.h) */
   char **cache_to;           /* --cache-to SPEC: the build's records exported after it */
+  bool cache_to_each_stage;  /* ... and after each stage but the last (-j 1 only; a failed
+                              * export there is a warning): a build that is killed (a
+                              * preempted Slurm task) leaves its finished stages in the
+                              * cache for its rerun */
   bool keep_on_failure;      /* a failed RUN's tree is kept (store tmp/debug-*) and the
                               * `imgbuild run --rootfs` command that enters it printed */
   bool debug_shell;          /* keep_on_failure, and open a shell there when stdin is a tty */

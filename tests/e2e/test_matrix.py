@@ -8,14 +8,9 @@ from the recipe below and the order --matrix promises (docs/cli.md)."""
 import json
 import re
 
-from conftest import imgbuild, tiny_wheel
+from conftest import imgbuild, tiny_wheel, untimed
 
 SECONDS = re.compile(r"(: (?:ok|FAILED)) in \d+\.\d s")
-
-
-def untimed(text):
-    """The summary with each status line's " in N.N s" cut out."""
-    return SECONDS.sub(r"\1", text)
 
 
 def digest_of(tmp_path, name):

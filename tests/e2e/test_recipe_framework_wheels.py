@@ -34,7 +34,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, cache_dir, imgbuild, local_cache_args, sh, stored_names, tiny_wheel, norm
+from conftest import (ROOT, cache_dir, imgbuild, local_cache_args, norm, sh, stored_names,
+                      tiny_wheel, untimed)
 
 RECIPE = ROOT / "recipes/framework-wheels.recipe"
 STANDIN_BASE = "localhost/framework-wheels-standin:bookworm"
@@ -263,6 +264,10 @@ def test_plumbing_standin_matrix_wheels_per_combination(plumbing):
             "USE_MKLDNN=1 USE_CUDA=0 USE_MPI=1"]
 
 
+def stored_digest(store, name):
+    return json.loads(imgbuild("inspect", name, store=store).out)["digest"]
+
+
 def test_plumbing_standin_matrix_summary(plumbing):
     r = plumbing["build"]
     assert r.rc == 0, r
@@ -270,8 +275,9 @@ def test_plumbing_standin_matrix_summary(plumbing):
     for i, (version, py) in enumerate(COMBOS):
         expected += f"matrix {i + 1}/4: PYTORCH_VERSION={version} PYTHON_VERSION={py}: ok\n"
         expected += "".join(f"  wheel dist/torch{version}-py{py}/{w}\n" for w in wheel_names(version))
-        expected += f"  image framework-build:torch{version}-py{py}\n"
-    assert r.out == expected
+        name = f"framework-build:torch{version}-py{py}"
+        expected += f"  image {name} {stored_digest(plumbing['store'], name)}\n"
+    assert untimed(r.out) == expected
     names = stored_names(plumbing["store"])
     for version, py in COMBOS:
         assert any(n and n.endswith(f"framework-build:torch{version}-py{py}") for n in names), names
@@ -331,12 +337,13 @@ def test_plumbing_standin_refusals_and_keep_going(plumbing):
     assert r.rc == 1, r
     assert ("framework-wheels: PYTORCH_VERSION=9.9 is not in the version table "
             "(master nightly 2.0.0-rc2 1.13.1 1.12.1)") in r.err
-    lines = r.out.splitlines()
+    lines = untimed(r.out).splitlines()
     assert lines[0] == "matrix summary: 1 of 2 combinations built, 1 failed"
     assert lines[1].startswith("matrix 1/2: PYTORCH_VERSION=9.9 PYTHON_VERSION=3.9: FAILED: ")
+    name = "framework-build:torch2.0.0-rc2-py3.9"
     assert lines[2:] == ["matrix 2/2: PYTORCH_VERSION=2.0.0-rc2 PYTHON_VERSION=3.9: ok",
                          f"  wheel only/torch2.0.0-rc2-py3.9/torch-2.0.0-py3-none-{TORCH_PLAT}.whl",
-                         "  image framework-build:torch2.0.0-rc2-py3.9"]
+                         f"  image {name} {stored_digest(plumbing['store'], name)}"]
     info = (plumbing["work"] / "only/torch2.0.0-rc2-py3.9/build-info.txt").read_text()
     assert f"index={plumbing['index']}/whl/test/cpu\n" in info
     assert "packages=torch==2.0.0\n" in info

@@ -160,8 +160,21 @@ def test_seed_job_shares_the_common_steps_through_the_registry_cache(cluster, tm
         assert f"cache imported from {cache}" in log, log
         assert "RUN echo shared > /shared CACHED" in log, log
         assert re.search(r"RUN echo \$NAME > /name\n", log), log
+        # and exported what it built to a tag of its own
+        assert f"cache exported to {cache}-cell{i},ignore-error=true" in log, log
     # the cells ran after the seed (afterany)
     assert states(cluster, job_id(tmp_path)) == {0: "COMPLETED", 1: "COMPLETED"}
+    # the same matrix again, on nodes with empty stores: every step of every
+    # cell comes from the registry (the seed's tag and each cell's own)
+    again = tmp_path / "again"
+    again.mkdir()
+    (again / "r.recipe").write_text((tmp_path / "r.recipe").read_text())
+    r = submit(cluster, again, "r.recipe", "--matrix", "NAME=a,b", "-j", "2", "--cache-to", cache)
+    assert r.rc == 0, r
+    for i in range(2):
+        log = (job_dir(again) / "logs" / f"cell-{i}.out").read_text()
+        assert re.search(r"done, target stage \(unnamed\) image sha256:\w+ \(\d+ steps cached, "
+                         r"0 run\)", log), log
 
 
 def test_a_failed_cell_does_not_stop_the_others(cluster, tmp_path):
@@ -260,10 +273,11 @@ def test_a_cache_registry_that_is_down_costs_the_cache_not_the_cells(cluster, tm
     assert r.rc == 0, r
     assert r.out.startswith("matrix summary: 2 of 2 combinations built, 0 failed\n")
     logs = job_dir(tmp_path) / "logs"
-    for name in ["seed.out", "cell-0.out", "cell-1.out"]:
+    for name, own in [("seed.out", cache), ("cell-0.out", cache + "-cell0"),
+                      ("cell-1.out", cache + "-cell1")]:
         log = (logs / name).read_text()
         assert f"warning: cache {cache} could not be read; building without it: " in log, log
-        assert f"warning: cache export to {cache},ignore-error=true failed" in log, log
+        assert f"warning: cache export to {own},ignore-error=true failed" in log, log
 
 
 def test_detach_then_matrix_status(cluster, tmp_path):
@@ -294,6 +308,24 @@ def test_one_build_on_slurm(cluster, tmp_path):
         "matrix summary: 1 of 1 combinations built, 0 failed\n"
         "matrix 1/1: (one build): ok\n"
         "  wheel dist/beta-1.0/beta-1.0-py3-none-any.whl\n")
+
+
+def test_slurm_script_lines_start_every_batch_script(cluster, tmp_path):
+    copy_context(tmp_path)
+    (tmp_path / "pre.sh").write_text("#!/bin/bash\n"
+                                     "#SBATCH --comment=from-the-prologue\n"
+                                     "echo \"prologue ran on $SLURMD_NODENAME\"\n")
+    r = submit(cluster, tmp_path, "m.recipe", "--matrix", "NAME=alpha,beta", "--slurm-script",
+               "pre.sh")
+    assert r.rc == 0, r
+    script = (job_dir(tmp_path) / "cell.sh").read_text()
+    assert script.startswith("#!/bin/sh\n#SBATCH --comment=from-the-prologue\necho ")
+    for i in range(2):
+        log = (job_dir(tmp_path) / "logs" / f"cell-{i}.out").read_text()
+        assert re.match(r"prologue ran on n[12]\n", log), log
+    # its #SBATCH line counted
+    assert "Comment=from-the-prologue" in slurm(cluster, "scontrol", "show", "job",
+                                                job_id(tmp_path))
 
 
 def test_gpu_cells_get_the_gpus_slurm_gave_them(cluster, tmp_path, base_image):

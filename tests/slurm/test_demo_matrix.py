@@ -60,10 +60,11 @@ def runs(registry, base_image, cluster, tmp_path_factory):
                 (d / "cells" / "2.start").exists() for d in jobs.glob("job-*")))
             (d,) = jobs.glob("job-*")
             job = json.loads((d / "job.json").read_text())["array"]
-            # mid-build: its cell-specific steps are under way
-            wait_for(lambda: "apt-get source" in (d / "logs" / "cell-2.out").read_text())
-            subprocess.run(["scancel", f"{job}_2"], env=env, check=True)
-            wait_for(lambda: states(cluster, job).get(2) == "CANCELLED", 60)
+            # mid-build: its build stage done and exported, its client
+            # stage under way (or, at worst, just done)
+            wait_for(lambda: "cache exported to" in (d / "logs" / "cell-2.out").read_text())
+            subprocess.run(["scancel", f"{job}_2"], env=env)
+            wait_for(lambda: states(cluster, job).get(2) in ("CANCELLED", "COMPLETED"), 60)
             subprocess.run(["scontrol", "requeue", f"{job}_2"], env=env, check=True)
             p.wait(timeout=1800)
         finally:
@@ -88,6 +89,19 @@ def test_every_cell_built_one_after_a_requeue(runs):
     log = (s["job_dir"] / "logs" / "cell-2.out").read_text()
     assert "attempt 1," in log and "attempt 2," in log
     assert states(runs["cluster"], s["job"]) == {i: "COMPLETED" for i in range(4)}
+
+
+def test_the_requeued_cell_resumed_from_its_own_cache(runs):
+    s = runs["slurm"]
+    log = (s["job_dir"] / "logs" / "cell-2.out").read_text()
+    first, second = log.split("attempt 2,", 1)
+    own = runs["cache"] + "-cell2"
+    # the first attempt exported its build stage before the client stage
+    assert f"cache exported to {own},ignore-error=true" in first, first[-3000:]
+    # the second imported it and built nothing of that stage again
+    assert f"cache imported from {own}: " in second, second[-3000:]
+    assert re.search(r"\[build 5/6\] RUN apt-get source .* CACHED\n", second), second[-3000:]
+    assert re.search(r"\[build 6/6\] RUN cd pkg .* CACHED\n", second), second[-3000:]
 
 
 def record(whl):

@@ -534,6 +534,40 @@ test_discovery_selection (void **state)
   expect_edits ("nvidia.com/gpu=all", dirs, "void", NULL, "");
 }
 
+/* ib_gpu_restrict (a Slurm task's SLURM_JOB_GPUS): only the job's GPUs,
+ * numbered among themselves */
+static void
+test_discovery_restricted (void **state)
+{
+  (void) state;
+  cleanup_free char *libs = default_libs ();
+  cleanup_free char *both = xasprintf ("%s%s", gpu0, gpu1);
+  ib_gpu_restrict ("1");
+  expect_discovery ("nvidia.com/gpu=all", NULL, NULL, gpu1, libs, default_links, "1");
+  expect_discovery ("nvidia.com/gpu=0", NULL, NULL, gpu1, libs, default_links, "1");
+  ib_gpu_restrict ("0,1");
+  expect_discovery ("nvidia.com/gpu=all", NULL, NULL, both, libs, default_links, "0,1");
+  expect_discovery ("nvidia.com/gpu=1", NULL, NULL, gpu1, libs, default_links, "1");
+  ib_gpu_restrict ("1");
+  char *dirs[] = { empty_dir, NULL };
+  ib_gpu_opts_t o = { .spec_dirs = dirs };
+  ib_gpu_edits_t e = { 0 };
+  ib_error_t err = NULL;
+  assert_int_equal (ib_gpu_resolve ("nvidia.com/gpu=1", &o, &e, &err), -1);
+  assert_string_equal (err->msg, "--device nvidia.com/gpu=1: the job was given 1 GPU");
+  ib_error_free (&err);
+  assert_int_equal (ib_gpu_resolve ("nvidia.com/gpu=" UUID1, &o, &e, &err), -1);
+  assert_true (strstr (err->msg, "only GPUs by index or all") != NULL);
+  ib_error_free (&err);
+  ib_gpu_restrict ("");
+  assert_int_equal (ib_gpu_resolve ("nvidia.com/gpu=all", &o, &e, &err), -1);
+  assert_string_equal (err->msg, "--device nvidia.com/gpu=all: the job was given no GPU");
+  ib_error_free (&err);
+  ib_gpu_edits_free (&e);
+  ib_gpu_restrict (NULL);
+  expect_discovery ("nvidia.com/gpu=all", NULL, NULL, both, libs, default_links, "all");
+}
+
 static void
 test_discovery_capabilities (void **state)
 {
@@ -721,6 +755,7 @@ main (void)
     cmocka_unit_test (test_cdi_hooks),
     cmocka_unit_test (test_edits_accumulate),
     cmocka_unit_test (test_discovery_selection),
+    cmocka_unit_test (test_discovery_restricted),
     cmocka_unit_test (test_discovery_capabilities),
     cmocka_unit_test (test_discovery_errors),
     cmocka_unit_test (test_cdi_spec_before_discovery),
