@@ -64,9 +64,10 @@ run_capture (char *const *argv, char **out, ib_error_t *err)
       ib_buf_printf (&b, "%.*s", (int) n, chunk);
     }
   close (fds[0]);
-  int st;
-  while (waitpid (pid, &st, 0) < 0 && errno == EINTR)
-    ;
+  int st = 0;
+  while (waitpid (pid, &st, 0) < 0)
+    if (errno != EINTR)
+      return ib_error_set (err, errno, "wait for %s: %s", argv[0], strerror (errno));
   *out = ib_buf_steal (&b);
   if (WIFEXITED (st) && WEXITSTATUS (st) == 0)
     return 0;
@@ -114,24 +115,44 @@ default_slurm_dir (void)
   return xasprintf ("%s/.local/state/imgbuild/slurm", home);
 }
 
-/* job.json of `dir`, or NULL with *err set */
-static json_t *
-job_read (const char *dir, ib_error_t *err)
+/* job.json of a job directory, as slurm_submit wrote it */
+typedef struct job
 {
+  json_t *json;      /* owns the strings below */
+  const char *array; /* the array's job id */
+  const char *seed;  /* the seed job's id, or NULL */
+  json_t *labels;    /* the cells' labels, in matrix order */
+  size_t n;          /* the number of cells */
+} job_t;
+
+static void
+job_clear (job_t *j)
+{
+  json_decref (j->json);
+  memset (j, 0, sizeof *j);
+}
+
+/* Read DIR/job.json into *j (job_clear frees); -1 with *err set. */
+static int
+job_read (const char *dir, job_t *j, ib_error_t *err)
+{
+  memset (j, 0, sizeof *j);
   cleanup_free char *path = ib_path_join (dir, "job.json");
   cleanup_free char *data = NULL;
   size_t len = 0;
   if (ib_read_file (path, &data, &len, err) < 0)
-    return NULL;
-  json_t *j = json_loadb (data, len, 0, NULL);
-  if (!json_is_object (j) || !json_is_string (json_object_get (j, "array"))
-      || !json_is_array (json_object_get (j, "labels")))
+    return -1;
+  j->json = json_loadb (data, len, 0, NULL);
+  j->array = json_string_value (json_object_get (j->json, "array"));
+  j->seed = json_string_value (json_object_get (j->json, "seed"));
+  j->labels = json_object_get (j->json, "labels");
+  j->n = json_array_size (j->labels);
+  if (j->array == NULL || !json_is_array (j->labels) || j->n == 0)
     {
-      json_decref (j);
-      ib_error_set (err, EINVAL, "%s: not an imgbuild Slurm job record", path);
-      return NULL;
+      job_clear (j);
+      return ib_error_set (err, EINVAL, "%s: not an imgbuild Slurm job record", path);
     }
-  return j;
+  return 0;
 }
 
 /* ------------------------------------------------------------------ */
@@ -386,6 +407,15 @@ typedef struct queue_entry
   char *reason;
 } queue_entry_t;
 
+static void
+queue_entry_clear (queue_entry_t *e)
+{
+  free (e->state);
+  free (e->node);
+  free (e->reason);
+  memset (e, 0, sizeof *e);
+}
+
 /* squeue -r -t all of the array (and the seed): entries[i] for task i,
  * *seed for the seed.  -1 when squeue failed (the caller retries). */
 static int
@@ -398,12 +428,8 @@ queue_read (const char *array, const char *seed_id, size_t n, queue_entry_t *ent
   if (run_capture (argv, &out, err) < 0)
     return -1;
   for (size_t i = 0; i < n; i++)
-    {
-      free (entries[i].state), free (entries[i].node), free (entries[i].reason);
-      memset (&entries[i], 0, sizeof entries[i]);
-    }
-  free (seed->state), free (seed->node), free (seed->reason);
-  memset (seed, 0, sizeof *seed);
+    queue_entry_clear (&entries[i]);
+  queue_entry_clear (seed);
   char *save = NULL;
   for (char *line = strtok_r (out, "\n", &save); line; line = strtok_r (NULL, "\n", &save))
     {
@@ -567,13 +593,12 @@ cell_round (const char *dir, size_t i, size_t n, const char *label, const queue_
 int
 slurm_follow (const char *dir, bool fail_fast, ib_error_t *err)
 {
-  json_t *job = job_read (dir, err);
-  if (job == NULL)
+  __attribute__ ((cleanup (job_clear))) job_t job;
+  if (job_read (dir, &job, err) < 0)
     return -1;
-  const char *array = json_string_value (json_object_get (job, "array"));
-  const char *seed_id = json_string_value (json_object_get (job, "seed"));
-  json_t *labels = json_object_get (job, "labels");
-  size_t n = json_array_size (labels);
+  const char *array = job.array, *seed_id = job.seed;
+  json_t *labels = job.labels;
+  size_t n = job.n;
   cell_view_t *views = xmalloc (n * sizeof *views);
   queue_entry_t *q = xmalloc (n * sizeof *q);
   queue_entry_t qs = { 0 };
@@ -670,16 +695,15 @@ slurm_follow (const char *dir, bool fail_fast, ib_error_t *err)
     {
       cell_clear (&cells[i]);
       free (views[i].started_node);
-      free (q[i].state), free (q[i].node), free (q[i].reason);
+      queue_entry_clear (&q[i]);
     }
-  free (qs.state), free (qs.node), free (qs.reason);
+  queue_entry_clear (&qs);
   free (cells);
   free (views);
   free (q);
   if (ret == 0 && bad)
     ret = ib_error_set (err, EIO, "matrix: %zu of %zu combinations not built (Slurm job %s)",
                         bad, n, array);
-  json_decref (job);
   return ret;
 }
 
@@ -884,13 +908,12 @@ cmd_matrix (int argc, char **argv, ib_error_t *err)
   if (follow)
     return slurm_follow (dir, false, err);
   /* once: the table as it stands; cells not ended say what Slurm says */
-  json_t *job = job_read (dir, err);
-  if (job == NULL)
+  __attribute__ ((cleanup (job_clear))) job_t job;
+  if (job_read (dir, &job, err) < 0)
     return -1;
-  const char *array = json_string_value (json_object_get (job, "array"));
-  const char *seed_id = json_string_value (json_object_get (job, "seed"));
-  json_t *labels = json_object_get (job, "labels");
-  size_t n = json_array_size (labels);
+  const char *array = job.array, *seed_id = job.seed;
+  json_t *labels = job.labels;
+  size_t n = job.n;
   queue_entry_t *q = xmalloc (n * sizeof *q), qs = { 0 };
   ib_error_t qe = NULL;
   bool queue_ok = queue_read (array, seed_id, n, q, &qs, &qe) == 0;
@@ -925,11 +948,10 @@ cmd_matrix (int argc, char **argv, ib_error_t *err)
   for (size_t i = 0; i < n; i++)
     {
       cell_clear (&cells[i]);
-      free (q[i].state), free (q[i].node), free (q[i].reason);
+      queue_entry_clear (&q[i]);
     }
-  free (qs.state), free (qs.node), free (qs.reason);
+  queue_entry_clear (&qs);
   free (cells);
   free (q);
-  json_decref (job);
   return 0;
 }

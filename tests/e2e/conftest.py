@@ -6,6 +6,7 @@ import re
 import shutil
 import stat
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -128,6 +129,24 @@ def cluster(tmp_path_factory):
     sh("bash", ROOT / "tests/lib/slurm.sh", "start", d)
     yield {"SLURM_CONF": str(d / "slurm.conf"), "IMGBUILD_SLURM_POLL": "0.3"}
     subprocess.run(["bash", str(ROOT / "tests/lib/slurm.sh"), "stop", str(d)])
+
+
+def slurm_states(cluster, job):
+    """{task index: state} of array job `job` (squeue -r -t all)."""
+    out = subprocess.run(["squeue", "-h", "-r", "-t", "all", "-j", str(job), "-o", "%i|%T"],
+                         env={**os.environ, **cluster}, check=True, capture_output=True,
+                         text=True).stdout
+    return {int(i.split("_")[1]): s for i, s in (l.split("|") for l in out.split()) if "_" in i}
+
+
+def wait_for(what, timeout=120):
+    """Poll what() every 0.2 s until it is true; fail after `timeout` s."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if what():
+            return
+        time.sleep(0.2)
+    raise AssertionError("timed out waiting")
 
 
 @pytest.fixture(scope="session")

@@ -18,7 +18,7 @@ import signal
 import subprocess
 import time
 from pathlib import Path
-from conftest import IMGBUILD, ROOT, imgbuild, tiny_wheel
+from conftest import IMGBUILD, ROOT, imgbuild, slurm_states, tiny_wheel, wait_for
 
 TIMES = re.compile(r" in \d+\.\d s")
 NODES = re.compile(r" on n[12]")
@@ -28,13 +28,6 @@ def slurm(cluster, *args):
     """A Slurm client command's stdout (it must succeed)."""
     return subprocess.run(list(map(str, args)), env={**os.environ, **cluster}, check=True,
                           capture_output=True, text=True).stdout
-
-
-def states(cluster, job):
-    """{task index: state} of array job `job` (squeue -t all)."""
-    out = slurm(cluster, "squeue", "-h", "-r", "-t", "all", "-j", job, "-o", "%i|%T")
-    return {int(i.split("_")[1]): s for i, s in (l.split("|") for l in out.split())
-            if "_" in i}
 
 
 def slurm_args(tmp_path):
@@ -63,15 +56,6 @@ def job_dir(tmp_path):
 
 def job_id(tmp_path):
     return json.loads((job_dir(tmp_path) / "job.json").read_text())["array"]
-
-
-def wait_for(what, timeout=120):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if what():
-            return
-        time.sleep(0.2)
-    raise AssertionError("timed out waiting")
 
 
 COPY_RECIPE = """\
@@ -129,7 +113,7 @@ def test_matrix_on_slurm_gives_what_a_local_matrix_gives(cluster, tmp_path):
         assert re.search(rf"matrix {i + 1}/4: .*: running on n[12]\n", r.err), r.err
     assert "submitted Slurm job" in r.err
     # the job's tasks: an array of 4, at most 2 at once, all done
-    assert states(cluster, job_id(tmp_path / "s")) == {i: "COMPLETED" for i in range(4)}
+    assert slurm_states(cluster, job_id(tmp_path / "s")) == {i: "COMPLETED" for i in range(4)}
     script = (job_dir(tmp_path / "s") / "cell.sh").read_text()
     assert "--slurm-task" in script and " --slurm " not in script and "'-j'" not in script
 
@@ -163,7 +147,7 @@ def test_seed_job_shares_the_common_steps_through_the_registry_cache(cluster, tm
         # and exported what it built to a tag of its own
         assert f"cache exported to {cache}-cell{i},ignore-error=true" in log, log
     # the cells ran after the seed (afterany)
-    assert states(cluster, job_id(tmp_path)) == {0: "COMPLETED", 1: "COMPLETED"}
+    assert slurm_states(cluster, job_id(tmp_path)) == {0: "COMPLETED", 1: "COMPLETED"}
     # the same matrix again, on nodes with empty stores: every step of every
     # cell comes from the registry (the seed's tag and each cell's own)
     again = tmp_path / "again"
@@ -190,7 +174,7 @@ def test_a_failed_cell_does_not_stop_the_others(cluster, tmp_path):
     assert r.err.rstrip().endswith("imgbuild: matrix: 1 of 3 combinations not built "
                                    f"(Slurm job {job_id(tmp_path)})")
     # the failing task exits non-zero: Slurm says FAILED
-    assert states(cluster, job_id(tmp_path)) == {0: "FAILED", 1: "COMPLETED", 2: "COMPLETED"}
+    assert slurm_states(cluster, job_id(tmp_path)) == {0: "FAILED", 1: "COMPLETED", 2: "COMPLETED"}
 
 
 def test_fail_fast_cancels_the_rest(cluster, tmp_path):
@@ -204,7 +188,7 @@ def test_fail_fast_cancels_the_rest(cluster, tmp_path):
     assert lines[2:] == ["matrix 2/3: NAME=alpha: not built (CANCELLED by Slurm)",
                          "matrix 3/3: NAME=beta: not built (CANCELLED by Slurm)"], r.out
     assert "--fail-fast: cancelling Slurm job" in r.err
-    assert states(cluster, job_id(tmp_path)) == {0: "FAILED", 1: "CANCELLED", 2: "CANCELLED"}
+    assert slurm_states(cluster, job_id(tmp_path)) == {0: "FAILED", 1: "CANCELLED", 2: "CANCELLED"}
     assert not (tmp_path / "dist").exists()
 
 
@@ -227,7 +211,7 @@ def test_a_cancelled_and_requeued_task_finishes_the_matrix(cluster, tmp_path, ba
         job = job_id(tmp_path)
         time.sleep(1)  # mid-way through its RUN
         slurm(cluster, "scancel", f"{job}_1")
-        wait_for(lambda: states(cluster, job).get(1) == "CANCELLED")
+        wait_for(lambda: slurm_states(cluster, job).get(1) == "CANCELLED")
         slurm(cluster, "scontrol", "requeue", f"{job}_1")
         p.wait(timeout=300)
     finally:
@@ -258,7 +242,7 @@ def test_ctrl_c_cancels_the_job(cluster, tmp_path, base_image):
     assert p.returncode == 1, err
     job = job_id(tmp_path)
     assert f"interrupted: Slurm job {job} cancelled" in err
-    wait_for(lambda: set(states(cluster, job).values()) == {"CANCELLED"})
+    wait_for(lambda: set(slurm_states(cluster, job).values()) == {"CANCELLED"})
 
 
 def test_a_cache_registry_that_is_down_costs_the_cache_not_the_cells(cluster, tmp_path):

@@ -19,26 +19,12 @@ import pytest
 from conftest import e2e
 
 imgbuild = e2e.imgbuild
+states = e2e.slurm_states
+wait_for = e2e.wait_for
 RECIPE = e2e.ROOT / "recipes/demo.recipe"
 MATRIX = ["--matrix", "PKG=markupsafe,python-crcmod", "--matrix", "OPT=2,s"]
 CELLS = [("markupsafe", "2"), ("markupsafe", "s"), ("python-crcmod", "2"),
          ("python-crcmod", "s")]
-
-
-def states(cluster, job):
-    out = subprocess.run(["squeue", "-h", "-r", "-t", "all", "-j", job, "-o", "%i|%T"],
-                         env={**os.environ, **cluster}, check=True, capture_output=True,
-                         text=True).stdout
-    return {int(i.split("_")[1]): s for i, s in (l.split("|") for l in out.split()) if "_" in i}
-
-
-def wait_for(what, timeout=900):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if what():
-            return
-        time.sleep(0.2)
-    raise AssertionError("timed out waiting")
 
 
 @pytest.fixture(scope="module")
@@ -57,12 +43,12 @@ def runs(registry, base_image, cluster, tmp_path_factory):
         try:
             jobs = s / "jobs"
             wait_for(lambda: jobs.exists() and any(
-                (d / "cells" / "2.start").exists() for d in jobs.glob("job-*")))
+                (d / "cells" / "2.start").exists() for d in jobs.glob("job-*")), 900)
             (d,) = jobs.glob("job-*")
             job = json.loads((d / "job.json").read_text())["array"]
             # mid-build: its build stage done and exported, its client
             # stage under way (or, at worst, just done)
-            wait_for(lambda: "cache exported to" in (d / "logs" / "cell-2.out").read_text())
+            wait_for(lambda: "cache exported to" in (d / "logs" / "cell-2.out").read_text(), 900)
             subprocess.run(["scancel", f"{job}_2"], env=env)
             wait_for(lambda: states(cluster, job).get(2) in ("CANCELLED", "COMPLETED"), 60)
             subprocess.run(["scontrol", "requeue", f"{job}_2"], env=env, check=True)
