@@ -375,6 +375,7 @@ enum
   OPT_SLURM_DIR,
   OPT_SLURM_STORE,
   OPT_SLURM_TASK,
+  OPT_SLURM_CHECKPOINT,
   OPT_DETACH,
 };
 
@@ -456,6 +457,7 @@ cmd_build (int argc, char **argv, ib_error_t *err)
     { "slurm-dir", required_argument, NULL, OPT_SLURM_DIR },
     { "slurm-store", required_argument, NULL, OPT_SLURM_STORE },
     { "slurm-task", required_argument, NULL, OPT_SLURM_TASK },
+    { "slurm-checkpoint", required_argument, NULL, OPT_SLURM_CHECKPOINT },
     { "detach", no_argument, NULL, OPT_DETACH },
     REGISTRY_OPTIONS,                              GLOBAL_OPTIONS,
     { NULL, 0, NULL, 0 },
@@ -535,6 +537,17 @@ cmd_build (int argc, char **argv, ib_error_t *err)
       case OPT_SLURM_DIR: slurm.dir = optarg; break;
       case OPT_SLURM_STORE: slurm.store = optarg; break;
       case OPT_SLURM_TASK: slurm.task_dir = optarg; break;
+      case OPT_SLURM_CHECKPOINT:
+        {
+          char *end = NULL;
+          errno = 0;
+          double s = strtod (optarg, &end);
+          if (errno || end == optarg || *end || !(s >= 0 && s <= 1e9))
+            usage_error ("--slurm-checkpoint: expected seconds (0 or more), got '%s'", optarg);
+          slurm.checkpoint_s = s;
+          slurm.checkpoint_given = true;
+          break;
+        }
       case OPT_DETACH: slurm.detach = true; break;
       case 't': ib_strv_push (&tags, optarg); break;
       case 'C': context = optarg; break;
@@ -630,10 +643,11 @@ cmd_build (int argc, char **argv, ib_error_t *err)
       exit (2);
     }
   if (!slurm.submit && (slurm.sbatch_opts || slurm.script || slurm.dir || slurm.detach
-                        || (slurm.store && !slurm.task_dir)))
+                        || ((slurm.store || slurm.checkpoint_given) && !slurm.task_dir)))
     usage_error ("build: %s goes with --slurm",
                  slurm.detach ? "--detach" : slurm.script ? "--slurm-script"
-                 : slurm.dir ? "--slurm-dir" : slurm.store ? "--slurm-store" : "--slurm-opt");
+                 : slurm.dir ? "--slurm-dir" : slurm.store ? "--slurm-store"
+                 : slurm.checkpoint_given ? "--slurm-checkpoint" : "--slurm-opt");
   if (slurm.submit && slurm.task_dir)
     usage_error ("%s", "build: --slurm submits, --slurm-task runs in a submitted task");
   if (slurm.submit && recipe_text)
@@ -728,6 +742,7 @@ cmd_build (int argc, char **argv, ib_error_t *err)
                          .wheels = &wheel_hooks };
   bo.secrets = &secrets;
   bo.cache_to_each_stage = each_stage;
+  bo.cache_to_after_s = slurm.checkpoint_given ? slurm.checkpoint_s : SLURM_CHECKPOINT_S;
   bo.network_none = network_none;
   bo.pull = pull;
   bo.labels = labels;

@@ -34,10 +34,20 @@ typedef struct slurm_opts
   bool detach;          /* --detach: print the job id and return */
   int jobs;             /* -j M: at most M cells at once (the array's %M); 0: no limit */
   const char *task_dir; /* --slurm-task DIR: this process is a task of DIR's job */
+  double checkpoint_s;  /* --slurm-checkpoint SECONDS: a cell exports its own cache after
+                         * a stage when this long has passed since its last export
+                         * (0: after every stage) */
+  bool checkpoint_given;
 } slurm_opts_t;
 
-/* Remove the submitting command's own options (--slurm, --slurm-*,
- * --detach, -j/--jobs) from a copy of `argv` (the whole command line,
+/* --slurm-checkpoint's default, in seconds: exporting costs a few seconds
+ * (the stage's new layers, compressed and pushed), so a stage shorter
+ * than this is cheaper to rebuild after a requeue than to export */
+#define SLURM_CHECKPOINT_S 60.0
+
+/* Remove the submitting command's own options (--slurm, --slurm-opt,
+ * --slurm-script, --slurm-dir, --detach, -j/--jobs; --slurm-store and
+ * --slurm-checkpoint are the tasks') from a copy of `argv` (the whole command line,
  * argv[0] included): what every task runs, with --slurm-task added. */
 char **slurm_task_argv (char *const *argv);
 

@@ -8,6 +8,7 @@
 
 #include <errno.h>
 #include <string.h>
+#include <time.h>
 
 char *const ib_layer_exclude[] = { "proc", "sys", "dev", NULL };
 
@@ -499,6 +500,8 @@ ib_build (ib_store_t *store, const ib_build_opts_t *opts, ib_error_t *err)
       for (size_t i = 0; i < b.n_stages; i++)
         if (b.stages[i].needed)
           last = i;
+      struct timespec since;
+      clock_gettime (CLOCK_MONOTONIC, &since);
       for (size_t i = 0; i < b.n_stages; i++)
         {
           if (!b.stages[i].needed)
@@ -506,8 +509,14 @@ ib_build (ib_store_t *store, const ib_build_opts_t *opts, ib_error_t *err)
           if (run_stage (&b, &b.stages[i], err) < 0)
             goto out;
           /* --cache-to after each stage but the last (the end exports
-           * anyway): what a killed build finished is in the cache */
-          if (opts->cache_to_each_stage && i < last && opts->cache_to)
+           * anyway) that ended cache_to_after_s or more after the last
+           * export: what a killed build finished is in the cache */
+          struct timespec now;
+          clock_gettime (CLOCK_MONOTONIC, &now);
+          double ran = (double) (now.tv_sec - since.tv_sec)
+                       + (double) (now.tv_nsec - since.tv_nsec) / 1e9;
+          if (opts->cache_to_each_stage && i < last && opts->cache_to
+              && ran >= opts->cache_to_after_s)
             {
               if (join_layers (&b, &b.stages[i], err) < 0 || need_userns (&b, err) < 0)
                 goto out; /* (the user namespace before the network's threads) */
@@ -522,6 +531,7 @@ ib_build (ib_store_t *store, const ib_build_opts_t *opts, ib_error_t *err)
                     }
                   prog_resume (&b);
                 }
+              clock_gettime (CLOCK_MONOTONIC, &since);
             }
         }
       for (size_t i = 0; i < b.n_stages; i++)

@@ -124,7 +124,11 @@ typedef struct ib_build_opts
   bool cache_to_each_stage;  /* ... and after each stage but the last (-j 1 only; a failed
                               * export there is a warning): a build that is killed (a
                               * preempted Slurm task) leaves its finished stages in the
-                              * cache for its rerun */
+                              * cache for its rerun ... */
+  double cache_to_after_s;   /* ... when at least this many seconds (wall clock) have
+                              * passed since the cache import or the last such export
+                              * (0: after every stage): a short stage is cheaper to
+                              * rebuild than to export */
   bool keep_on_failure;      /* a failed RUN's tree is kept (store tmp/debug-*) and the
                               * `imgbuild run --rootfs` command that enters it printed */
   bool debug_shell;          /* keep_on_failure, and open a shell there when stdin is a tty */

@@ -161,6 +161,33 @@ def test_seed_job_shares_the_common_steps_through_the_registry_cache(cluster, tm
                          r"0 run\)", log), log
 
 
+def test_a_cell_exports_after_a_stage_only_past_the_checkpoint(cluster, tmp_path, registry,
+                                                               base_image):
+    """A cell's own cache tag is written at its end, and after a stage
+    only when --slurm-checkpoint seconds have passed since its last export
+    (default 60): these stages take a second, so once, or twice with 0."""
+    recipe = (f"FROM {base_image} AS one\n"
+              "RUN echo one > /one\n"
+              f"FROM {base_image}\n"
+              "COPY --from=one /one /one\n"
+              "RUN echo two > /two\n"
+              "OUTPUT type=image,name=checkpoint-test\n")
+    for extra, exports in [([], 1), (["--slurm-checkpoint", "0"], 2)]:
+        d = tmp_path / f"c{len(extra)}"
+        d.mkdir()
+        (d / "r.recipe").write_text(recipe)
+        cache = f"type=registry,ref={registry}/slurm-cache/{tmp_path.name}:c{len(extra)}"
+        r = submit(cluster, d, "r.recipe", "--matrix", "X=1", "--cache-to", cache, *extra)
+        assert r.rc == 0, r
+        log = (job_dir(d) / "logs" / "cell-0.out").read_text()
+        assert log.count(f"cache exported to {cache}-cell0,ignore-error=true") == exports, log
+    r = imgbuild("build", "r.recipe", "--slurm-checkpoint", "5", store=tmp_path / "store",
+                 cwd=d, env=cluster)
+    assert r.rc == 2 and "build: --slurm-checkpoint goes with --slurm" in r.err, r
+    r = submit(cluster, d, "r.recipe", "--slurm-checkpoint", "soon")
+    assert r.rc == 2 and "--slurm-checkpoint: expected seconds (0 or more), got 'soon'" in r.err
+
+
 def test_a_failed_cell_does_not_stop_the_others(cluster, tmp_path):
     copy_context(tmp_path)
     r = submit(cluster, tmp_path, "m.recipe", "--matrix", "NAME=gamma,alpha,beta",

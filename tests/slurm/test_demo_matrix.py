@@ -36,7 +36,7 @@ def runs(registry, base_image, cluster, tmp_path_factory):
     cmd = [str(e2e.IMGBUILD), "--store", str(s / "unused-store"), "build", str(RECIPE), *MATRIX,
            "--build-arg", f"REGISTRY={registry}", "--reproducible", "-j", "2",
            "--cache-to", cache, "--slurm", "--slurm-dir", str(s / "jobs"),
-           "--slurm-store", f"{s}/stores/%n"]
+           "--slurm-store", f"{s}/stores/%n", "--slurm-checkpoint", "0"]
     env = {**os.environ, **cluster, "SOURCE_DATE_EPOCH": ""}
     with open(s / "out.txt", "w") as out, open(s / "err.txt", "w") as err:
         p = subprocess.Popen(cmd, cwd=s, env=env, stdout=out, stderr=err)
