@@ -3,8 +3,29 @@ PKGS     := libcurl jansson libarchive libcrypto libzstd libseccomp zlib libisal
 CC       ?= cc
 CFLAGS   ?= -O2 -g
 # Project flags stay even when CFLAGS is given on the command line (make asan).
-IB_CFLAGS := -std=gnu11 -Wall -Wextra -Werror -D_GNU_SOURCE -I. $(shell pkg-config --cflags $(PKGS))
-LDLIBS   += $(shell pkg-config --libs $(PKGS)) -lpthread
+# Linked: jansson (common/ uses it) and libseccomp (the sandbox loads its
+# filter after pivot_root, where no library may be loaded).  Loaded on
+# first use (common/lazylib.h), by the soname of the library the build
+# found: the rest, which cost a process most of its start-up (libcurl,
+# libarchive and their 40 dependencies).
+LAZY_PKGS := libcurl libarchive libcrypto yaml-0.1 libelf libxml-2.0 libzstd zlib libisal
+LINK_PKGS := $(filter-out $(LAZY_PKGS),$(PKGS))
+# (the library the linker would take: $(CC) -print-file-name; a stub file
+# refuses to compile when its soname is empty)
+soname = $(shell objdump -p "$$($(CC) -print-file-name=$(1).so)" 2>/dev/null | \
+           awk '$$1 == "SONAME" { print $$2 }')
+SONAMES := -DIB_SONAME_CURL='"$(call soname,libcurl)"' \
+           -DIB_SONAME_ARCHIVE='"$(call soname,libarchive)"' \
+           -DIB_SONAME_CRYPTO='"$(call soname,libcrypto)"' \
+           -DIB_SONAME_YAML='"$(call soname,libyaml)"' \
+           -DIB_SONAME_ELF='"$(call soname,libelf)"' \
+           -DIB_SONAME_XML='"$(call soname,libxml2)"' \
+           -DIB_SONAME_ZSTD='"$(call soname,libzstd)"' \
+           -DIB_SONAME_ZLIB='"$(call soname,libz)"' \
+           -DIB_SONAME_ISAL='"$(call soname,libisal)"'
+IB_CFLAGS := -std=gnu11 -Wall -Wextra -Werror -D_GNU_SOURCE -I. $(shell pkg-config --cflags $(PKGS)) \
+             $(SONAMES)
+LDLIBS   += $(shell pkg-config --libs $(LINK_PKGS)) -lpthread
 BUILD    ?= build
 BIN      ?= bin
 
@@ -38,6 +59,8 @@ $(BIN)/imgbuild: $(CLI_OBJ) $(BUILD)/libimgbuild.a
 	@mkdir -p $(BIN)
 	$(CC) $(IB_CFLAGS) $(CFLAGS) -o $@ $^ $(LDFLAGS) $(LDLIBS)
 
+# (no test links a library that has stubs: the library would then call the
+# program's stub, not its own function; what only tests call has a stub too)
 $(BUILD)/tests/%: tests/unit/%.c tests/unit/unit.h $(BUILD)/libimgbuild.a
 	@mkdir -p $(dir $@)
 	$(CC) $(IB_CFLAGS) $(CFLAGS) -o $@ $< $(BUILD)/libimgbuild.a $(LDFLAGS) $(LDLIBS) -lcmocka
@@ -85,7 +108,7 @@ test: all lint unit
 # free an uninitialised pointer), which gcc accepts silently.
 lint:
 	clang -std=gnu11 -Wall -Wextra -Werror -Wno-missing-field-initializers -D_GNU_SOURCE -I. \
-	  $(shell pkg-config --cflags $(PKGS)) -fsyntax-only $(LIB_SRC) $(CLI_SRC) $(UNIT_SRC)
+	  $(shell pkg-config --cflags $(PKGS)) $(SONAMES) -fsyntax-only $(LIB_SRC) $(CLI_SRC) $(UNIT_SRC)
 
 e2e: all $(UNIT_BIN)
 	bash tests/run-e2e.sh

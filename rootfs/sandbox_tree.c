@@ -6,6 +6,7 @@
  * record of what was made there so that it is removed after the run.
  */
 #include "rootfs/sandbox.h"
+#include "common/lazylib.h"
 #include "common/util.h"
 #include "rootfs/resolve.h"
 #include "rootfs/sandbox_int.h"
@@ -22,25 +23,6 @@
 #include <sys/statvfs.h>
 #include <sys/syscall.h>
 #include <unistd.h>
-/* rootfs/sandbox_tree.c — the sandbox's mount tree: built by pid 1
- * before pivot_root (rfs_setup_rootfs: the rootfs bind, /proc, a minimal
- * /dev, /sys read-only, runc's masked and read-only paths, the host's
- * /etc files, the added mounts), and, on imgbuild's side before the fork,
- * the added mounts' targets resolved and created in the rootfs, with the
- * record of what was made there so that it is removed after the run.
- */
-#include "rootfs/sandbox.h"
-#include "common/util.h"
-#include "rootfs/resolve.h"
-#include "rootfs/sandbox_int.h"
-#include "rootfs/userns.h"
-
-#include <errno.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/mount.h>
-#include <sys/statvfs.h>
-#include <sys/syscall.h>
 
 /* --- mount tree (in P1) --------------------------------------------------- */
 
@@ -820,6 +802,8 @@ rfs_setup_rootfs (const struct run_ctx *ctx, ib_error_t *err)
         return -1;
     }
 
+  /* no shared library is loaded from here on: it would be the rootfs's */
+  ib_lazylib_seal ();
   if (chdir (rootfs) < 0)
     return ib_error_sys (err, errno, "chdir %s", rootfs);
   /* pivot_root(".", "."): the old root ends up stacked on the new one and
