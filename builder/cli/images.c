@@ -2,6 +2,7 @@
  * image rootfs that unpack and run share. */
 #include "builder/cli/cli.h"
 #include "builder/engine/prune.h"
+#include "oci/regconf.h"
 #include "common/util.h"
 #include "oci/auth.h"
 #include "oci/registry.h"
@@ -281,6 +282,7 @@ cmd_prune (int argc, char **argv, ib_error_t *err)
   static const struct option opts[] = {
     { "cache", no_argument, NULL, 'c' },
     { "all", no_argument, NULL, 'a' },
+    { "keep-storage", required_argument, NULL, 'K' },
     GLOBAL_OPTIONS,
     { NULL, 0, NULL, 0 },
   };
@@ -292,12 +294,23 @@ cmd_prune (int argc, char **argv, ib_error_t *err)
       {
       case 'c': po.cache = true; break;
       case 'a': po.all = true; break;
+      case 'K':
+        {
+          ib_error_t e = NULL;
+          if (ib_parse_size (optarg, &po.keep_storage, &e) < 0)
+            usage_error ("prune: --keep-storage: %s", e->msg);
+          po.keep_storage_set = true;
+          break;
+        }
       default:
         if (!global_option (c, optarg, "prune"))
           exit (2);
       }
   if (optind < argc)
     usage_error ("prune: unexpected argument '%s'", argv[optind]);
+  if (po.keep_storage_set && (po.cache || po.all))
+    usage_error ("prune: --keep-storage keeps part of the build cache; %s removes all of it",
+                 po.all ? "--all" : "--cache");
   /* Files of map-mode builds belong to subordinate ids: remove them from
    * inside the user namespace, as the build made them. */
   if (enter_userns (err) < 0)
@@ -329,6 +342,14 @@ cmd_prune (int argc, char **argv, ib_error_t *err)
   printf ("snapshots:            %zu removed, %s\n", res.snapshots, cc);
   printf ("unreferenced blobs:   %zu removed, %s\n", res.blobs, d);
   printf ("Total reclaimed space: %s\n", t);
+  if (po.keep_storage_set && r == 0)
+    {
+      char k[24], bud[24];
+      ib_human_size (res.kept_bytes, k);
+      ib_human_size ((int64_t) po.keep_storage, bud);
+      printf ("Store after prune:     %s (--keep-storage %s%s)\n", k, bud,
+              res.kept_bytes > (int64_t) po.keep_storage ? ": tagged images hold more" : "");
+    }
   ib_store_close (store);
   return r;
 }

@@ -430,6 +430,8 @@ ib_cache_get (ib_store_t *store, const char *key, json_t **config, ib_descriptor
   *layers = v;
   *n_layers = n;
   json_decref (rec);
+  /* its last use, for prune --keep-storage (best effort) */
+  utimensat (AT_FDCWD, path, NULL, 0);
   return 1;
 }
 

@@ -72,7 +72,8 @@ void ib_cache_key (const char *parent, const char *text, char out[IB_DIGEST_LEN]
 /* Look `key` up.  Returns 1 and sets *config (new reference) and *layers /
  * *n_layers (owned by the caller: free each media_type, then the array)
  * on a hit; 0 on a miss (no record, an unreadable or malformed one, or one
- * naming a blob the store no longer holds); never fails. */
+ * naming a blob the store no longer holds); never fails.  A hit sets the
+ * record's mtime to now: its last use, which prune --keep-storage reads. */
 int ib_cache_get (ib_store_t *store, const char *key, json_t **config,
                   ib_descriptor_t **layers, size_t *n_layers);
 

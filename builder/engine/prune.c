@@ -170,6 +170,184 @@ mark_manifest (ib_store_t *store, const char *digest, strset_t *live, strset_t *
   return 0;
 }
 
+/* A step record of the build cache, as prune sees it. */
+typedef struct prune_rec
+{
+  char *path;
+  int64_t used_ns; /* its mtime: its last use (ib_cache_get sets it on a hit) */
+  int64_t bytes;
+  strset_t blobs, chains; /* the layers it names; its layer prefixes' chain ids */
+  bool drop;
+} prune_rec_t;
+
+static void
+recs_free (prune_rec_t *r, size_t n)
+{
+  for (size_t i = 0; i < n; i++)
+    {
+      free (r[i].path);
+      set_free (&r[i].blobs);
+      set_free (&r[i].chains);
+    }
+  free (r);
+}
+
+/* Every record in `steps` (one that cannot be read names nothing). */
+static int
+load_records (const char *steps, prune_rec_t **out, size_t *n_out, ib_error_t *err)
+{
+  cleanup_strv char **names = NULL;
+  *out = NULL;
+  *n_out = 0;
+  if (list_dir (steps, &names, err) < 0)
+    return -1;
+  size_t n = ib_strv_len (names);
+  prune_rec_t *recs = xmalloc ((n + 1) * sizeof *recs);
+  for (size_t k = 0; k < n; k++)
+    {
+      prune_rec_t *r = &recs[k];
+      r->path = ib_path_join (steps, names[k]);
+      struct stat sb;
+      if (lstat (r->path, &sb) == 0)
+        {
+          r->used_ns = (int64_t) sb.st_mtim.tv_sec * 1000000000 + sb.st_mtim.tv_nsec;
+          r->bytes = (int64_t) sb.st_blocks * 512;
+        }
+      cleanup_free char *data = NULL;
+      size_t len = 0;
+      if (ib_read_file (r->path, &data, &len, NULL) < 0)
+        continue;
+      json_t *rec = json_loadb (data, len, 0, NULL);
+      cleanup_strv char **diff_ids = NULL;
+      if (ib_config_diff_ids (json_object_get (rec, "config"), &diff_ids, NULL) == 0)
+        for (size_t i = 0; diff_ids && diff_ids[i]; i++)
+          {
+            char chain[IB_DIGEST_LEN];
+            ib_chain_id (diff_ids, i, chain);
+            set_add (&r->chains, ib_digest_hex (chain));
+          }
+      size_t i;
+      json_t *l;
+      json_array_foreach (json_object_get (rec, "layers"), i, l)
+      {
+        const char *d = json_string_value (json_object_get (l, "digest"));
+        if (d && ib_digest_valid (d))
+          set_add (&r->blobs, d);
+      }
+      json_decref (rec);
+      set_seal (&r->blobs);
+      set_seal (&r->chains);
+    }
+  *out = recs;
+  *n_out = n;
+  return 0;
+}
+
+/* What the store would hold with the records used at `t` or before
+ * dropped: `fixed` (what tags and cache mounts hold), the items (blobs,
+ * snapshots) some record used after `t` holds, the records used after t. */
+typedef struct held
+{
+  int64_t used_ns, bytes;
+} held_t;
+
+static int
+cmp_held (const void *a, const void *b)
+{
+  const held_t *x = a, *y = b;
+  return x->used_ns < y->used_ns ? -1 : x->used_ns > y->used_ns;
+}
+
+/* The last use of an item named `name` in the records' sets `which`
+ * (0: blobs, 1: chains); INT64_MIN when no record names it. */
+static int64_t
+last_use (const prune_rec_t *recs, size_t n, int which, const char *name)
+{
+  int64_t t = INT64_MIN;
+  for (size_t i = 0; i < n; i++)
+    if (set_has (which ? &recs[i].chains : &recs[i].blobs, name) && recs[i].used_ns > t)
+      t = recs[i].used_ns;
+  return t;
+}
+
+/* (an item no record names is removed anyway: not counted) */
+static void
+add_item (held_t **items, size_t *n, int64_t used_ns, int64_t bytes)
+{
+  if (used_ns == INT64_MIN)
+    return;
+  *items = xrealloc (*items, (*n + 1) * sizeof **items);
+  (*items)[(*n)++] = (held_t){ .used_ns = used_ns, .bytes = bytes };
+}
+
+/* --keep-storage: mark the least recently used records to drop, oldest
+ * first and all of one last-use time together, until what stays fits in
+ * opts->keep_storage bytes (all of them when the tags alone hold more).
+ * `live` and `chains` hold what the tags name.  *kept: the bytes that
+ * stay. */
+static int
+choose_drops (prune_rec_t *recs, size_t n, const strset_t *live, const strset_t *chains,
+              const char *blobs, const char *snaps, const char *mounts, int64_t budget,
+              int64_t *kept, ib_error_t *err)
+{
+  int64_t fixed = disk_usage (mounts);
+  held_t *items = NULL;
+  size_t n_items = 0;
+  cleanup_strv char **names = NULL;
+  if (list_dir (blobs, &names, err) < 0)
+    return -1;
+  for (char **nm = names; nm && *nm; nm++)
+    {
+      cleanup_free char *d = xasprintf ("sha256:%s", *nm);
+      cleanup_free char *p = ib_path_join (blobs, *nm);
+      int64_t sz = disk_usage (p);
+      if (set_has (live, d))
+        fixed += sz;
+      else
+        add_item (&items, &n_items, last_use (recs, n, 0, d), sz);
+    }
+  ib_strv_free (names);
+  names = NULL;
+  if (list_dir (snaps, &names, err) < 0)
+    {
+      free (items);
+      return -1;
+    }
+  for (char **nm = names; nm && *nm; nm++)
+    {
+      size_t nl = strlen (*nm);
+      cleanup_free char *chain = nl > 4 && strcmp (*nm + nl - 4, ".ovl") == 0
+                                     ? xstrndup (*nm, nl - 4) : xstrdup (*nm);
+      cleanup_free char *p = ib_path_join (snaps, *nm);
+      int64_t sz = disk_usage (p);
+      if (set_has (chains, chain))
+        fixed += sz;
+      else
+        add_item (&items, &n_items, last_use (recs, n, 1, chain), sz);
+    }
+  for (size_t i = 0; i < n; i++)
+    add_item (&items, &n_items, recs[i].used_ns, recs[i].bytes);
+  if (n_items)
+    qsort (items, n_items, sizeof *items, cmp_held);
+  /* drop nothing, then the items of each last-use time in turn */
+  int64_t total = fixed;
+  for (size_t i = 0; i < n_items; i++)
+    total += items[i].bytes;
+  int64_t cutoff = INT64_MIN;
+  size_t i = 0;
+  while (total > budget && i < n_items)
+    {
+      cutoff = items[i].used_ns;
+      for (; i < n_items && items[i].used_ns == cutoff; i++)
+        total -= items[i].bytes;
+    }
+  free (items);
+  for (size_t k = 0; k < n; k++)
+    recs[k].drop = recs[k].used_ns <= cutoff;
+  *kept = total;
+  return 0;
+}
+
 int
 ib_prune (ib_store_t *store, const ib_prune_opts_t *opts, ib_prune_result_t *res, ib_error_t *err)
 {
@@ -177,6 +355,8 @@ ib_prune (ib_store_t *store, const ib_prune_opts_t *opts, ib_prune_result_t *res
   bool cache = opts->cache || opts->all;
   int ret = -1;
   strset_t live = { 0 }, chains = { 0 };
+  prune_rec_t *recs = NULL;
+  size_t n_recs = 0;
   cleanup_strv char **names = NULL;
   /* declared before the first goto: cleanup must never see them uninitialised */
   cleanup_free char *snaps = ib_store_path (store, IB_STORE_SNAPSHOTS, NULL);
@@ -201,53 +381,64 @@ ib_prune (ib_store_t *store, const ib_prune_opts_t *opts, ib_prune_result_t *res
   ib_strv_free (names);
   names = NULL;
 
-  /* 2. the build cache */
-  if (list_dir (steps, &names, err) < 0)
-    goto out;
-  for (char **n = names; n && *n; n++)
+  /* 2. what the tags hold */
+  {
+    json_t *ms = NULL;
+    if (ib_store_list (store, &ms, err) < 0)
+      goto out;
+    size_t i;
+    json_t *e;
+    int r = 0;
+    json_array_foreach (ms, i, e)
     {
-      cleanup_free char *p = ib_path_join (steps, *n);
-      if (cache)
+      /* the manifest tagged; a pulled one's bytes as served and its index */
+      json_t *ann = json_object_get (e, "annotations");
+      const char *ds[] = { json_string_value (json_object_get (e, "digest")),
+                           json_string_value (json_object_get (ann, IB_REGISTRY_DIGEST_ANNOTATION)),
+                           json_string_value (json_object_get (ann, IB_REGISTRY_INDEX_ANNOTATION)) };
+      for (size_t k = 0; k < 3 && r == 0; k++)
+        if (ds[k] && ib_digest_valid (ds[k]))
+          r = mark_manifest (store, ds[k], &live, &chains, 0, err);
+      if (r < 0)
+        break;
+    }
+    json_decref (ms);
+    if (r < 0)
+      goto out;
+  }
+  set_seal (&live);
+  set_seal (&chains);
+
+  /* 3. the build cache: every record with --cache, the least recently
+   * used ones over --keep-storage; those kept hold their layers and
+   * snapshots (a build's snapshots made from cached steps stay with it) */
+  if (load_records (steps, &recs, &n_recs, err) < 0)
+    goto out;
+  if (opts->keep_storage_set && !cache
+      && choose_drops (recs, n_recs, &live, &chains, blobs, snaps, mounts,
+                       (int64_t) opts->keep_storage, &res->kept_bytes, err) < 0)
+    goto out;
+  for (size_t k = 0; k < n_recs; k++)
+    {
+      prune_rec_t *r = &recs[k];
+      if (cache || r->drop)
         {
-          int64_t sz = disk_usage (p);
-          if (unlink (p) < 0 && errno != ENOENT)
+          if (unlink (r->path) < 0 && errno != ENOENT)
             {
-              ib_error_sys (err, errno, "remove %s", p);
+              ib_error_sys (err, errno, "remove %s", r->path);
               goto out;
             }
           res->cache_records++;
-          res->cache_bytes += sz;
+          res->cache_bytes += r->bytes;
           continue;
         }
-      /* kept: the layers it names stay */
-      cleanup_free char *data = NULL;
-      size_t len = 0;
-      if (ib_read_file (p, &data, &len, NULL) < 0)
-        {
-          continue;
-        }
-      json_t *rec = json_loadb (data, len, 0, NULL);
-      size_t i;
-      json_t *l;
-      /* the snapshots a build made from cached steps stay with the cache */
-      cleanup_strv char **diff_ids = NULL;
-      if (ib_config_diff_ids (json_object_get (rec, "config"), &diff_ids, NULL) == 0)
-        for (size_t k = 0; diff_ids && diff_ids[k]; k++)
-          {
-            char chain[IB_DIGEST_LEN];
-            ib_chain_id (diff_ids, k, chain);
-            set_add (&chains, ib_digest_hex (chain));
-          }
-      json_array_foreach (json_object_get (rec, "layers"), i, l)
-      {
-        const char *d = json_string_value (json_object_get (l, "digest"));
-        if (d && ib_digest_valid (d))
-          set_add (&live, d);
-      }
-      json_decref (rec);
+      for (size_t i = 0; i < r->blobs.n; i++)
+        set_add (&live, r->blobs.v[i]);
+      for (size_t i = 0; i < r->chains.n; i++)
+        set_add (&chains, r->chains.v[i]);
     }
-  ib_strv_free (names);
-  names = NULL;
+  set_seal (&live);
+  set_seal (&chains);
   if (cache)
     {
       if (list_dir (mounts, &names, err) < 0)
@@ -275,34 +466,6 @@ ib_prune (ib_store_t *store, const ib_prune_opts_t *opts, ib_prune_result_t *res
       ib_strv_free (names);
       names = NULL;
     }
-
-  /* 3. what the tags hold */
-  {
-    json_t *ms = NULL;
-    if (ib_store_list (store, &ms, err) < 0)
-      goto out;
-    size_t i;
-    json_t *e;
-    int r = 0;
-    json_array_foreach (ms, i, e)
-    {
-      /* the manifest tagged; a pulled one's bytes as served and its index */
-      json_t *ann = json_object_get (e, "annotations");
-      const char *ds[] = { json_string_value (json_object_get (e, "digest")),
-                           json_string_value (json_object_get (ann, IB_REGISTRY_DIGEST_ANNOTATION)),
-                           json_string_value (json_object_get (ann, IB_REGISTRY_INDEX_ANNOTATION)) };
-      for (size_t k = 0; k < 3 && r == 0; k++)
-        if (ds[k] && ib_digest_valid (ds[k]))
-          r = mark_manifest (store, ds[k], &live, &chains, 0, err);
-      if (r < 0)
-        break;
-    }
-    json_decref (ms);
-    if (r < 0)
-      goto out;
-  }
-  set_seal (&live);
-  set_seal (&chains);
 
   /* 4. snapshots */
   if (list_dir (snaps, &names, err) < 0)
@@ -346,6 +509,7 @@ ib_prune (ib_store_t *store, const ib_prune_opts_t *opts, ib_prune_result_t *res
     }
   ret = 0;
 out:
+  recs_free (recs, n_recs);
   set_free (&live);
   set_free (&chains);
   if (ret < 0)

@@ -9,7 +9,14 @@
  *   cache     also the build cache: step records (cache/steps/) and RUN
  *             --mount=type=cache directories (cache/mounts/), and so the
  *             blobs only they held (layers of intermediate steps);
- *   all       also every snapshot (later builds unpack the layers again).
+ *   all       also every snapshot (later builds unpack the layers again);
+ *   keep_storage  (without cache) also the least recently used step
+ *             records, oldest first, until what stays (blobs, snapshots,
+ *             records, cache mounts) fits in that many bytes, as buildx
+ *             prune --keep-storage: a record's last use is its mtime,
+ *             which a cache hit sets (ib_cache_get); a blob or snapshot
+ *             goes with the last record that holds it; what tags hold is
+ *             never removed, even over the budget.
  *
  * It holds the store's gc lock exclusively (ib_store_gc_lock), so it waits
  * for running builds, pulls and runs to end and none starts meanwhile.
@@ -28,6 +35,8 @@ typedef struct ib_prune_opts
 {
   bool cache; /* the build cache too */
   bool all;   /* the build cache and every snapshot */
+  bool keep_storage_set;
+  uint64_t keep_storage; /* bytes (disk blocks): the budget above */
 } ib_prune_opts_t;
 
 /* What was removed: counts and bytes (st_blocks * 512, i.e. disk space;
@@ -36,6 +45,7 @@ typedef struct ib_prune_result
 {
   size_t tmp_entries, cache_records, cache_mounts, snapshots, blobs;
   int64_t tmp_bytes, cache_bytes, snapshot_bytes, blob_bytes;
+  int64_t kept_bytes; /* with keep_storage: what the store holds after it */
 } ib_prune_result_t;
 
 /* Prune `store` as `opts` says; *res is filled even on failure (what was

@@ -273,6 +273,60 @@ OUTPUT type=image,name=cache-prune:latest
     assert "Total reclaimed space: 0B" in r.out, r.out
 
 
+def human_bytes(text):
+    """ib_human_size's "12.3MB" (powers of 1000) as bytes."""
+    m = re.fullmatch(r"([\d.]+)(B|kB|MB|GB)", text)
+    return float(m[1]) * {"B": 1, "kB": 1e3, "MB": 1e6, "GB": 1e9}[m[2]]
+
+
+def test_prune_keep_storage_drops_the_least_recently_used(tmp_path, registry, base_image):
+    """--keep-storage: step records go oldest use first (a cache hit is a
+    use), with the layers and trees only they hold, until the store fits;
+    tagged images stay even when they alone are over the budget."""
+    store = tmp_path / "store"
+    c = tmp_path / "ctx"
+    write(c / "r.recipe", f"""
+FROM {base_image}
+ARG N
+RUN head -c 2000000 /dev/urandom > /big-$N
+""")
+    def build(n):
+        r = imgbuild("build", c / "r.recipe", "--build-arg", f"N={n}", store=store)
+        assert r.rc == 0, r
+        return all(v for _, v in cached_flags(r))
+    for n in (1, 2, 3):
+        assert not build(n)
+    assert build(1)  # used again: now the most recent, 2 the least
+    r = imgbuild("prune", "--keep-storage", "1000GB", store=store)
+    assert r.rc == 0, r
+    assert re.search(r"build cache: +0 step records", r.out), r.out
+    size = human_bytes(re.search(r"Store after prune: +(\S+) \(--keep-storage 1000\.00GB\)",
+                                 r.out)[1])
+    # a budget 1 MB under what is there: the oldest record goes (its 2 MB
+    # layer and its 2 MB tree), and no other
+    r = imgbuild("prune", "--keep-storage", str(int(size - 1e6)), store=store)
+    assert r.rc == 0, r
+    assert re.search(r"build cache: +1 step records, 0 cache mounts removed", r.out), r.out
+    assert re.search(r"unreferenced blobs: +1 removed", r.out), r.out
+    after = human_bytes(re.search(r"Store after prune: +(\S+) ", r.out)[1])
+    assert size - 6e6 < after <= size - 1e6, (size, after)
+    assert build(1) and build(3)
+    assert not build(2)
+    # a budget the tagged base image alone exceeds: every record goes
+    r = imgbuild("prune", "--keep-storage", "1", store=store)
+    assert r.rc == 0, r
+    assert re.search(r"build cache: +3 step records", r.out), r.out
+    assert "(--keep-storage 1B: tagged images hold more)" in r.out, r.out
+    assert not any((store / "cache/steps").iterdir())
+    assert imgbuild("run", base_image, "--", "true", store=store).rc == 0
+    for args, msg in [(["--keep-storage", "lots"], "prune: --keep-storage: "),
+                      (["--keep-storage", "1G", "--cache"],
+                       "prune: --keep-storage keeps part of the build cache; --cache removes "
+                       "all of it")]:
+        r = imgbuild("prune", *args, store=store)
+        assert r.rc == 2 and msg in r.err, (args, r)
+
+
 def test_prune_waits_for_a_running_build(tmp_path, registry, base_image):
     import subprocess
     import time
