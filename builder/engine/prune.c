@@ -55,12 +55,16 @@ set_free (strset_t *s)
 }
 
 static __thread int64_t du_total;
+static __thread bool du_share;
 
 static int
 du_cb (const char *p, const struct stat *sb, int flag, struct FTW *f)
 {
   (void) p, (void) flag, (void) f;
-  du_total += (int64_t) sb->st_blocks * 512;
+  int64_t b = (int64_t) sb->st_blocks * 512;
+  if (du_share && !S_ISDIR (sb->st_mode) && sb->st_nlink > 1)
+    b /= (int64_t) sb->st_nlink;
+  du_total += b;
   return 0;
 }
 
@@ -70,6 +74,19 @@ static int64_t
 disk_usage (const char *path)
 {
   du_total = 0;
+  du_share = false;
+  nftw (path, du_cb, 32, FTW_PHYS);
+  return du_total;
+}
+
+/* The same with a file of N hard links counted as 1/N: snapshots share
+ * files, and the sum over all of them is then what the store holds (as
+ * du counts it), each tree charged its share. */
+static int64_t
+disk_share (const char *path)
+{
+  du_total = 0;
+  du_share = true;
   nftw (path, du_cb, 32, FTW_PHYS);
   return du_total;
 }
@@ -290,7 +307,7 @@ choose_drops (prune_rec_t *recs, size_t n, const strset_t *live, const strset_t 
               const char *blobs, const char *snaps, const char *mounts, int64_t budget,
               int64_t *kept, ib_error_t *err)
 {
-  int64_t fixed = disk_usage (mounts);
+  int64_t fixed = disk_share (mounts);
   held_t *items = NULL;
   size_t n_items = 0;
   cleanup_strv char **names = NULL;
@@ -300,7 +317,7 @@ choose_drops (prune_rec_t *recs, size_t n, const strset_t *live, const strset_t 
     {
       cleanup_free char *d = xasprintf ("sha256:%s", *nm);
       cleanup_free char *p = ib_path_join (blobs, *nm);
-      int64_t sz = disk_usage (p);
+      int64_t sz = disk_share (p);
       if (set_has (live, d))
         fixed += sz;
       else
@@ -319,7 +336,7 @@ choose_drops (prune_rec_t *recs, size_t n, const strset_t *live, const strset_t 
       cleanup_free char *chain = nl > 4 && strcmp (*nm + nl - 4, ".ovl") == 0
                                      ? xstrndup (*nm, nl - 4) : xstrdup (*nm);
       cleanup_free char *p = ib_path_join (snaps, *nm);
-      int64_t sz = disk_usage (p);
+      int64_t sz = disk_share (p);
       if (set_has (chains, chain))
         fixed += sz;
       else

@@ -25,6 +25,15 @@
 #   edit   (wheel) a rebuild after a change to the extension's source: the
 #          toolchain step must come from the cache, the wheel be rebuilt;
 #   edit2  (wheel) a second such change and rebuild (the edit-build loop).
+# Disk use (round 1 only; --cycles 0 leaves it out), of imgbuild's store
+# and buildah's and podman's storage (du -s of the directory, disk blocks,
+# hard links once), for both recipes after the cold build and, for wheel,
+# after --cycles edit-rebuild cycles (edit and edit2 included), then after
+# each tool's own cleanup of what no image needs (imgbuild prune; buildah
+# rmi --prune; podman image prune -f); then imgbuild again: the same
+# number of cycles with `prune --keep-storage BUDGET` after each (BUDGET:
+# the cold store's size), the largest size seen; and where imgbuild's
+# bytes are (blobs/: compressed layers; snapshots/: unpacked trees).
 # The lower bound `plain` runs wheel.recipe's steps by a script
 # (tests/bench/plain-wheel.sh) in `unshare --map-root-user --map-auto`
 # + chroot: tar -x of the base, apt-get install of the same .debs, the
@@ -44,6 +53,8 @@
 #   --noop-runs N    no-op rebuilds per round (BENCH_NOOP_RUNS, default 10)
 #   --tools "T..."   a subset of: imgbuild buildah podman ch-image plain
 #                    (BENCH_TOOLS)
+#   --cycles N       edit-rebuild cycles for the disk use (BENCH_CYCLES,
+#                    default 20; 0: no disk use figures)
 # Other settings: IMGBUILD (binary, default bin/imgbuild), BENCH_FS (tmpfs,
 # default /dev/shm), BENCH_USER (default imgbuild-bench), BENCH_OUT,
 # IMGBUILD_BENCH_CACHE (default /var/tmp/imgbuild-bench: the .debs, the
@@ -60,6 +71,7 @@ imgbuild_src=${IMGBUILD:-$top/bin/imgbuild}
 runs=${BENCH_RUNS:-3}
 noop_runs=${BENCH_NOOP_RUNS:-10}
 tools=${BENCH_TOOLS:-"imgbuild buildah podman ch-image plain"}
+cycles=${BENCH_CYCLES:-20}
 fs=${BENCH_FS:-/dev/shm}
 out=${BENCH_OUT:-$cache/results/cache-$(date -u +%Y%m%dT%H%M%SZ)}
 sys_path=/usr/sbin:/usr/bin:/sbin:/bin
@@ -72,6 +84,7 @@ while [ $# -gt 0 ]; do
   --rounds) runs=${2:?}; shift 2 ;;
   --noop-runs) noop_runs=${2:?}; shift 2 ;;
   --tools) tools=${2:?}; shift 2 ;;
+  --cycles) cycles=${2:?}; shift 2 ;;
   -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//' >&2; exit 0 ;;
   *) die "unknown option $1" ;;
   esac
@@ -184,6 +197,19 @@ reset_source() {
   chown "$user" "$ctx/ext/benchext.c"
 }
 
+storage=$out/storage.tsv
+: > "$storage"
+# disk TOOL RECIPE POINT DIR: its disk use in bytes, recorded
+disk() {
+  local b
+  b=$(du -s -B1 "$4" | cut -f1)
+  printf '%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$b" >> "$storage"
+  say "$(printf '%-9s %-6s %-14s %8.1f MB' "$1" "$2" "$3" "$(python3 -c "print($b / 1e6)")")"
+}
+store_dir() { # TOOL WORKDIR: where its images and cache live
+  case $1 in imgbuild) echo "$2/store" ;; buildah|podman) echo "$2/root" ;; *) echo "" ;; esac
+}
+
 bargs=(--build-arg "BASE=$ref")
 for round in $(seq 1 "$runs"); do
   for tool in $tools; do
@@ -217,6 +243,10 @@ for round in $(seq 1 "$runs"); do
              "$base_tar" "$ctx" "$w/tree") ;;
       esac
       timed "$tool" "$recipe" cold "${cmd[@]}"
+      sd=$(store_dir "$tool" "$w")
+      measure=
+      [ "$round" = 1 ] && [ "$cycles" -gt 0 ] && [ -n "$sd" ] && measure=1
+      [ -n "$measure" ] && disk "$tool" "$recipe" cold "$sd"
       if [ "$tool" = plain ]; then
         [ -n "$(ls "$w"/tree/client/opt/*.whl 2>/dev/null)" ] || die "plain: no wheel under /opt"
         as_user unshare --map-root-user --map-auto rm -rf "$w"
@@ -228,6 +258,39 @@ for round in $(seq 1 "$runs"); do
         timed "$tool" "$recipe" edit "${cmd[@]}"
         edit_source
         timed "$tool" "$recipe" edit2 "${cmd[@]}"
+        if [ -n "$measure" ]; then
+          for i in $(seq 3 "$cycles"); do
+            edit_source
+            as_user "${cmd[@]}" >/dev/null 2>&1 || die "$tool: edit cycle $i failed"
+          done
+          disk "$tool" "$recipe" "edits" "$sd"
+          case $tool in
+          imgbuild) as_user "$imgbuild" -q --store "$w/store" prune >/dev/null ;;
+          buildah) as_user buildah --root "$w/root" --runroot "$base/rr-$tool" \
+                     --storage-driver overlay rmi --prune >/dev/null 2>&1 || true ;;
+          podman) as_user podman --root "$w/root" --runroot "$base/rr-$tool" \
+                    --storage-driver overlay image prune -f >/dev/null 2>&1 || true ;;
+          esac
+          disk "$tool" "$recipe" "pruned" "$sd"
+          if [ "$tool" = imgbuild ]; then
+            disk imgbuild wheel "pruned: blobs/" "$sd/blobs"
+            disk imgbuild wheel "pruned: snapshots/" "$sd/snapshots"
+          fi
+          if [ "$tool" = imgbuild ]; then
+            cold_b=$(awk -F'\t' '$1 == "imgbuild" && $2 == "wheel" && $3 == "cold" { print $4 }' "$storage")
+            budget=$cold_b
+            most=0
+            for i in $(seq 1 "$cycles"); do
+              edit_source
+              as_user "${cmd[@]}" >/dev/null 2>&1 || die "imgbuild: budget cycle $i failed"
+              as_user "$imgbuild" -q --store "$w/store" prune --keep-storage "$budget" >/dev/null
+              b=$(du -s -B1 "$sd" | cut -f1)
+              [ "$b" -gt "$most" ] && most=$b
+            done
+            printf '%s\t%s\t%s\t%s\n' imgbuild wheel "budget $budget" "$most" >> "$storage"
+            say "imgbuild: $cycles more cycles, prune --keep-storage $budget after each: at most $most bytes"
+          fi
+        fi
       fi
       # every output checked: the wheel is in the client image under /opt
       case $tool in
@@ -269,4 +332,17 @@ for (t, r, p) in sorted(rows, key=lambda k: (k[1], ["cold", "noop", "edit", "edi
     ratio = f"{med[(t, r, p)] / base:.2f}x" if base else ""
     print(f"| {t} | {r} | {p} | {med[(t, r, p)]:.3f} | {min(v):.3f} | {max(v):.3f} | {len(v)} | {ratio} |")
 EOF
+  if [ -s "$storage" ]; then
+    echo
+    echo "Disk use (MB; after $cycles edit-rebuild cycles of wheel, then each tool's cleanup):"
+    echo
+    python3 - "$storage" <<'EOF'
+import sys
+rows = [l.rstrip("\n").split("\t") for l in open(sys.argv[1])]
+print("| tool | recipe | point | MB |")
+print("| --- | --- | --- | ---: |")
+for t, r, p, b in rows:
+    print(f"| {t} | {r} | {p} | {int(b) / 1e6:.1f} |")
+EOF
+  fi
 } | tee "$out/report.md"
