@@ -345,10 +345,11 @@ cmd_prune (int argc, char **argv, ib_error_t *err)
   if (po.keep_storage_set && r == 0)
     {
       char k[24], bud[24];
+      int64_t budget = po.keep_storage > INT64_MAX ? INT64_MAX : (int64_t) po.keep_storage;
       ib_human_size (res.kept_bytes, k);
-      ib_human_size ((int64_t) po.keep_storage, bud);
+      ib_human_size (budget, bud);
       printf ("Store after prune:     %s (--keep-storage %s%s)\n", k, bud,
-              res.kept_bytes > (int64_t) po.keep_storage ? ": tagged images hold more" : "");
+              res.kept_bytes > budget ? ": tagged images hold more" : "");
     }
   ib_store_close (store);
   return r;

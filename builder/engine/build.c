@@ -511,12 +511,8 @@ ib_build (ib_store_t *store, const ib_build_opts_t *opts, ib_error_t *err)
           /* --cache-to after each stage but the last (the end exports
            * anyway) that ended cache_to_after_s or more after the last
            * export: what a killed build finished is in the cache */
-          struct timespec now;
-          clock_gettime (CLOCK_MONOTONIC, &now);
-          double ran = (double) (now.tv_sec - since.tv_sec)
-                       + (double) (now.tv_nsec - since.tv_nsec) / 1e9;
           if (opts->cache_to_each_stage && i < last && opts->cache_to
-              && ran >= opts->cache_to_after_s)
+              && seconds_since (&since) >= opts->cache_to_after_s)
             {
               if (join_layers (&b, &b.stages[i], err) < 0 || need_userns (&b, err) < 0)
                 goto out; /* (the user namespace before the network's threads) */

@@ -226,6 +226,8 @@ int do_from (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *er
 int ensure_rootfs (build_t *b, stage_state_t *st, ib_error_t *err);
 
 /* layers.c */
+/* Seconds (CLOCK_MONOTONIC) since *t0. */
+double seconds_since (const struct timespec *t0);
 int commit_layer (build_t *b, stage_state_t *st, step_scan_t *ss, const char *created_by, ib_error_t *err);
 void drop_layer_jobs (build_t *b);
 int join_layers (build_t *b, stage_state_t *only, ib_error_t *err);

@@ -26,7 +26,7 @@ struct job_result
  * to be compressed in the background (its blob may be as large as it). */
 #define JOB_SPARE (64u << 20)
 
-static double
+double
 seconds_since (const struct timespec *t0)
 {
   struct timespec t1;

@@ -91,6 +91,15 @@ disk_share (const char *path)
   return du_total;
 }
 
+/* The chain id a snapshot entry is of: a layered snapshot
+ * (ib_rootfs_freeze) is <chain>.ovl, a plain one <chain> (caller frees). */
+static char *
+snapshot_chain (const char *name)
+{
+  size_t nl = strlen (name);
+  return nl > 4 && strcmp (name + nl - 4, ".ovl") == 0 ? xstrndup (name, nl - 4) : xstrdup (name);
+}
+
 /* Remove a tree so that its name goes first: rename it into tmp/, then
  * delete it there. */
 static int
@@ -209,9 +218,11 @@ recs_free (prune_rec_t *r, size_t n)
   free (r);
 }
 
-/* Every record in `steps` (one that cannot be read names nothing). */
+/* Every record in `steps` (one that cannot be read names nothing); with
+ * `names_too` false only its path, time and size (all go). */
 static int
-load_records (const char *steps, prune_rec_t **out, size_t *n_out, ib_error_t *err)
+load_records (const char *steps, bool names_too, prune_rec_t **out, size_t *n_out,
+              ib_error_t *err)
 {
   cleanup_strv char **names = NULL;
   *out = NULL;
@@ -232,7 +243,7 @@ load_records (const char *steps, prune_rec_t **out, size_t *n_out, ib_error_t *e
         }
       cleanup_free char *data = NULL;
       size_t len = 0;
-      if (ib_read_file (r->path, &data, &len, NULL) < 0)
+      if (!names_too || ib_read_file (r->path, &data, &len, NULL) < 0)
         continue;
       json_t *rec = json_loadb (data, len, 0, NULL);
       cleanup_strv char **diff_ids = NULL;
@@ -332,9 +343,7 @@ choose_drops (prune_rec_t *recs, size_t n, const strset_t *live, const strset_t 
     }
   for (char **nm = names; nm && *nm; nm++)
     {
-      size_t nl = strlen (*nm);
-      cleanup_free char *chain = nl > 4 && strcmp (*nm + nl - 4, ".ovl") == 0
-                                     ? xstrndup (*nm, nl - 4) : xstrdup (*nm);
+      cleanup_free char *chain = snapshot_chain (*nm);
       cleanup_free char *p = ib_path_join (snaps, *nm);
       int64_t sz = disk_share (p);
       if (set_has (chains, chain))
@@ -429,11 +438,14 @@ ib_prune (ib_store_t *store, const ib_prune_opts_t *opts, ib_prune_result_t *res
   /* 3. the build cache: every record with --cache, the least recently
    * used ones over --keep-storage; those kept hold their layers and
    * snapshots (a build's snapshots made from cached steps stay with it) */
-  if (load_records (steps, &recs, &n_recs, err) < 0)
+  if (load_records (steps, !cache, &recs, &n_recs, err) < 0)
     goto out;
+  /* (a budget past what int64_t holds is no budget at all) */
   if (opts->keep_storage_set && !cache
       && choose_drops (recs, n_recs, &live, &chains, blobs, snaps, mounts,
-                       (int64_t) opts->keep_storage, &res->kept_bytes, err) < 0)
+                       opts->keep_storage > INT64_MAX ? INT64_MAX
+                                                      : (int64_t) opts->keep_storage,
+                       &res->kept_bytes, err) < 0)
     goto out;
   for (size_t k = 0; k < n_recs; k++)
     {
@@ -489,11 +501,9 @@ ib_prune (ib_store_t *store, const ib_prune_opts_t *opts, ib_prune_result_t *res
     goto out;
   for (char **n = names; n && *n; n++)
     {
-      /* a layered snapshot (ib_rootfs_freeze) is <chain>.ovl; the
-       * snapshots under it are its chain's prefixes, kept with it */
-      size_t nl = strlen (*n);
-      cleanup_free char *chain = nl > 4 && strcmp (*n + nl - 4, ".ovl") == 0
-                                     ? xstrndup (*n, nl - 4) : xstrdup (*n);
+      /* (the snapshots under a layered one are its chain's prefixes,
+       * kept with it) */
+      cleanup_free char *chain = snapshot_chain (*n);
       if (!opts->all && set_has (&chains, chain))
         continue;
       cleanup_free char *p = ib_path_join (snaps, *n);

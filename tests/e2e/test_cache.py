@@ -302,6 +302,10 @@ RUN head -c 2000000 /dev/urandom > /big-$N
     assert re.search(r"build cache: +0 step records", r.out), r.out
     size = human_bytes(re.search(r"Store after prune: +(\S+) \(--keep-storage 1000\.00GB\)",
                                  r.out)[1])
+    # a budget past what 64 bits hold is no budget, not a negative one
+    r = imgbuild("prune", "--keep-storage", str(2**64 - 1), store=store)
+    assert r.rc == 0 and re.search(r"build cache: +0 step records", r.out), r
+    assert "tagged images hold more" not in r.out, r.out
     # a budget 1 MB under what is there: the oldest record goes (its 2 MB
     # layer and its 2 MB tree), and no other
     r = imgbuild("prune", "--keep-storage", str(int(size - 1e6)), store=store)
