@@ -11,7 +11,7 @@ pkgs=(
   skopeo umoci podman buildah fuse-overlayfs uidmap
   charliecloud-builders charliecloud-runtime python3-lark
   # the harness: registry, images, lower bound, timing
-  docker-registry mmdebstrap curl gzip pigz tar time openssl python3 linux-perf
+  docker-registry mmdebstrap curl gzip pigz isal tar time openssl python3 linux-perf
 )
 missing=()
 for p in "${pkgs[@]}"; do

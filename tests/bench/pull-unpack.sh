@@ -35,7 +35,8 @@
 # Cold: the run's store, rootfs and the user's container caches
 # (~/.local/share/containers: blob-info cache) are deleted before each run,
 # and podman's rootless pause process is ended after it; the page cache is
-# not dropped (the registry's blobs stay in memory, as a warm registry's do).
+# not dropped (the registry's blobs stay in memory, as a warm registry's do),
+# but `sync` runs before each run, so no write-back of the last one is due.
 #
 # Settings (environment):
 #   IMGBUILD            imgbuild binary (default bin/imgbuild of this checkout)
@@ -45,11 +46,17 @@
 #                       uses unpack when the warm-up shows that it pulls
 #   BENCH_FS            base directories, one per filesystem (default
 #                       "/dev/shm /var/tmp": tmpfs and the ext4 root)
-#   BENCH_IMAGES        "small big" (default) or either
+#   BENCH_IMAGES        "small big" (default), either, or "huge" (the
+#                       CUDA-sized image, ~6 GiB unpacked: give it the ext4
+#                       file system only, BENCH_FS=/var/tmp)
 #   BENCH_TOOLS         default "imgbuild skopeo-umoci podman-overlay
-#                       podman-vfs ch-image curl-gzip curl-pigz"; also
-#                       podman-fuse (overlay through fuse-overlayfs)
-#   BENCH_RUNS_SMALL, BENCH_RUNS_BIG   rounds per image (default 5 and 3)
+#                       podman-vfs ch-image curl-gzip curl-pigz
+#                       floor-download floor-inflate floor-untar"; also
+#                       podman-fuse (overlay through fuse-overlayfs). The
+#                       floor-* parts are tests/bench/floor.sh: the floor
+#                       is the largest of their medians
+#   BENCH_RUNS_SMALL, BENCH_RUNS_BIG   rounds per image (default 5 and 3;
+#                       the second for big and huge)
 #   BENCH_CH_IMAGE_CACHE  ch-image's build-cache flag (default --no-cache:
 #                       with git installed the default would also commit
 #                       the pulled tree into its git build cache)
@@ -64,7 +71,7 @@ imgbuild_src=${IMGBUILD:-$top/bin/imgbuild}
 mode=${IMGBUILD_UNPACK_MODE:-auto}
 fss=${BENCH_FS:-/dev/shm /var/tmp}
 images=${BENCH_IMAGES:-small big}
-tools=${BENCH_TOOLS:-imgbuild skopeo-umoci podman-overlay podman-vfs ch-image curl-gzip curl-pigz}
+tools=${BENCH_TOOLS:-imgbuild skopeo-umoci podman-overlay podman-vfs ch-image curl-gzip curl-pigz floor-download floor-inflate floor-untar}
 runs_small=${BENCH_RUNS_SMALL:-5}
 runs_big=${BENCH_RUNS_BIG:-3}
 chcache=${BENCH_CH_IMAGE_CACHE:---no-cache}
@@ -87,6 +94,8 @@ for t in $tools; do
   podman-*) pkg_of[podman]=podman ;;
   ch-image) pkg_of[ch-image]=charliecloud-builders pkg_of[ch-run]=charliecloud-runtime ;;
   curl-pigz) pkg_of[pigz]=pigz ;;
+  floor-inflate) pkg_of[igzip]=isal ;;
+  floor-*) ;;
   imgbuild|skopeo-umoci|curl-gzip) ;;
   *) die "unknown tool '$t' in BENCH_TOOLS" ;;
   esac
@@ -123,6 +132,7 @@ uid=$(id -u "$user")
 mkdir -p "$cache/bin" "$out"
 install -m 755 "$imgbuild_src" "$cache/bin/imgbuild"
 install -m 755 "$here/curl-tar.sh" "$cache/bin/curl-tar.sh"
+install -m 755 "$here/floor.sh" "$cache/bin/floor.sh"
 imgbuild=$cache/bin/imgbuild
 chmod 755 "$cache" "$cache/bin"
 
@@ -181,16 +191,33 @@ while read -r name ref; do
   ref_of[$name]=${ref#"$reg"/}
 done < <(IMGBUILD_BENCH_CACHE=$cache bash "$here/make-images.sh" "$reg" "$imgbuild" small $images)
 [ -n "${ref_of[small]:-}" ] || die "make-images.sh failed"
-declare -A check_of=([small]=usr/bin/bash [big]=usr/bin/cmake)
+# The floor's inputs (untimed, kept): each layer's blob and uncompressed tar.
+declare -A floor_in=()
+for img in small $images; do
+  r=${ref_of[$img]:-}
+  [ -n "$r" ] || continue
+  floor_in[$img]=$cache/floor/$img-$(printf '%s' "$r" | sha256sum | cut -c1-12)
+  if [[ " $tools " == *" floor-"* ]]; then
+    say "floor inputs for $img in ${floor_in[$img]}"
+    bash "$here/floor.sh" prepare "$reg" "${r%:*}" "${r##*:}" "${floor_in[$img]}"
+    chmod -R a+rX "$cache/floor"
+  fi
+done
+declare -A check_of=([small]=usr/bin/bash [big]=usr/bin/cmake [huge]=usr/share/texlive/texmf-dist/tex/latex/base/latex.ltx)
 
 # Image facts for the report: layers and compressed bytes from the manifest.
 : > "$out/images.tsv"
 for img in $images; do
   r=${ref_of[$img]}
+  # unpacked bytes and entries, where the floor's inputs counted them
+  extra=()
+  if [ -s "${floor_in[$img]}/entries" ]; then
+    extra=("$(cat "${floor_in[$img]}/unpacked_bytes")" "$(cat "${floor_in[$img]}/entries")")
+  fi
   curl -sSf -H "Accept: application/vnd.docker.distribution.manifest.v2+json" \
     "http://$reg/v2/${r%:*}/manifests/${r##*:}" \
-    | /usr/bin/python3 -c 'import json,sys; m=json.load(sys.stdin); print(sys.argv[1], sys.argv[2], len(m["layers"]), sum(l["size"] for l in m["layers"]), sep="\t")' \
-      "$img" "$reg/$r" >> "$out/images.tsv"
+    | /usr/bin/python3 -c 'import json,sys; m=json.load(sys.stdin); print(*sys.argv[1:3], len(m["layers"]), sum(l["size"] for l in m["layers"]), *sys.argv[3:], sep="\t")' \
+      "$img" "$reg/$r" "${extra[@]}" >> "$out/images.tsv"
 done
 
 # --- 4. runs -------------------------------------------------------------------
@@ -215,13 +242,20 @@ command_of() {
     echo "ch-image $chcache -s $w/storage --tls-no-verify pull $treg/$r" ;;
   curl-gzip|curl-pigz)
     echo "$cache/bin/curl-tar.sh $reg ${r%:*} ${r##*:} $w/rootfs ${tool#curl-} $w/rss" ;;
+  floor-download)
+    echo "$cache/bin/floor.sh download $reg ${r%:*} ${r##*:}" ;;
+  floor-inflate)
+    echo "$cache/bin/floor.sh inflate ${floor_in[$2]}" ;;
+  floor-untar)
+    echo "$cache/bin/floor.sh untar ${floor_in[$2]} $w/rootfs" ;;
   esac
 }
 # unpacked TOOL IMAGE W: true when the run left the image's files where the tool puts them.
 unpacked() {
   local tool=$1 f=${check_of[$2]} w=$3
   case $tool in
-  imgbuild|curl-*) [ -e "$w/rootfs/$f" ] ;;
+  imgbuild|curl-*|floor-untar) [ -e "$w/rootfs/$f" ] ;;
+  floor-download|floor-inflate) true ;;
   skopeo-umoci) [ -e "$w/bundle/rootfs/$f" ] ;;
   podman-*) compgen -G "$w/graph/overlay/*/diff/$f" >/dev/null || compgen -G "$w/graph/vfs/dir/*/$f" >/dev/null ;;
   ch-image) compgen -G "$w/storage/img/*/$f" >/dev/null ;;
@@ -238,10 +272,12 @@ one() {
   local cmd; cmd=$(command_of "$tool" "$img" "$w")
   printf '%s\t%s\t%s\n' "$tool" "$img" "$cmd" >> "$out/commands.raw"
   local rc=0
-  as_user "$xdg" /usr/bin/time -f '%e %M' -o "$base/time" bash -c "$cmd" >"$base/log" 2>&1 || rc=$?
+  # no write-back of the previous run's files left to slow this one down
+  sync
+  as_user "$xdg" /usr/bin/time -f '%e %M %U %S' -o "$base/time" bash -c "$cmd" >"$base/log" 2>&1 || rc=$?
   case $tool in podman-*) end_pause "$xdg" ;; esac
-  local wall=0 rss=0 status=ok
-  [ -s "$base/time" ] && read -r wall rss < <(tail -n 1 "$base/time")
+  local wall=0 rss=0 usr=0 sys=0 status=ok
+  [ -s "$base/time" ] && read -r wall rss usr sys < <(tail -n 1 "$base/time")
   # The pipeline's own sum of peak RSS (its processes run at once).
   [ -s "$w/rss" ] && rss=$(cat "$w/rss")
   if [ $rc -ne 0 ] || ! unpacked "$tool" "$img" "$w"; then
@@ -250,6 +286,9 @@ one() {
   fi
   if [ "$label" != warm-up ]; then
     printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$tool" "$img" "$fs" "$label" "$wall" "$rss" "$status" >> "$out/raw.tsv"
+    # CPU seconds (user + system, the command's children included)
+    [ $status = ok ] && printf '%s\t%s\t%s\t%s\n' "$tool" "$img" "$fs" \
+      "$(/usr/bin/python3 -c "print(round($usr + $sys, 2))")" >> "$out/cpu.tsv"
   fi
   say "$(printf '%-7s %-5s %-9s %-15s %7.2f s %6d MiB %s' "$label" "$img" "$fs" "$tool" "$wall" $((rss / 1024)) "$status")"
   wipe "$w"
@@ -257,6 +296,7 @@ one() {
 }
 
 printf 'tool\timage\tfs\trun\twall_s\tpeak_rss_kib\tstatus\n' > "$out/raw.tsv"
+: > "$out/cpu.tsv"
 : > "$out/commands.raw"
 {
   echo "date	$(date -u '+%Y-%m-%d %H:%M UTC')"
@@ -290,7 +330,7 @@ for fs in $fss; do
     one "$fs" "$tool" small warm-up || die "$tool does not work here (see above)"
   done
   for img in $images; do
-    n=$runs_small; [ "$img" = big ] && n=$runs_big
+    n=$runs_small; [ "$img" != small ] && n=$runs_big
     for i in $(seq 1 "$n"); do
       for tool in $tools; do
         one "$fs" "$tool" "$img" "$i/$n" || true

@@ -39,6 +39,61 @@ def rows(path):
         return [line.rstrip("\n").split("\t") for line in f if line.strip()]
 
 
+FLOOR_PARTS = ("floor-download", "floor-inflate", "floor-untar")
+
+
+def cpu_medians(out):
+    """Median CPU seconds (user + system) per (image, fs, tool) from
+    cpu.tsv, where the harness wrote it."""
+    path = out + "/cpu.tsv"
+    if not os.path.exists(path):
+        return {}
+    got = collections.defaultdict(list)
+    for r in rows(path):
+        tool, image, fs, cpu = r[:4]
+        got[(image, fs, tool)].append(float(cpu))
+    return {k: statistics.median(v) for k, v in got.items()}
+
+
+def floor_table(runs, med, unpacked, fstype, cpu=None, cores=0):
+    """imgbuild against the floor (tests/bench/floor.sh): the largest of
+    the three parts' medians, which a perfect pipeline would overlap; and
+    its time and peak RSS per GiB unpacked, to see them against size."""
+    keys = sorted({(image, fs) for image, fs, tool in runs if tool == "imgbuild"},
+                  key=lambda k: (unpacked.get(k[0], (0, 0))[0], k[1]))
+    lines = []
+    for image, fs in keys:
+        parts = [(med[(image, fs, p)], p) for p in FLOOR_PARTS if (image, fs, p) in med]
+        if (image, fs, "imgbuild") not in med or len(parts) != len(FLOOR_PARTS):
+            continue
+        floor, part = max(parts)
+        t = med[(image, fs, "imgbuild")]
+        rss = max(v[1] for v in runs[(image, fs, "imgbuild")])
+        size = unpacked.get(image, (0, 0))[0] / 2**30
+        per = "%.2f" % (t / size) if size else "–"
+        # the CPU floor: the parts' CPU seconds shared by the cores
+        cfloor = "–"
+        if cpu and cores and all((image, fs, p) in cpu for p in FLOOR_PARTS):
+            c = max(floor, sum(cpu[(image, fs, p)] for p in FLOOR_PARTS) / cores)
+            cfloor = "%.2f (**%.2f**)" % (c, t / c)
+        icpu = "%.2f" % cpu[(image, fs, "imgbuild")] if cpu and (image, fs, "imgbuild") in cpu else "–"
+        lines.append("| %s | %s (%s) | %.2f | %s | %.2f (%s) | **%.2f** | %s | %s | %.0f |" % (
+            image, fs, fstype.get(fs, "?"), size, per, floor, part[len("floor-"):], t / floor,
+            cfloor, icpu, rss / 1024))
+    if not lines:
+        return
+    print("imgbuild against the floor: the largest of the floor parts' medians")
+    print("(download, inflate, untar: a perfect pipeline overlaps them); the CPU")
+    print("floor: the larger of that and the parts' CPU seconds (user + system)")
+    print("over the %s cores, which they share when they overlap." % (cores or "?"))
+    print()
+    print("| image | fs | unpacked GiB | imgbuild s per GiB | floor s (part) | imgbuild / floor | CPU floor s (imgbuild / it) | imgbuild CPU s | imgbuild peak RSS MiB |")
+    print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for line in lines:
+        print(line)
+    print()
+
+
 def main(out):
     meta = collections.OrderedDict()
     fstype = {}
@@ -71,11 +126,16 @@ def main(out):
         if k in meta:
             print("%s: %s." % (what, meta[k].replace("\t", " ")))
     print()
+    unpacked = {}
     if os.path.exists(out + "/images.tsv"):
-        print("| image | reference | layers | compressed MiB |")
-        print("| --- | --- | ---: | ---: |")
-        for image, ref, layers, size in rows(out + "/images.tsv"):
-            print("| %s | `%s` | %s | %.1f |" % (image, ref, layers, int(size) / 2**20))
+        print("| image | reference | layers | compressed MiB | unpacked MiB | entries |")
+        print("| --- | --- | ---: | ---: | ---: | ---: |")
+        for r in rows(out + "/images.tsv"):
+            image, ref, layers, size = r[:4]
+            if len(r) >= 6:
+                unpacked[image] = (int(r[4]), int(r[5]))
+            u, n = ("%.1f" % (int(r[4]) / 2**20), r[5]) if len(r) >= 6 else ("–", "–")
+            print("| %s | `%s` | %s | %.1f | %s | %s |" % (image, ref, layers, int(size) / 2**20, u, n))
         print()
     same = "ratio_same_compression" in meta
     image_col = "part" if same else "image"
@@ -106,6 +166,13 @@ def main(out):
             tool, image, fsname, len(vals), med[key], note, min(walls), max(walls),
             "%.0f" % (rss / 1024) if rss else "–", ratio, extra))
     print()
+    cores = 0
+    if "cpu" in meta:
+        try:
+            cores = int(meta["cpu"].rsplit(",", 1)[1].split()[0])
+        except (IndexError, ValueError):
+            cores = 0
+    floor_table(runs, med, unpacked, fstype, cpu_medians(out), cores)
     if os.path.exists(out + "/notes.md"):
         with open(out + "/notes.md") as f:
             sys.stdout.write(f.read())
