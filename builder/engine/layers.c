@@ -8,6 +8,7 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <sys/statvfs.h>
 
@@ -22,6 +23,8 @@ struct job_result
 
 /* Layers whose tar is smaller are compressed at once: a process costs more. */
 #define JOB_MIN_TAR (4u << 20)
+/* The background compressor's nice value: the lowest priority. */
+#define COMPRESSOR_NICE 19
 /* Room the store's file system must have left besides the tar for a layer
  * to be compressed in the background (its blob may be as large as it). */
 #define JOB_SPARE (64u << 20)
@@ -96,6 +99,10 @@ spawn_compressor (raw_start_ctx_t *c, ib_error_t *err)
       prctl (PR_SET_PDEATHSIG, SIGKILL);
       if (getppid () != parent)
         _exit (1);
+      /* The build waits for the tar being written and for the next steps,
+       * never for this process until the stage's image: it takes only the
+       * CPU time they leave (its deflate threads inherit the nice value). */
+      setpriority (PRIO_PROCESS, 0, COMPRESSOR_NICE);
       struct job_result r;
       memset (&r, 0, sizeof r);
       ib_error_t e = NULL;
