@@ -211,7 +211,24 @@ src_decoder (void *arg)
     {
       pthread_mutex_lock (&s->mu);
       while (s->count == PIPE_NBUF && !s->cancel)
-        pthread_cond_wait (&s->cv, &s->mu);
+        {
+          /* The reader is the slower side: hash for it, in order, what it
+           * has not taken yet, rather than wait. */
+          uint64_t q = s->hash_next;
+          if (!s->hashing && q >= s->taken && q < s->produced)
+            {
+              s->hashing = true;
+              pthread_mutex_unlock (&s->mu);
+              ib_sha256_update (s->hash, s->buf[q % PIPE_NBUF], s->len[q % PIPE_NBUF]);
+              pthread_mutex_lock (&s->mu);
+              s->hashing = false;
+              s->hash_next = q + 1;
+              s->decoder_hashed++;
+              pthread_cond_broadcast (&s->cv);
+              continue;
+            }
+          pthread_cond_wait (&s->cv, &s->mu);
+        }
       bool cancel = s->cancel;
       unsigned slot = (s->head + s->count) % PIPE_NBUF;
       pthread_mutex_unlock (&s->mu);
@@ -228,6 +245,7 @@ src_decoder (void *arg)
         {
           s->len[slot] = n;
           s->count++;
+          s->produced++;
         }
       if (r <= 0)
         s->done = true;
@@ -255,20 +273,39 @@ rfs_src_next (struct src *s, const void **out)
   while (s->count == 0 && !s->done)
     pthread_cond_wait (&s->cv, &s->mu);
   ssize_t n;
+  bool hash_here = false;
   if (s->count > 0)
     {
       s->holding = true;
       *out = s->buf[s->head];
       n = (ssize_t) s->len[s->head];
+      uint64_t q = s->taken++;
+      /* the decoder may be hashing this very buffer: let it finish */
+      while (s->hashing && s->hash_next == q)
+        pthread_cond_wait (&s->cv, &s->mu);
+      if (s->hash_next == q)
+        {
+          s->hashing = true;
+          hash_here = true;
+        }
     }
   else
     n = s->msg ? -1 : 0;
   pthread_mutex_unlock (&s->mu);
   /* The diff_id: hashed here, on the reader's side of the ring, where the
-   * bytes are about to be read anyway; inflate alone keeps the decoder
-   * thread busy (on 2 cores the two sides are then about even). */
-  if (n > 0)
-    ib_sha256_update (s->hash, *out, (size_t) n);
+   * bytes are about to be read anyway, unless the decoder did while it
+   * waited for room (a reader slower than inflate: many small files); a
+   * decoder slower than the reader (inflate-bound layers) leaves it all
+   * here, so the two sides stay about even. */
+  if (hash_here)
+    {
+      ib_sha256_update (s->hash, *out, (size_t) n);
+      pthread_mutex_lock (&s->mu);
+      s->hashing = false;
+      s->hash_next++;
+      pthread_cond_broadcast (&s->cv);
+      pthread_mutex_unlock (&s->mu);
+    }
   return n;
 }
 

@@ -77,9 +77,11 @@ enum src_kind
  * layer's bytes through `read`, decompresses them (gzip with ISA-L's
  * igzip, several times faster than zlib's inflate; zstd with libzstd)
  * and hands the tar stream over in PIPE_BUF_SIZE buffers through a ring of
- * PIPE_NBUF; in the calling thread each buffer is hashed (the diff_id) as
- * it is taken, libarchive parses the tar and the files are written.  Decoding and writing
- * thus run on two cores, and memory stays bounded (PIPE_NBUF MiB). */
+ * PIPE_NBUF; in the calling thread libarchive parses the tar and the
+ * files are written.  Each buffer is hashed (the diff_id), in order, by
+ * the calling thread as it takes it, or earlier by the worker while the
+ * ring is full.  Decoding and writing thus run on two cores, and memory
+ * stays bounded (PIPE_NBUF MiB). */
 #define PIPE_BUF_SIZE (1 << 20)
 #define PIPE_NBUF 4
 
@@ -115,6 +117,13 @@ struct src
   bool holding;          /* the reader holds buf[head] */
   bool done;             /* the decoder stopped: end of stream or s->msg */
   bool cancel;           /* the reader gave up: stop decoding */
+  /* The diff_id hash, in stream order, by whichever side would wait:
+   * buffer number q (counted from 0) lives in buf[q % PIPE_NBUF]. */
+  uint64_t produced;     /* buffers the decoder has put in the ring */
+  uint64_t taken;        /* buffers the reader has taken */
+  uint64_t hash_next;    /* the next buffer to hash */
+  bool hashing;          /* buffer hash_next is being hashed (by either side) */
+  uint64_t decoder_hashed; /* buffers the decoder hashed */
 };
 
 /* Start decoding the layer bytes `read_fn` delivers (compression detected
@@ -122,7 +131,8 @@ struct src
  * with *err when the decoder thread cannot start; rfs_src_close in any
  * case. */
 int rfs_src_open (struct src *s, ib_layer_read_fn read_fn, void *ud, ib_error_t *err);
-/* The next buffer of the tar stream (hashed into s->hash): its length, 0
+/* The next buffer of the tar stream (hashed into s->hash, in order, by the
+ * decoder thread while the ring is full, else here): its length, 0
  * at the end, -1 on error (s->status, s->msg).  Releases the buffer
  * returned before. */
 ssize_t rfs_src_next (struct src *s, const void **out);

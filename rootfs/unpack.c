@@ -1118,6 +1118,7 @@ out:
   rfs_src_close (&s); /* joins the decoder: s.total and s.hash are final */
   umask (old_umask);
   stats->bytes = s.total;
+  stats->decoder_hashed = s.decoder_hashed;
   if (ret == 0 && diff_id)
     {
       ib_sha256_final (s.hash, diff_id);

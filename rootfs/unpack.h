@@ -22,6 +22,8 @@ typedef struct ib_unpack_stats
   uint64_t entries;      /* tar entries applied */
   uint64_t bytes;        /* uncompressed bytes read */
   uint64_t skipped;      /* device nodes etc. skipped with a warning */
+  uint64_t decoder_hashed; /* tar stream buffers whose diff_id hash the decoder
+                              thread took (writing was the slower half) */
 } ib_unpack_stats_t;
 
 /* Apply one layer blob (`layer_path`: tar, tar+gzip or tar+zstd, detected by

@@ -1056,6 +1056,65 @@ test_stream (void **state)
   assert_outside_unchanged (f);
 }
 
+/* A tar (in memory) of `n` small files many/fNNNNN (600 bytes each): a
+ * stream whose writing is much slower than its decoding. */
+static unsigned char *
+many_files_tar (size_t n, size_t *len)
+{
+  size_t cap = n * 2048 + (64 << 10), used = 0;
+  unsigned char *buf = xmalloc (cap);
+  struct archive *a = archive_write_new ();
+  assert_int_equal (archive_write_set_format_pax_restricted (a), ARCHIVE_OK);
+  assert_int_equal (archive_write_open_memory (a, buf, cap, &used), ARCHIVE_OK);
+  char data[600];
+  for (size_t i = 0; i < n; i++)
+    {
+      char name[32];
+      snprintf (name, sizeof name, "many/f%05zu", i);
+      memset (data, (int) ('a' + i % 26), sizeof data);
+      struct archive_entry *e = archive_entry_new ();
+      archive_entry_set_pathname (e, name);
+      archive_entry_set_filetype (e, AE_IFREG);
+      archive_entry_set_perm (e, 0644);
+      archive_entry_set_size (e, (la_int64_t) sizeof data);
+      assert_int_equal (archive_write_header (a, e), ARCHIVE_OK);
+      assert_int_equal (archive_write_data (a, data, sizeof data), (la_ssize_t) sizeof data);
+      archive_entry_free (e);
+    }
+  tw_close (a);
+  *len = used;
+  return buf;
+}
+
+/* A layer of many small files: creating them is slower than handing the
+ * stream over, so the decoder thread takes part of the diff_id hash while
+ * the ring is full; the diff_id is still the tar's, every file is there. */
+static void
+test_stream_hash_shared (void **state)
+{
+  struct fx *f = *state;
+  size_t n = 12000, tar_len;
+  cleanup_free unsigned char *tar = many_files_tar (n, &tar_len);
+  char tar_id[IB_DIGEST_LEN];
+  ib_digest_buf (tar, tar_len, tar_id);
+  cleanup_free char *dest = xasprintf ("%s/shared", f->target);
+  assert_int_equal (mkdir (dest, 0755), 0);
+  struct mem_reader m = { tar, tar_len, 0, 1 << 20, 0 };
+  char id[IB_DIGEST_LEN];
+  ib_unpack_stats_t st;
+  ib_error_t err = NULL;
+  if (ib_unpack_layer_stream ("mem", mem_read, &m, dest, id, &st, &err) < 0)
+    fail_msg ("%s", err->msg);
+  assert_string_equal (id, tar_id);
+  assert_int_equal (st.entries, n);
+  assert_true (st.decoder_hashed > 0);
+  cleanup_free char *last = xasprintf ("%s/many/f%05zu", dest, n - 1);
+  struct stat sb;
+  assert_int_equal (stat (last, &sb), 0);
+  assert_int_equal (sb.st_size, 600);
+  assert_outside_unchanged (f);
+}
+
 static void
 test_rootfs_prepare (void **state)
 {
@@ -1146,6 +1205,7 @@ main (void)
     cmocka_unit_test_setup_teardown (test_whiteouts_fallback, setup, teardown),
     cmocka_unit_test_setup_teardown (test_compression, setup, teardown),
     cmocka_unit_test_setup_teardown (test_stream, setup, teardown),
+    cmocka_unit_test_setup_teardown (test_stream_hash_shared, setup, teardown),
     cmocka_unit_test_setup_teardown (test_bad_names, setup, teardown),
     cmocka_unit_test_setup_teardown (test_symlink_attacks, setup, teardown),
     cmocka_unit_test_setup_teardown (test_symlink_attacks_fallback, setup, teardown),
