@@ -7,12 +7,14 @@
 #include "oci/auth.h"
 #include "oci/registry.h"
 #include "oci/shortname.h"
+#include "rootfs/overlay.h"
 #include "rootfs/prepare.h"
 
 #include <errno.h>
 #include <getopt.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 /* `dest` := the rootfs of image `name`, pulled (and unpacked while it
  * downloads) when the store lacks it; `snapshot`: record the result as the
@@ -78,14 +80,42 @@ set_creds (const char *cmd, const char *creds, const char *ref_string, ib_error_
   return 0;
 }
 
+/* pull --unpack: the stored image `name`'s tree made once, so that it
+ * stays as a snapshot (what FROM, run and unpack start from), then the
+ * tree itself removed: what podman's and buildah's pull leave. */
+static int
+pull_unpack (ib_store_t *store, const char *name, ib_error_t *err)
+{
+  cleanup_free char *tmp = NULL;
+  if (ib_store_tmp_dir (store, "pull", &tmp, err) < 0)
+    return ib_error_prefix (err, "pull --unpack %s", name);
+  rmdir (tmp);
+  ib_rootfs_allow_overlay (true); /* the tree: an overlay on the snapshot, unmounted below */
+  int r = image_rootfs (store, name, tmp, true, NULL, err);
+  ib_error_t e = NULL;
+  if (ib_rootfs_remove (tmp, &e) < 0)
+    {
+      if (r == 0)
+        {
+          *err = e;
+          r = -1;
+        }
+      else
+        ib_error_free (&e);
+    }
+  return r < 0 ? ib_error_prefix (err, "pull --unpack %s", name) : 0;
+}
+
 int
 cmd_pull (int argc, char **argv, ib_error_t *err)
 {
   static const struct option opts[] = { { "platform", required_argument, NULL, 'p' },
                                         { "creds", required_argument, NULL, 'c' },
+                                        { "unpack", no_argument, NULL, 'u' },
                                         REGISTRY_OPTIONS, GLOBAL_OPTIONS, { NULL, 0, NULL, 0 } };
   cleanup_free char *os = NULL, *arch = NULL, *variant = NULL;
   const char *creds = NULL;
+  bool unpack = false;
   int c;
   optind = 0; /* 0: GNU getopt re-reads the optstring's ordering flag */
   while ((c = getopt_long (argc, argv, "q", opts, NULL)) != -1)
@@ -97,6 +127,11 @@ cmd_pull (int argc, char **argv, ib_error_t *err)
       if (c == 'c')
         {
           creds = optarg;
+          continue;
+        }
+      if (c == 'u')
+        {
+          unpack = true;
           continue;
         }
       free (os), free (arch), free (variant);
@@ -113,6 +148,8 @@ cmd_pull (int argc, char **argv, ib_error_t *err)
   transport_t t = transport_parse (argv[optind], &src, &name);
   if (t != TRANSPORT_NONE && t != TRANSPORT_REGISTRY)
     {
+      if (unpack)
+        usage_error ("pull: --unpack takes a registry image, not '%s'", argv[optind]);
       ib_store_t *store = NULL;
       if (open_store (&store, err) < 0)
         return -1;
@@ -121,7 +158,8 @@ cmd_pull (int argc, char **argv, ib_error_t *err)
       return r < 0 ? ib_error_prefix (err, "pull") : 0;
     }
   ib_store_t *store = NULL;
-  if (open_store (&store, err) < 0)
+  /* --unpack writes a tree: the user namespace first, as build and run */
+  if ((unpack && enter_userns (err) < 0) || open_store (&store, err) < 0)
     return -1;
   /* a short name: an alias, or the search registries (oci/shortname.h) */
   cleanup_free char *chosen = NULL;
@@ -135,6 +173,8 @@ cmd_pull (int argc, char **argv, ib_error_t *err)
     }
   ib_descriptor_t d = { 0 };
   r = ib_pull (store, chosen, os, arch, variant, &d, err);
+  if (r == 0 && unpack)
+    r = pull_unpack (store, chosen, err);
   if (r == 0)
     printf ("%s\n", d.digest);
   ib_descriptor_clear (&d);

@@ -52,7 +52,7 @@ static const char usage_text[] =
   "                         the summary of a build --slurm job (--detach) so far;\n"
   "                         --follow: until it ends\n"
   "  pull REF [--platform OS/ARCH[/VARIANT]] [--authfile FILE] [--creds USER:PASS]\n"
-  "                         pull an image into the store\n"
+  "           [--unpack]    pull an image into the store (--unpack: its tree too)\n"
   "  push SRC DST [DST...] [-t TAG] [--chunk-size SIZE] [--authfile FILE] [--creds USER:PASS]\n"
   "                         push a stored image to registries\n"
   "  login REGISTRY [-u USER] [-p PASS | --password-stdin] [--authfile FILE]\n"

@@ -19,7 +19,9 @@
 #   ten    10 steps after FROM (ENV, WORKDIR, 3 RUN, COPY, LABEL, USER,
 #          EXPOSE, CMD).
 # Per tool, recipe and round, in a fresh store that holds only the pulled
-# base image (pull untimed):
+# base image (pull untimed; as podman's and buildah's pulls store the
+# layers unpacked, imgbuild's is `pull --unpack`, which keeps the base's
+# tree as a snapshot; BENCH_IMGBUILD_PULL=pull for the blobs alone):
 #   cold   the first build;
 #   noop   a rebuild without changes (median of --noop-runs runs);
 #   edit   (wheel) a rebuild after a change to the extension's source: the
@@ -221,7 +223,9 @@ for round in $(seq 1 "$runs"); do
       case $tool in
       imgbuild)
         cmd=("$imgbuild" -q --store "$w/store" build "$ctx/$recipe.recipe" "${bargs[@]}" -t "bench-$recipe:1")
-        as_user "$imgbuild" -q --store "$w/store" pull "$ref" >/dev/null ;;
+        # --unpack: the base's tree kept, as podman's and buildah's pulls
+        # keep theirs (BENCH_IMGBUILD_PULL="pull" for blobs only)
+        as_user "$imgbuild" -q --store "$w/store" ${BENCH_IMGBUILD_PULL:-pull --unpack} "$ref" >/dev/null ;;
       buildah|podman)
         # podman refuses a runroot path of more than 50 characters
         rr=$base/rr-$tool && rm -rf "$rr" && mkdir -p "$rr" && chown "$user" "$rr"

@@ -209,3 +209,33 @@ def inspect_config(store, ref):
     r = imgbuild("inspect", ref, store=store)
     assert r.rc == 0, r
     return json.loads(r.out)["config"]
+
+
+def test_pull_unpack_leaves_the_snapshot_a_build_starts_from(tmp_path, base_image):
+    """`pull --unpack` stores the image's tree as its snapshot (what
+    podman's and buildah's pull leave): the same digest printed as a plain
+    pull, no tree or mount left behind, and a build FROM it starts from
+    the snapshot without unpacking a layer."""
+    plain, store = tmp_path / "plain", tmp_path / "store"
+    r = imgbuild("pull", base_image, store=plain)
+    assert r.rc == 0, r
+    assert not (plain / "snapshots").exists() or os.listdir(plain / "snapshots") == []
+    for _ in range(2):  # the second time: already there, nothing to do
+        u = imgbuild("pull", "--unpack", base_image, store=store)
+        assert u.rc == 0, u
+        assert u.out == r.out and r.out.startswith("sha256:"), (r, u)
+    chain = chain_ids(inspect_config(store, base_image)["rootfs"]["diff_ids"])[-1]
+    snap = store / "snapshots" / chain
+    assert os.listdir(store / "snapshots") == [chain]
+    assert (snap / "usr/bin/apt").is_file()
+    assert os.listdir(store / "tmp") == []
+    with open("/proc/self/mountinfo") as f:
+        assert str(store) not in f.read()
+    (tmp_path / "R").write_text(f"FROM {base_image}\nRUN test -x /usr/bin/apt\n")
+    b = imgbuild("-v", "build", tmp_path / "R", store=store)
+    assert b.rc == 0, b
+    assert f"from snapshot {snap} (1 of 1 layers)" in b.err, b.err[-3000:]
+    assert "unpack layer" not in b.err, b.err[-3000:]
+    # an archive or layout is loaded, not pulled: --unpack is refused
+    x = imgbuild("pull", "--unpack", f"oci:{tmp_path / 'layout'}", store=store)
+    assert x.rc == 2 and "--unpack takes a registry image" in x.err, x
