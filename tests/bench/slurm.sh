@@ -27,7 +27,8 @@
 # with the raw times in $BENCH_OUT (default
 # /var/tmp/imgbuild-bench/results/slurm-DATE).
 # Options: --rounds N (BENCH_RUNS, default 3); IMGBUILD (default
-# bin/imgbuild), BENCH_DIR (default /var/tmp/imgbuild-bench/slurm).
+# bin/imgbuild), BENCH_DIR (default /var/tmp/imgbuild-bench/slurm, removed
+# at the end unless BENCH_KEEP=1).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 top=$(cd "$here/../.." && pwd)
@@ -54,6 +55,8 @@ chmod 755 "$dir"
 cleanup() {
   bash "$top/tests/lib/slurm.sh" stop "$dir/cluster" 2>/dev/null || true
   bash "$top/tests/lib/registry.sh" stop "$dir/reg" 2>/dev/null || true
+  # the rounds' stores (12 GB after 3 rounds); the results stay in $out
+  [ "${BENCH_KEEP:-0}" = 1 ] || rm -rf "$dir"
 }
 trap cleanup EXIT
 port=$(bash "$top/tests/lib/registry.sh" start "$dir/reg")

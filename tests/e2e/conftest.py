@@ -111,6 +111,49 @@ def _remove_tmp_path(request):
         remove_tree(path)
 
 
+def _session_tmp_names():
+    """The names session-scoped fixtures give tmp_path_factory.mktemp, read
+    from the suite's sources: their directories live until the pass ends
+    (a later module may use them); a regex matching them with mktemp's
+    number."""
+    import ast
+    names = set()
+    for f in sorted(Path(__file__).parent.glob("*.py")):
+        for fn in ast.walk(ast.parse(f.read_text(), str(f))):
+            if not isinstance(fn, ast.FunctionDef) or not any(
+                    isinstance(d, ast.Call) and any(k.arg == "scope" and getattr(k.value, "value", None) == "session"
+                                                    for k in d.keywords)
+                    for d in fn.decorator_list):
+                continue
+            for c in ast.walk(fn):
+                if isinstance(c, ast.Call) and getattr(c.func, "attr", None) == "mktemp":
+                    assert c.args and isinstance(c.args[0], ast.Constant), \
+                        f"{f.name}:{c.lineno}: a session fixture's mktemp needs a literal name"
+                    names.add(c.args[0].value)
+    return re.compile("(%s)[0-9]+" % "|".join(map(re.escape, sorted(names))) if names else "(?!)")
+
+
+_SESSION_TMP = _session_tmp_names()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _remove_module_tmp(tmp_path_factory):
+    """What a module's fixtures made under the base temp (stores, rootfs
+    trees, registries) goes when the module ends, not when the pass does:
+    a pass kept 8-10 GB to its end, and the two unprivileged passes run at
+    once (tests/run-e2e.sh), which filled CI's disk.  Session fixtures'
+    directories stay.  IMGBUILD_KEEP_TMP=1 keeps everything."""
+    base = tmp_path_factory.getbasetemp()
+    before = set(os.listdir(base))
+    yield
+    if os.environ.get("IMGBUILD_KEEP_TMP"):
+        return
+    for name in sorted(set(os.listdir(base)) - before):
+        p = base / name  # (mktemp's "<name>current" links stay)
+        if not _SESSION_TMP.fullmatch(name) and p.is_dir() and not p.is_symlink():
+            remove_tree(p)
+
+
 @pytest.fixture(scope="session")
 def registry(tmp_path_factory):
     d = tmp_path_factory.mktemp("registry")
