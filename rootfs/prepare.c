@@ -13,6 +13,8 @@
 #include "rootfs/unpack.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -84,6 +86,64 @@ keep_snapshot (ib_store_t *store, const char *dest, const char *snap, ib_error_t
   return o < 0 ? ib_error_prefix (err, "prepare %s from snapshot %s", dest, snap) : 0;
 }
 
+/* ---------------------------------------------------------------------- */
+/* Layers from the store's blobs (rfs_unpack_layers).                     */
+
+struct blob_src
+{
+  ib_store_t *store;
+  char *const *digests;
+  char *const *diff_ids;
+};
+
+static ssize_t
+blob_read (void *ud, void *buf, size_t len, ib_error_t *err)
+{
+  int fd = (int) (intptr_t) ud;
+  for (;;)
+    {
+      ssize_t n = read (fd, buf, len);
+      if (n >= 0)
+        return n;
+      if (errno != EINTR)
+        return ib_error_sys (err, errno, "read");
+    }
+}
+
+static int
+blob_open (void *ctx, size_t i, ib_layer_read_fn *fn, void **ud, ib_error_t *err)
+{
+  struct blob_src *b = ctx;
+  cleanup_free char *blob = ib_store_blob_path (b->store, b->digests[i]);
+  int fd = blob ? open (blob, O_RDONLY | O_CLOEXEC) : -1;
+  if (fd < 0)
+    return ib_error_set (err, ENOENT, "layer %zu (%s) is not in the store", i, b->digests[i]);
+  posix_fadvise (fd, 0, 0, POSIX_FADV_SEQUENTIAL);
+  *fn = blob_read;
+  *ud = (void *) (intptr_t) fd;
+  return 0;
+}
+
+static void
+blob_close (void *ctx, size_t i, void *ud)
+{
+  (void) ctx;
+  (void) i;
+  close ((int) (intptr_t) ud);
+}
+
+static int
+blob_applied (void *ctx, size_t i, const char *got, ib_error_t *err)
+{
+  struct blob_src *b = ctx;
+  if (strcmp (got, b->diff_ids[i]) != 0)
+    return ib_error_set (err, EINVAL,
+                         "layer %zu (%s): diff_id mismatch: the image config says %s, the "
+                         "layer's content is %s",
+                         i, b->digests[i], b->diff_ids[i], got);
+  return 0;
+}
+
 int
 ib_rootfs_prepare (ib_store_t *store, char *const *layer_digests, char *const *diff_ids,
                    const char *dest, bool snapshot, ib_error_t *err)
@@ -133,24 +193,36 @@ again:
   else if (mkdir (dest, 0755) < 0)
     return ib_error_sys (err, errno, "prepare %s: create", dest);
 
-  for (size_t i = have; i < n; i++)
+  struct blob_src bs = { .store = store, .digests = layer_digests, .diff_ids = diff_ids };
+  rfs_layer_src_t src = { .open = blob_open, .close = blob_close, .applied = blob_applied,
+                          .ctx = &bs };
+  cleanup_strv char **names = NULL;
+  for (size_t i = 0; i < n; i++)
     {
       cleanup_free char *blob = ib_store_blob_path (store, layer_digests[i]);
+      ib_strv_push (&names, blob ? blob : layer_digests[i]);
+    }
+  src.names = names;
+  /* several at once only onto a plain directory: an overlay takes no
+   * rename from outside it */
+  int r = have == 0 ? rfs_unpack_layers (dest, 0, n, &src, err) : 0;
+  for (size_t i = have; have > 0 && r == 0 && i < n; i++)
+    {
       char got[IB_DIGEST_LEN];
-      int r;
-      if (blob == NULL || access (blob, R_OK) < 0)
-        r = ib_error_set (err, ENOENT, "layer %zu (%s) is not in the store", i, layer_digests[i]);
-      else if ((r = ib_unpack_layer (blob, dest, got, NULL, err)) == 0
-               && strcmp (got, diff_ids[i]) != 0)
-        r = ib_error_set (err, EINVAL,
-                          "layer %zu (%s): diff_id mismatch: the image config says %s, the "
-                          "layer's content is %s",
-                          i, layer_digests[i], diff_ids[i], got);
-      if (r < 0)
+      void *ud;
+      ib_layer_read_fn fn;
+      if ((r = blob_open (&bs, i, &fn, &ud, err)) == 0)
         {
-          ib_rootfs_remove (dest, NULL);
-          return ib_error_prefix (err, "prepare %s", dest);
+          r = ib_unpack_layer_stream (names[i], fn, ud, dest, got, NULL, err);
+          blob_close (&bs, i, ud);
         }
+      if (r == 0)
+        r = blob_applied (&bs, i, got, err);
+    }
+  if (r < 0)
+    {
+      ib_rootfs_remove (dest, NULL);
+      return ib_error_prefix (err, "prepare %s", dest);
     }
 
   if (snapshot && have < n)
@@ -187,6 +259,51 @@ pull_read (void *ud, void *buf, size_t len, ib_error_t *err)
 {
   struct pull_reader *pr = ud;
   return ib_pull_session_read (pr->s, pr->layer, &pr->cur, buf, len, err);
+}
+
+/* Layers as they download (rfs_unpack_layers). */
+struct stream_src
+{
+  ib_pull_session_t *s;
+  char **digests;
+  char **diff_ids;
+  size_t next;           /* the first layer not yet applied */
+};
+
+static int
+stream_open (void *ctx, size_t i, ib_layer_read_fn *fn, void **ud, ib_error_t *err)
+{
+  (void) err;
+  struct stream_src *ss = ctx;
+  struct pull_reader *pr = xmalloc (sizeof *pr);
+  memset (pr, 0, sizeof *pr);
+  pr->s = ss->s;
+  pr->layer = i;
+  *fn = pull_read;
+  *ud = pr;
+  return 0;
+}
+
+static void
+stream_close (void *ctx, size_t i, void *ud)
+{
+  (void) ctx;
+  (void) i;
+  free (ud);
+}
+
+static int
+stream_applied (void *ctx, size_t i, const char *got, ib_error_t *err)
+{
+  struct stream_src *ss = ctx;
+  if (strcmp (got, ss->diff_ids[i]) != 0)
+    return ib_error_set (err, EINVAL,
+                         "layer %zu (%s): diff_id mismatch: the image config says %s, the "
+                         "layer's content is %s",
+                         i, ss->digests[i], ss->diff_ids[i], got);
+  ib_pull_session_layer_done (ss->s, i, true, NULL);
+  ss->next = i + 1;
+  return 0;
 }
 
 static void
@@ -227,38 +344,37 @@ ib_rootfs_pull (ib_store_t *store, const char *ref, const char *os, const char *
       return ib_error_sys (err, e, "unpack %s into %s", ref, dest);
     }
 
-  /* Layers unpack in order, each while it (and the ones after it) download. */
+  /* Layers unpack while they (and the ones after them) download, several
+   * at once (rfs_unpack_layers). */
   bool start_over = false;
+  cleanup_strv char **names = NULL;
   for (size_t i = 0; i < n; i++)
     {
-      struct pull_reader pr = { .s = s, .layer = i };
-      char got[IB_DIGEST_LEN];
       char name[64];
       snprintf (name, sizeof name, "%zu (%.19s..)", i, digests[i]);
-      ib_error_t e = NULL;
-      int r = ib_unpack_layer_stream (name, pull_read, &pr, dest, got, NULL, &e);
-      if (r < 0 && e->status == ESTALE)
+      ib_strv_push (&names, name);
+    }
+  struct stream_src ss = { .s = s, .digests = digests, .diff_ids = diff_ids };
+  rfs_layer_src_t src = { .open = stream_open, .close = stream_close, .applied = stream_applied,
+                          .names = names, .ctx = &ss };
+  ib_error_t e = NULL;
+  if (rfs_unpack_layers (dest, 0, n, &src, &e) < 0)
+    {
+      if (e->status == ESTALE)
         {
-          /* the download of this layer started over: unpack from the store once it is there */
+          /* a download started over: unpack from the store once it is there */
           ib_debug ("%s", e->msg);
           ib_error_free (&e);
           start_over = true;
-          break;
         }
-      if (r == 0 && strcmp (got, diff_ids[i]) != 0)
-        r = ib_error_set (&e, EINVAL,
-                          "layer %zu (%s): diff_id mismatch: the image config says %s, the "
-                          "layer's content is %s",
-                          i, digests[i], diff_ids[i], got);
-      if (r < 0)
+      else
         {
-          ib_pull_session_layer_done (s, i, false, e->msg);
+          ib_pull_session_layer_done (s, ss.next, false, e->msg);
           ib_pull_abort (s);
           remove_quietly (dest);
           *err = e;
           return ib_error_prefix (err, "pull %s", ref);
         }
-      ib_pull_session_layer_done (s, i, true, NULL);
     }
   if (ib_pull_end (s, NULL, err) < 0)
     {

@@ -152,4 +152,29 @@ bool rfs_overlay_usable (void);
  * overlays can be made. */
 bool rfs_layered_snapshot_ok (const char *snap);
 
+/* --- unpack_jobs.c ------------------------------------------------------- */
+
+/* Where an image's layers come from, for rfs_unpack_layers. */
+typedef struct rfs_layer_src
+{
+  /* A new read of layer i's bytes from its start: *fn and *ud, for one
+   * thread; close ends it.  Layers may be read at once. */
+  int (*open) (void *ctx, size_t i, ib_layer_read_fn *fn, void **ud, ib_error_t *err);
+  void (*close) (void *ctx, size_t i, void *ud);
+  /* Layer i is on dest (in order, on the calling thread), with diff_id
+   * got: -1 with *err stops (e.g. a diff_id mismatch). */
+  int (*applied) (void *ctx, size_t i, const char *got, ib_error_t *err);
+  char *const *names;    /* each layer's name in messages */
+  void *ctx;
+} rfs_layer_src_t;
+
+/* Layers first..n-1 onto directory dest (a plain directory holding the
+ * layers below `first`), several at once where that helps (unpack.h:
+ * ib_unpack_layer_side; side directories are made beside dest, named
+ * DEST.layerI-XXXXXX, and removed).  The result is what applying them one
+ * by one gives.  -1 with *err (dest partly unpacked) on the first failure;
+ * the later layers are not applied. */
+int rfs_unpack_layers (const char *dest, size_t first, size_t n, const rfs_layer_src_t *src,
+                       ib_error_t *err);
+
 #endif

@@ -16,6 +16,7 @@
 #include "common/util.h"
 #include "rootfs/resolve.h"
 #include "rootfs/rootfs_int.h"
+#include "rootfs/unpack_int.h"
 
 #include <archive.h>
 #include <archive_entry.h>
@@ -23,6 +24,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -123,8 +125,8 @@ split_path (const char *path, const char **base)
 }
 
 /* "dev:ino/name": a name inside the directory `dir`. */
-static char *
-name_key (const struct stat *dir, const char *name)
+char *
+unp_name_key (const struct stat *dir, const char *name)
 {
   return xasprintf ("%jx:%jx/%s", (uintmax_t) dir->st_dev, (uintmax_t) dir->st_ino, name);
 }
@@ -138,8 +140,8 @@ same_inode (const struct stat *a, const struct stat *b)
 /* ---------------------------------------------------------------------- */
 /* Removal beneath a directory fd, never following symlinks.              */
 
-static int
-remove_at (int pfd, const char *name, const char *shown, ib_error_t *err)
+int
+unp_remove_at (int pfd, const char *name, const char *shown, ib_error_t *err)
 {
   struct stat st;
   if (fstatat (pfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
@@ -168,7 +170,7 @@ remove_at (int pfd, const char *name, const char *shown, ib_error_t *err)
   for (size_t i = 0; names && names[i] && ret == 0; i++)
     {
       cleanup_free char *sub = xasprintf ("%s/%s", shown, names[i]);
-      ret = remove_at (dirfd (d), names[i], sub, err);
+      ret = unp_remove_at (dirfd (d), names[i], sub, err);
     }
   closedir (d);
   if (ret < 0)
@@ -180,47 +182,6 @@ remove_at (int pfd, const char *name, const char *shown, ib_error_t *err)
 
 /* ---------------------------------------------------------------------- */
 /* Unpacking.                                                             */
-
-struct dirmeta
-{
-  char *path;            /* lexical path under the target ("" = the target) */
-  dev_t dev;
-  ino_t ino;
-  mode_t mode;
-  bool set_owner;
-  uid_t uid;
-  gid_t gid;
-  bool set_times;
-  struct timespec ts[2];
-  bool dead;             /* the directory went and its inode was reused: ignored */
-};
-
-struct unpack
-{
-  int rootfd;
-  struct stat root_st;
-  hmap_t names;          /* name_key of every name this layer created or applied */
-  hmap_t holders;        /* rfs_ino_key of directories that hold entries of this layer */
-  hmap_t dir_idx;        /* rfs_ino_key -> index + 1 into dirs */
-  struct dirmeta *dirs;
-  size_t n_dirs, cap_dirs;
-  struct src *src;
-  ib_unpack_stats_t *stats;
-  bool can_chown_warned;
-  ib_buf_t skipped_names;  /* first few skipped entries, for one warning per layer */
-  uint64_t caps_failed;    /* security.capability the kernel refused */
-  int caps_errno;          /* why, the first time */
-  ib_buf_t caps_names;     /* the first few of those files */
-  /* The parent directory of the last regular file, reused while regular
-   * files follow in the same directory (tars list files directory by
-   * directory): saves resolving it again.  Dropped by any other entry,
-   * since only those can change the directory structure. */
-  char *pc_dir;
-  int pc_fd;
-  struct stat pc_st;
-  uid_t euid;
-  gid_t egid;
-};
 
 static void
 parent_cache_drop (struct unpack *u)
@@ -242,12 +203,14 @@ note_skipped (struct unpack *u, const char *name)
     ib_buf_printf (&u->skipped_names, "%s/%s", u->skipped_names.len ? ", " : "", name);
 }
 
-static void
-unpack_free (struct unpack *u)
+void
+unp_free (struct unpack *u)
 {
   rfs_hmap_free (&u->names, false);
   rfs_hmap_free (&u->holders, false);
   rfs_hmap_free (&u->dir_idx, false);
+  rfs_hmap_free (&u->links, false);
+  rfs_hmap_free (&u->nondirs, false);
   for (size_t i = 0; i < u->n_dirs; i++)
     free (u->dirs[i].path);
   free (u->dirs);
@@ -272,8 +235,8 @@ dirmeta_forget (struct unpack *u, const struct stat *st)
     }
 }
 
-static struct dirmeta *
-dirmeta_get (struct unpack *u, const char *path, const struct stat *st, bool *fresh)
+struct dirmeta *
+unp_dirmeta_get (struct unpack *u, const char *path, const struct stat *st, bool *fresh)
 {
   cleanup_free char *k = rfs_ino_key (st);
   hslot_t *s = rfs_hmap_find (&u->dir_idx, k);
@@ -302,13 +265,13 @@ dirmeta_get (struct unpack *u, const char *path, const struct stat *st, bool *fr
 /* Directory `path` (stat st) is about to change: an entry of this layer is
  * created in it or a whiteout removes one.  Unless the layer has an entry for
  * the directory itself (which then sets its metadata), it keeps the mtime it
- * had (apply_dirmeta puts it back): the tree depends on the layers, not on
+ * had (unp_apply_dirmeta puts it back): the tree depends on the layers, not on
  * the time of the unpack (umoci does the same). */
-static void
-keep_times (struct unpack *u, const char *path, const struct stat *st)
+void
+unp_keep_times (struct unpack *u, const char *path, const struct stat *st)
 {
   bool fresh;
-  struct dirmeta *d = dirmeta_get (u, path, st, &fresh);
+  struct dirmeta *d = unp_dirmeta_get (u, path, st, &fresh);
   if (!fresh)
     return;
   d->set_times = true;
@@ -319,15 +282,15 @@ keep_times (struct unpack *u, const char *path, const struct stat *st)
 /* Directory `path` (O_PATH fd dfd, stat st) lacks owner write/search
  * permission: grant it for the rest of the unpack and restore the mode at the
  * end (rootless: CAP_DAC_OVERRIDE does not help with our own files). */
-static int
-make_writable (struct unpack *u, const char *path, int dfd, const struct stat *st, ib_error_t *err)
+int
+unp_make_writable (struct unpack *u, const char *path, int dfd, const struct stat *st, ib_error_t *err)
 {
   if ((st->st_mode & 0700) == 0700)
     return 0;
   if (faccessat (dfd, ".", W_OK | X_OK, AT_EACCESS) == 0)
     return 0;
   bool fresh;
-  dirmeta_get (u, path, st, &fresh); /* remembers the original mode if new */
+  unp_dirmeta_get (u, path, st, &fresh); /* remembers the original mode if new */
   int r;
   int rfd = openat (dfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (rfd >= 0)
@@ -383,8 +346,8 @@ resolve_dir (struct unpack *u, const char *path, bool create, ib_error_t *err)
               close (cur);
               return ib_error_sys (err, e, "create directory /%s", prefix);
             }
-          keep_times (u, parent, &pst);
-          if (make_writable (u, parent, cur, &pst, err) < 0)
+          unp_keep_times (u, parent, &pst);
+          if (unp_make_writable (u, parent, cur, &pst, err) < 0)
             {
               close (cur);
               return ib_error_prefix (err, "create directory /%s", prefix);
@@ -400,7 +363,7 @@ resolve_dir (struct unpack *u, const char *path, bool create, ib_error_t *err)
                                      prefix);
               return ib_error_sys (err, e, "create directory /%s", prefix);
             }
-          cleanup_free char *k = name_key (&pst, comp);
+          cleanup_free char *k = unp_name_key (&pst, comp);
           rfs_hmap_put (&u->names, k, NULL);
           next = openat (cur, comp, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
           struct stat nst;
@@ -457,7 +420,7 @@ remove_lower (struct unpack *u, int dfd, const struct stat *dst, const char *dpa
   struct stat st;
   if (fstatat (dfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
     return errno == ENOENT ? 0 : ib_error_sys (err, errno, "whiteout /%s", shown);
-  cleanup_free char *nk = name_key (dst, name);
+  cleanup_free char *nk = unp_name_key (dst, name);
   bool mine = rfs_hmap_find (&u->names, nk) != NULL;
   bool holds = false;
   if (S_ISDIR (st.st_mode))
@@ -467,10 +430,10 @@ remove_lower (struct unpack *u, int dfd, const struct stat *dst, const char *dpa
     }
   if (!mine && !holds)
     {
-      keep_times (u, dpath, dst);
-      if (make_writable (u, dpath, dfd, dst, err) < 0)
+      unp_keep_times (u, dpath, dst);
+      if (unp_make_writable (u, dpath, dfd, dst, err) < 0)
         return -1;
-      return remove_at (dfd, name, shown, err);
+      return unp_remove_at (dfd, name, shown, err);
     }
   if (!S_ISDIR (st.st_mode))
     return 0;
@@ -487,7 +450,7 @@ purge_dir (struct unpack *u, int dfd, const struct stat *dst, const char *path, 
   int rfd = openat (dfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (rfd < 0 && errno == EACCES)
     {
-      if (make_writable (u, path, dfd, dst, err) < 0)
+      if (unp_make_writable (u, path, dfd, dst, err) < 0)
         return -1;
       rfd = openat (dfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     }
@@ -562,8 +525,8 @@ apply_xattrs (struct unpack *u, struct archive_entry *e, int fd, const char *nam
 
 /* An entry for an existing directory gives it its whole metadata: the
  * xattrs a lower layer set (of the kinds apply_xattrs sets) go first. */
-static void
-clear_xattrs (int fd, const char *name)
+void
+unp_clear_xattrs (int fd, const char *name)
 {
   char list[65536];
   ssize_t n = flistxattr (fd, list, sizeof list);
@@ -621,6 +584,52 @@ write_file_data (struct unpack *u, struct archive *a, int fd, const char *name, 
   return 0;
 }
 
+/* (side mode) Whether directory path `dir`, or one above it, is a symlink
+ * this layer made: beneath the target it would resolve through whatever
+ * the lower layers have at the symlink's target. */
+static bool
+through_own_link (struct unpack *u, const char *dir)
+{
+  if (u->links.n == 0 || *dir == '\0')
+    return false;
+  cleanup_free char *p = xstrdup (dir);
+  for (char *c = p + strlen (p);; c--)
+    {
+      if (*c == '/' || *c == '\0')
+        {
+          char keep = *c;
+          *c = '\0';
+          bool hit = rfs_hmap_find (&u->links, p) != NULL;
+          *c = keep;
+          if (hit)
+            return true;
+        }
+      if (c == p)
+        return false;
+    }
+}
+
+/* (side mode) An entry is about to replace pfd/base.  When that is a
+ * directory the layer made as a parent (or whose entry came after its
+ * children), the entries below it went, in order, wherever the lower
+ * layers' tree led that path (a symlink there): they are not in the side
+ * directory as they would be in the target. */
+static int
+side_replaces_parent (struct unpack *u, int pfd, const char *base, const char *name,
+                      ib_error_t *err)
+{
+  struct stat st;
+  if (!u->side || fstatat (pfd, base, &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISDIR (st.st_mode))
+    return 0;
+  cleanup_free char *k = rfs_ino_key (&st);
+  hslot_t *slot = rfs_hmap_find (&u->dir_idx, k);
+  const struct dirmeta *d = slot && slot->val ? &u->dirs[(uintptr_t) slot->val - 1] : NULL;
+  if (d && d->set_owner && !d->late && !d->dead)
+    return 0;
+  u->dependent = "an entry in place of a directory made as a parent";
+  return ib_error_set (err, EXDEV, "entry %s: %s", name, u->dependent);
+}
+
 static int
 apply_whiteout (struct unpack *u, const char *name, const char *dir, const char *base,
                 ib_error_t *err)
@@ -670,10 +679,20 @@ apply_hardlink (struct unpack *u, struct archive_entry *e, const char *name, int
     return ib_error_set (err, EINVAL, "entry %s: hardlink to the top directory", name);
   const char *tbase;
   cleanup_free char *tdir = split_path (tname, &tbase);
+  struct stat tst, est;
+  if (u->side)
+    {
+      /* the target must be this layer's own file, reached without a symlink */
+      cleanup_close int sfd = through_own_link (u, tdir) ? -1 : ib_open_dir_in_root (u->rootfd, tdir);
+      if (sfd < 0 || fstatat (sfd, tbase, &tst, AT_SYMLINK_NOFOLLOW) < 0)
+        {
+          u->dependent = "a hard link to a file of a lower layer";
+          return ib_error_set (err, EXDEV, "entry %s: %s", name, u->dependent);
+        }
+    }
   cleanup_close int tfd = resolve_dir (u, tdir, false, err);
   if (tfd < 0)
     return ib_error_prefix (err, "entry %s: hardlink target %s", name, tname);
-  struct stat tst, est;
   if (fstatat (tfd, tbase, &tst, AT_SYMLINK_NOFOLLOW) < 0)
     return ib_error_sys (err, errno, "entry %s: hardlink target %s", name, tname);
   if (S_ISDIR (tst.st_mode))
@@ -682,7 +701,8 @@ apply_hardlink (struct unpack *u, struct archive_entry *e, const char *name, int
     {
       if (same_inode (&est, &tst))
         return 0;
-      if (remove_at (pfd, base, name, err) < 0)
+      if (side_replaces_parent (u, pfd, base, name, err) < 0
+          || unp_remove_at (pfd, base, name, err) < 0)
         return ib_error_prefix (err, "entry %s", name);
     }
   if (linkat (tfd, tbase, pfd, base, 0) < 0)
@@ -699,6 +719,19 @@ apply_entry (struct unpack *u, struct archive *a, struct archive_entry *e, const
   bool plain_file = archive_entry_filetype (e) == AE_IFREG && !archive_entry_hardlink (e);
   if (!plain_file)
     parent_cache_drop (u);
+  if (u->side)
+    {
+      const char *why = NULL;
+      if (ib_str_has_prefix (base, ".wh."))
+        why = "a whiteout";
+      else if (through_own_link (u, dir))
+        why = "a path through a symlink of its own";
+      if (why)
+        {
+          u->dependent = why;
+          return ib_error_set (err, EXDEV, "entry %s: %s", name, why);
+        }
+    }
   if (ib_str_has_prefix (base, ".wh."))
     return apply_whiteout (u, name, dir, base, err);
 
@@ -718,8 +751,8 @@ apply_entry (struct unpack *u, struct archive *a, struct archive_entry *e, const
         return ib_error_prefix (err, "entry %s", name);
       if (fstat (own_pfd, &pst) < 0)
         return ib_error_sys (err, errno, "entry %s", name);
-      keep_times (u, dir, &pst);
-      if (make_writable (u, dir, own_pfd, &pst, err) < 0)
+      unp_keep_times (u, dir, &pst);
+      if (unp_make_writable (u, dir, own_pfd, &pst, err) < 0)
         return ib_error_prefix (err, "entry %s", name);
       mark_holders (u, own_pfd, &pst);
       pfd = own_pfd;
@@ -731,8 +764,11 @@ apply_entry (struct unpack *u, struct archive *a, struct archive_entry *e, const
           pfd = u->pc_fd;
         }
     }
-  cleanup_free char *nk = name_key (&pst, base);
-  rfs_hmap_put (&u->names, nk, NULL);
+  if (!u->side) /* (the names whiteouts spare: a side layer has none) */
+    {
+      cleanup_free char *nk = unp_name_key (&pst, base);
+      rfs_hmap_put (&u->names, nk, NULL);
+    }
 
   if (archive_entry_hardlink (e))
     return apply_hardlink (u, e, name, pfd, base, err);
@@ -752,7 +788,9 @@ apply_entry (struct unpack *u, struct archive *a, struct archive_entry *e, const
     {
       if (exists && !S_ISDIR (est.st_mode))
         {
-          if (remove_at (pfd, base, name, err) < 0)
+          if (u->side)
+            rfs_hmap_put (&u->nondirs, name, NULL);
+          if (unp_remove_at (pfd, base, name, err) < 0)
             return ib_error_prefix (err, "entry %s", name);
           exists = false;
         }
@@ -764,14 +802,21 @@ apply_entry (struct unpack *u, struct archive *a, struct archive_entry *e, const
         dirmeta_forget (u, &est);
       if (archive_entry_xattr_count (e) > 0 || exists)
         {
+          /* (an existing directory may lack owner write permission, which
+           * user.* xattrs need without CAP_FOWNER) */
+          cleanup_close int pathfd
+              = exists ? openat (pfd, base, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) : -1;
+          if (pathfd >= 0 && unp_make_writable (u, name, pathfd, &est, err) < 0)
+            return ib_error_prefix (err, "entry %s", name);
           cleanup_close int fd = openat (pfd, base, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
           if (fd >= 0 && exists)
-            clear_xattrs (fd, name);
+            unp_clear_xattrs (fd, name);
           if (fd >= 0)
             apply_xattrs (u, e, fd, name);
         }
       bool fresh;
-      struct dirmeta *d = dirmeta_get (u, name, &est, &fresh);
+      struct dirmeta *d = unp_dirmeta_get (u, name, &est, &fresh);
+      d->late |= u->side && exists;
       d->mode = perm;
       d->set_owner = true;
       d->uid = uid;
@@ -785,7 +830,9 @@ apply_entry (struct unpack *u, struct archive *a, struct archive_entry *e, const
       return 0;
     }
 
-  if (exists && remove_at (pfd, base, name, err) < 0)
+  if (exists
+      && (side_replaces_parent (u, pfd, base, name, err) < 0
+          || unp_remove_at (pfd, base, name, err) < 0))
     return ib_error_prefix (err, "entry %s", name);
 
   switch (type)
@@ -802,7 +849,8 @@ apply_entry (struct unpack *u, struct archive *a, struct archive_entry *e, const
         cleanup_close int fd = openat (pfd, base, flags, create_mode);
         if (fd < 0 && errno == EEXIST)
           {
-            if (remove_at (pfd, base, name, err) < 0)
+            if (side_replaces_parent (u, pfd, base, name, err) < 0
+                || unp_remove_at (pfd, base, name, err) < 0)
               return ib_error_prefix (err, "entry %s", name);
             fd = openat (pfd, base, flags, create_mode);
           }
@@ -826,6 +874,8 @@ apply_entry (struct unpack *u, struct archive *a, struct archive_entry *e, const
           return ib_error_set (err, EINVAL, "entry %s: symlink without a target", name);
         if (symlinkat (target, pfd, base) < 0)
           return ib_error_sys (err, errno, "entry %s: symlink", name);
+        if (u->side)
+          rfs_hmap_put (&u->links, name, NULL);
         if (fchownat (pfd, base, uid, gid, AT_SYMLINK_NOFOLLOW) < 0)
           rfs_ignore_chown_error (name);
         if (has_mtime && utimensat (pfd, base, ts, AT_SYMLINK_NOFOLLOW) < 0)
@@ -908,8 +958,8 @@ apply_dirmeta_resolved (struct unpack *u, const struct dirmeta *d, ib_error_t *e
 /* Directory metadata last, deepest first (then in reverse order of
  * appearance), so that restrictive modes and mtimes are not disturbed by
  * later entries, and a parent's mode never blocks the way to a child. */
-static int
-apply_dirmeta (struct unpack *u, ib_error_t *err)
+int
+unp_apply_dirmeta (struct unpack *u, ib_error_t *err)
 {
   cleanup_free struct dirmeta **order = xmalloc ((u->n_dirs + 1) * sizeof *order);
   for (size_t i = 0; i < u->n_dirs; i++)
@@ -978,10 +1028,10 @@ apply_root_entry (struct unpack *u, struct archive_entry *e)
       return;
     }
   parent_cache_drop (u);
-  clear_xattrs (u->rootfd, ".");
+  unp_clear_xattrs (u->rootfd, ".");
   apply_xattrs (u, e, u->rootfd, ".");
   bool fresh;
-  struct dirmeta *d = dirmeta_get (u, "", &u->root_st, &fresh);
+  struct dirmeta *d = unp_dirmeta_get (u, "", &u->root_st, &fresh);
   d->mode = archive_entry_perm (e) & 07777;
   d->set_owner = true;
   d->uid = (uid_t) archive_entry_uid (e);
@@ -1035,7 +1085,8 @@ unpack_stream (struct unpack *u, struct archive *a, ib_error_t *err)
       if (n == 0)
         break;
     }
-  return apply_dirmeta (u, err);
+  /* a layer on the side: its directories' metadata go on with the merge */
+  return u->side ? 0 : unp_apply_dirmeta (u, err);
 }
 
 static ssize_t
@@ -1063,9 +1114,37 @@ ib_unpack_layer (const char *layer_path, const char *target, char diff_id[IB_DIG
   return ib_unpack_layer_stream (layer_path, fd_read, &fd, target, diff_id, stats, err);
 }
 
-int
-ib_unpack_layer_stream (const char *name, ib_layer_read_fn read_fn, void *ud, const char *target,
-                        char diff_id[IB_DIGEST_LEN], ib_unpack_stats_t *stats, ib_error_t *err)
+/* The process umask (shared by all threads) is 0 while any unpack runs:
+ * files are created with their final modes.  Counted, for layers unpacked
+ * at once (ib_unpack_layer_side). */
+static pthread_mutex_t umask_mu = PTHREAD_MUTEX_INITIALIZER;
+static unsigned umask_holders;
+static mode_t umask_saved;
+
+static void
+umask_hold (void)
+{
+  pthread_mutex_lock (&umask_mu);
+  if (umask_holders++ == 0)
+    umask_saved = umask (0);
+  pthread_mutex_unlock (&umask_mu);
+}
+
+static void
+umask_release (void)
+{
+  pthread_mutex_lock (&umask_mu);
+  if (--umask_holders == 0)
+    umask (umask_saved);
+  pthread_mutex_unlock (&umask_mu);
+}
+
+/* One layer's stream through u (set up by the caller: side or not) onto
+ * `target`.  u is left for the caller to free. */
+static int
+unpack_run (struct unpack *u, const char *name, ib_layer_read_fn read_fn, void *ud,
+            const char *target, char diff_id[IB_DIGEST_LEN], ib_unpack_stats_t *stats,
+            ib_error_t *err)
 {
   ib_unpack_stats_t local;
   if (stats == NULL)
@@ -1073,21 +1152,22 @@ ib_unpack_layer_stream (const char *name, ib_layer_read_fn read_fn, void *ud, co
   memset (stats, 0, sizeof *stats);
 
   struct src s;
-  struct unpack u = { .rootfd = -1, .src = &s, .stats = stats, .pc_fd = -1,
-                      .euid = geteuid (), .egid = getegid () };
+  u->rootfd = -1;
+  u->src = &s;
+  u->stats = stats;
+  u->pc_fd = -1;
+  u->euid = geteuid ();
+  u->egid = getegid ();
   int ret = -1;
   struct archive *a = NULL;
 
-  u.rootfd = open (target, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (u.rootfd < 0 || fstat (u.rootfd, &u.root_st) < 0)
+  u->rootfd = open (target, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (u->rootfd < 0 || fstat (u->rootfd, &u->root_st) < 0)
     {
       ib_error_sys (err, errno, "open target %s", target);
-      unpack_free (&u);
       return ib_error_prefix (err, "unpack layer %s", name);
     }
-  /* Files are created with their final modes; the process umask (shared
-   * by all threads) is 0 for the time of the unpack. */
-  mode_t old_umask = umask (0);
+  umask_hold ();
   if (rfs_src_open (&s, read_fn, ud, err) < 0)
     goto out;
   a = archive_read_new ();
@@ -1097,26 +1177,27 @@ ib_unpack_layer_stream (const char *name, ib_layer_read_fn read_fn, void *ud, co
   archive_read_support_format_empty (a);
   if (archive_read_open (a, &s, NULL, src_read_cb, NULL) != ARCHIVE_OK)
     {
-      arch_error (&u, a, NULL, err);
+      arch_error (u, a, NULL, err);
       goto out;
     }
-  ret = unpack_stream (&u, a, err);
+  ret = unpack_stream (u, a, err);
   if (ret == 0 && stats->skipped)
     ib_warn ("unpack layer %s: %llu device node%s or special file%s skipped (%s%s)", name,
              (unsigned long long) stats->skipped, stats->skipped > 1 ? "s" : "",
-             stats->skipped > 1 ? "s" : "", u.skipped_names.data,
+             stats->skipped > 1 ? "s" : "", u->skipped_names.data,
              stats->skipped > 4 ? ", ..." : "");
-  if (ret == 0 && u.caps_failed)
+  if (ret == 0 && u->caps_failed)
     ib_warn ("unpack layer %s: file capabilities (security.capability) not set on %llu file%s "
              "(%s%s): %s",
-             name, (unsigned long long) u.caps_failed, u.caps_failed > 1 ? "s" : "",
-             u.caps_names.data, u.caps_failed > 4 ? ", ..." : "", strerror (u.caps_errno));
+             name, (unsigned long long) u->caps_failed, u->caps_failed > 1 ? "s" : "",
+             u->caps_names.data, u->caps_failed > 4 ? ", ..." : "", strerror (u->caps_errno));
 out:
   if (a)
     archive_read_free (a);
-  unpack_free (&u);
+  parent_cache_drop (u);
   rfs_src_close (&s); /* joins the decoder: s.total and s.hash are final */
-  umask (old_umask);
+  u->src = NULL;
+  umask_release ();
   stats->bytes = s.total;
   stats->decoder_hashed = s.decoder_hashed;
   if (ret == 0 && diff_id)
@@ -1129,4 +1210,23 @@ out:
   if (ret < 0)
     return ib_error_prefix (err, "unpack layer %s", name);
   return 0;
+}
+
+int
+ib_unpack_layer_stream (const char *name, ib_layer_read_fn read_fn, void *ud, const char *target,
+                        char diff_id[IB_DIGEST_LEN], ib_unpack_stats_t *stats, ib_error_t *err)
+{
+  struct unpack u = { 0 };
+  int r = unpack_run (&u, name, read_fn, ud, target, diff_id, stats, err);
+  unp_free (&u);
+  return r;
+}
+
+int
+unp_side_run (struct unpack *u, const char *name, ib_layer_read_fn read_fn, void *ud,
+              const char *side_dir, char diff_id[IB_DIGEST_LEN], ib_unpack_stats_t *stats,
+              ib_error_t *err)
+{
+  u->side = true;
+  return unpack_run (u, name, read_fn, ud, side_dir, diff_id, stats, err);
 }

@@ -81,6 +81,45 @@ int ib_unpack_layer_stream (const char *name, ib_layer_read_fn read_fn, void *ud
                             const char *target, char diff_id[IB_DIGEST_LEN],
                             ib_unpack_stats_t *stats, ib_error_t *err);
 
+/* Layers unpacked at once (rootfs/unpack_side.c).  Layer i > 0 of an
+ * image can be unpacked into an empty directory of its own on the side,
+ * while the layers below it are being unpacked, and merged onto the
+ * target once they are: the result is the tree ib_unpack_layer gives,
+ * byte for byte and in every piece of metadata.  Where the layer's result
+ * depends on what the lower layers hold, the side unpack (or the merge)
+ * stops and says so; the caller then applies the layer in order with
+ * ib_unpack_layer (from its start).  A layer depends on its lower layers
+ * when it has a whiteout or an opaque whiteout, a hard link to a file it
+ * does not hold itself, or an entry under a symlink of its own; its
+ * merge does when an entry's parent directory, made by this layer
+ * implicitly or by a directory entry that came after its first child,
+ * meets a non-directory in the target, or when a directory the layer
+ * makes implicitly would land in a setgid directory of the target. */
+typedef struct ib_unpack_side ib_unpack_side_t;
+
+/* The layer read by `read_fn` unpacked into `side_dir`, an existing empty
+ * directory on the target's file system (the caller makes and removes
+ * it).  Directory modes and times are kept for the merge.  Returns 0 with
+ * *out (caller frees with ib_unpack_side_free) and `diff_id`; 1 when the
+ * layer depends on its lower layers (`side_dir` holds a part of it, the
+ * stream was not read to its end; nothing is reported); -1 with *err on
+ * any other failure (as ib_unpack_layer_stream).  Thread-safe: layers may
+ * be unpacked at once, each into its own directory. */
+int ib_unpack_layer_side (const char *name, ib_layer_read_fn read_fn, void *ud,
+                          const char *side_dir, char diff_id[IB_DIGEST_LEN],
+                          ib_unpack_stats_t *stats, ib_unpack_side_t **out, ib_error_t *err);
+
+/* Merge a layer unpacked on the side onto `target`, which holds the
+ * layers below it: entries are renamed in (no data copied), directories
+ * are merged, the layer's directory metadata applied.  Returns 0 when
+ * merged (what is left of the side directory is for the caller to
+ * remove); 1 when the result would depend on the lower layers (the target
+ * is unchanged: apply the layer with ib_unpack_layer); -1 with *err on
+ * failure (the target is partly changed). */
+int ib_unpack_side_merge (ib_unpack_side_t *side, const char *target, ib_error_t *err);
+
+void ib_unpack_side_free (ib_unpack_side_t *side);
+
 /* Limit on the uncompressed bytes of one layer (a guard against decompression
  * bombs): ib_unpack_layer fails with EFBIG, naming the limit, once the tar
  * stream grows past it.  `max` in bytes; 0 restores the default, which is
