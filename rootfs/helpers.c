@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 /* ---------------------------------------------------------------------- */
@@ -153,4 +154,36 @@ rfs_write_full (int fd, const char *p, size_t n)
       n -= (size_t) k;
     }
   return true;
+}
+
+ssize_t
+rfs_fd_read (void *ud, void *buf, size_t len, ib_error_t *err)
+{
+  int fd = *(int *) ud;
+  for (;;)
+    {
+      ssize_t n = read (fd, buf, len);
+      if (n >= 0)
+        return n;
+      if (errno != EINTR)
+        return ib_error_sys (err, errno, "read");
+    }
+}
+
+void
+rfs_copy_xattrs (int sfd, int dfd, const char *shown)
+{
+  char list[65536];
+  ssize_t n = flistxattr (sfd, list, sizeof list);
+  if (n <= 0)
+    return;
+  for (char *k = list; k < list + n; k += strlen (k) + 1)
+    {
+      if (!ib_str_has_prefix (k, "user.") && strcmp (k, "security.capability") != 0)
+        continue;
+      char val[65536];
+      ssize_t vn = fgetxattr (sfd, k, val, sizeof val);
+      if (vn < 0 || fsetxattr (dfd, k, val, (size_t) vn, 0) < 0)
+        ib_debug ("%s: xattr %s not copied: %s", shown, k, strerror (errno));
+    }
 }

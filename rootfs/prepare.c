@@ -14,7 +14,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -93,22 +92,7 @@ struct blob_src
 {
   ib_store_t *store;
   char *const *digests;
-  char *const *diff_ids;
 };
-
-static ssize_t
-blob_read (void *ud, void *buf, size_t len, ib_error_t *err)
-{
-  int fd = (int) (intptr_t) ud;
-  for (;;)
-    {
-      ssize_t n = read (fd, buf, len);
-      if (n >= 0)
-        return n;
-      if (errno != EINTR)
-        return ib_error_sys (err, errno, "read");
-    }
-}
 
 static int
 blob_open (void *ctx, size_t i, ib_layer_read_fn *fn, void **ud, ib_error_t *err)
@@ -119,8 +103,10 @@ blob_open (void *ctx, size_t i, ib_layer_read_fn *fn, void **ud, ib_error_t *err
   if (fd < 0)
     return ib_error_set (err, ENOENT, "layer %zu (%s) is not in the store", i, b->digests[i]);
   posix_fadvise (fd, 0, 0, POSIX_FADV_SEQUENTIAL);
-  *fn = blob_read;
-  *ud = (void *) (intptr_t) fd;
+  int *fdp = xmalloc (sizeof *fdp);
+  *fdp = fd;
+  *fn = rfs_fd_read;
+  *ud = fdp;
   return 0;
 }
 
@@ -129,19 +115,8 @@ blob_close (void *ctx, size_t i, void *ud)
 {
   (void) ctx;
   (void) i;
-  close ((int) (intptr_t) ud);
-}
-
-static int
-blob_applied (void *ctx, size_t i, const char *got, ib_error_t *err)
-{
-  struct blob_src *b = ctx;
-  if (strcmp (got, b->diff_ids[i]) != 0)
-    return ib_error_set (err, EINVAL,
-                         "layer %zu (%s): diff_id mismatch: the image config says %s, the "
-                         "layer's content is %s",
-                         i, b->digests[i], b->diff_ids[i], got);
-  return 0;
+  close (*(int *) ud);
+  free (ud);
 }
 
 int
@@ -193,32 +168,18 @@ again:
   else if (mkdir (dest, 0755) < 0)
     return ib_error_sys (err, errno, "prepare %s: create", dest);
 
-  struct blob_src bs = { .store = store, .digests = layer_digests, .diff_ids = diff_ids };
-  rfs_layer_src_t src = { .open = blob_open, .close = blob_close, .applied = blob_applied,
-                          .ctx = &bs };
+  struct blob_src bs = { .store = store, .digests = layer_digests };
   cleanup_strv char **names = NULL;
   for (size_t i = 0; i < n; i++)
     {
       cleanup_free char *blob = ib_store_blob_path (store, layer_digests[i]);
       ib_strv_push (&names, blob ? blob : layer_digests[i]);
     }
-  src.names = names;
+  rfs_layer_src_t src = { .open = blob_open, .close = blob_close, .names = names,
+                          .digests = layer_digests, .diff_ids = diff_ids, .ctx = &bs };
   /* several at once only onto a plain directory: an overlay takes no
    * rename from outside it */
-  int r = have == 0 ? rfs_unpack_layers (dest, 0, n, &src, err) : 0;
-  for (size_t i = have; have > 0 && r == 0 && i < n; i++)
-    {
-      char got[IB_DIGEST_LEN];
-      void *ud;
-      ib_layer_read_fn fn;
-      if ((r = blob_open (&bs, i, &fn, &ud, err)) == 0)
-        {
-          r = ib_unpack_layer_stream (names[i], fn, ud, dest, got, NULL, err);
-          blob_close (&bs, i, ud);
-        }
-      if (r == 0)
-        r = blob_applied (&bs, i, got, err);
-    }
+  int r = rfs_unpack_layers (dest, have, n, have == 0, &src, err);
   if (r < 0)
     {
       ib_rootfs_remove (dest, NULL);
@@ -265,8 +226,6 @@ pull_read (void *ud, void *buf, size_t len, ib_error_t *err)
 struct stream_src
 {
   ib_pull_session_t *s;
-  char **digests;
-  char **diff_ids;
   size_t next;           /* the first layer not yet applied */
 };
 
@@ -292,18 +251,12 @@ stream_close (void *ctx, size_t i, void *ud)
   free (ud);
 }
 
-static int
-stream_applied (void *ctx, size_t i, const char *got, ib_error_t *err)
+static void
+stream_applied (void *ctx, size_t i)
 {
   struct stream_src *ss = ctx;
-  if (strcmp (got, ss->diff_ids[i]) != 0)
-    return ib_error_set (err, EINVAL,
-                         "layer %zu (%s): diff_id mismatch: the image config says %s, the "
-                         "layer's content is %s",
-                         i, ss->digests[i], ss->diff_ids[i], got);
   ib_pull_session_layer_done (ss->s, i, true, NULL);
   ss->next = i + 1;
-  return 0;
 }
 
 static void
@@ -354,11 +307,11 @@ ib_rootfs_pull (ib_store_t *store, const char *ref, const char *os, const char *
       snprintf (name, sizeof name, "%zu (%.19s..)", i, digests[i]);
       ib_strv_push (&names, name);
     }
-  struct stream_src ss = { .s = s, .digests = digests, .diff_ids = diff_ids };
+  struct stream_src ss = { .s = s };
   rfs_layer_src_t src = { .open = stream_open, .close = stream_close, .applied = stream_applied,
-                          .names = names, .ctx = &ss };
+                          .names = names, .digests = digests, .diff_ids = diff_ids, .ctx = &ss };
   ib_error_t e = NULL;
-  if (rfs_unpack_layers (dest, 0, n, &src, &e) < 0)
+  if (rfs_unpack_layers (dest, 0, n, true, &src, &e) < 0)
     {
       if (e->status == ESTALE)
         {

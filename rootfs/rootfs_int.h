@@ -41,6 +41,13 @@ hslot_t *rfs_hmap_find (const hmap_t *m, const char *key);
 void rfs_hmap_put (hmap_t *m, const char *key, void *val);
 void rfs_hmap_free (hmap_t *m, bool free_vals);
 
+/* ib_layer_read_fn over a file: `ud` points to its fd. */
+ssize_t rfs_fd_read (void *ud, void *buf, size_t len, ib_error_t *err);
+
+/* The user.* and security.capability xattrs of fd sfd set on dfd (others
+ * are host-specific); a failure is a debug message naming `shown`. */
+void rfs_copy_xattrs (int sfd, int dfd, const char *shown);
+
 /* "dev:ino" of a stat (caller frees). */
 char *rfs_ino_key (const struct stat *st);
 
@@ -161,20 +168,24 @@ typedef struct rfs_layer_src
    * thread; close ends it.  Layers may be read at once. */
   int (*open) (void *ctx, size_t i, ib_layer_read_fn *fn, void **ud, ib_error_t *err);
   void (*close) (void *ctx, size_t i, void *ud);
-  /* Layer i is on dest (in order, on the calling thread), with diff_id
-   * got: -1 with *err stops (e.g. a diff_id mismatch). */
-  int (*applied) (void *ctx, size_t i, const char *got, ib_error_t *err);
+  /* Layer i is on dest (in order, on the calling thread), its diff_id
+   * checked (may be NULL). */
+  void (*applied) (void *ctx, size_t i);
   char *const *names;    /* each layer's name in messages */
+  char *const *digests;  /* each layer's blob digest, in messages */
+  char *const *diff_ids; /* what each layer's tar must hash to (the config's) */
   void *ctx;
 } rfs_layer_src_t;
 
-/* Layers first..n-1 onto directory dest (a plain directory holding the
- * layers below `first`), several at once where that helps (unpack.h:
- * ib_unpack_layer_side; side directories are made beside dest, named
- * DEST.layerI-XXXXXX, and removed).  The result is what applying them one
- * by one gives.  -1 with *err (dest partly unpacked) on the first failure;
- * the later layers are not applied. */
-int rfs_unpack_layers (const char *dest, size_t first, size_t n, const rfs_layer_src_t *src,
-                       ib_error_t *err);
+/* Layers first..n-1 onto directory dest (holding the layers below
+ * `first`), each diff_id checked ("layer I (DIGEST): diff_id mismatch").
+ * With `at_once` (dest a plain directory, not an overlay), several at once
+ * where that helps (unpack.h: ib_unpack_layer_side; side directories are
+ * made beside dest, named DEST.layerI-XXXXXX, and removed); else one by
+ * one.  The result is what applying them one by one gives.  -1 with *err
+ * (dest partly unpacked) on the first failure; the later layers are not
+ * applied. */
+int rfs_unpack_layers (const char *dest, size_t first, size_t n, bool at_once,
+                       const rfs_layer_src_t *src, ib_error_t *err);
 
 #endif

@@ -33,24 +33,6 @@ struct copy
   hmap_t links;          /* rfs_ino_key of a source inode -> its first copy (path under dst) */
 };
 
-static void
-copy_xattrs (int sfd, int dfd, const char *shown)
-{
-  char list[65536];
-  ssize_t n = flistxattr (sfd, list, sizeof list);
-  if (n <= 0)
-    return;
-  for (char *k = list; k < list + n; k += strlen (k) + 1)
-    {
-      if (!ib_str_has_prefix (k, "user.") && strcmp (k, "security.capability") != 0)
-        continue;
-      char val[65536];
-      ssize_t vn = fgetxattr (sfd, k, val, sizeof val);
-      if (vn < 0 || fsetxattr (dfd, k, val, (size_t) vn, 0) < 0)
-        ib_debug ("%s: xattr %s not copied: %s", shown, k, strerror (errno));
-    }
-}
-
 /* The data of a regular file (`st` its stat) from in to out.  A file with
  * holes (a sparse file: lastlog, a disk image) keeps them: a reflink where
  * the filesystem can, else its data segments (SEEK_DATA / SEEK_HOLE) are
@@ -153,7 +135,7 @@ copy_entry (struct copy *c, int sfd, int dfd, const char *name, const char *rel,
           rfs_ignore_chown_error (shown);
         if (fchmod (d2, st.st_mode & 07777) < 0)
           return ib_error_sys (err, errno, "chmod copy of %s", shown);
-        copy_xattrs (s2, d2, shown);
+        rfs_copy_xattrs (s2, d2, shown);
         if (futimens (d2, ts) < 0)
           return ib_error_sys (err, errno, "set times of copy of %s", shown);
         return 0;
@@ -179,7 +161,7 @@ copy_entry (struct copy *c, int sfd, int dfd, const char *name, const char *rel,
           rfs_ignore_chown_error (shown);
         if (fchmod (out, st.st_mode & 07777) < 0)
           return ib_error_sys (err, errno, "chmod copy of %s", shown);
-        copy_xattrs (in, out, shown);
+        rfs_copy_xattrs (in, out, shown);
         if (futimens (out, ts) < 0)
           return ib_error_sys (err, errno, "set times of copy of %s", shown);
         break;

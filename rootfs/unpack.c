@@ -1089,20 +1089,6 @@ unpack_stream (struct unpack *u, struct archive *a, ib_error_t *err)
   return u->side ? 0 : unp_apply_dirmeta (u, err);
 }
 
-static ssize_t
-fd_read (void *ud, void *buf, size_t len, ib_error_t *err)
-{
-  int fd = *(int *) ud;
-  for (;;)
-    {
-      ssize_t n = read (fd, buf, len);
-      if (n >= 0)
-        return n;
-      if (errno != EINTR)
-        return ib_error_sys (err, errno, "read");
-    }
-}
-
 int
 ib_unpack_layer (const char *layer_path, const char *target, char diff_id[IB_DIGEST_LEN],
                  ib_unpack_stats_t *stats, ib_error_t *err)
@@ -1111,7 +1097,7 @@ ib_unpack_layer (const char *layer_path, const char *target, char diff_id[IB_DIG
   if (fd < 0)
     return ib_error_sys (err, errno, "unpack layer %s: open", layer_path);
   posix_fadvise (fd, 0, 0, POSIX_FADV_SEQUENTIAL);
-  return ib_unpack_layer_stream (layer_path, fd_read, &fd, target, diff_id, stats, err);
+  return ib_unpack_layer_stream (layer_path, rfs_fd_read, &fd, target, diff_id, stats, err);
 }
 
 /* The process umask (shared by all threads) is 0 while any unpack runs:

@@ -113,6 +113,20 @@ worker (void *arg)
   return NULL;
 }
 
+/* Layer i is on dest with diff_id got: checked, then told. */
+static int
+applied (const rfs_layer_src_t *src, size_t i, const char *got, ib_error_t *err)
+{
+  if (strcmp (got, src->diff_ids[i]) != 0)
+    return ib_error_set (err, EINVAL,
+                         "layer %zu (%s): diff_id mismatch: the image config says %s, the "
+                         "layer's content is %s",
+                         i, src->digests[i], src->diff_ids[i], got);
+  if (src->applied)
+    src->applied (src->ctx, i);
+  return 0;
+}
+
 /* Layer i read once more and applied onto dest in order. */
 static int
 in_order (const rfs_layer_src_t *src, const char *dest, size_t i, char got[IB_DIGEST_LEN],
@@ -165,15 +179,15 @@ remove_side_dir (struct job *j)
 }
 
 int
-rfs_unpack_layers (const char *dest, size_t first, size_t n, const rfs_layer_src_t *src,
-                   ib_error_t *err)
+rfs_unpack_layers (const char *dest, size_t first, size_t n, bool at_once,
+                   const rfs_layer_src_t *src, ib_error_t *err)
 {
   char got[IB_DIGEST_LEN];
-  int nw = n > first + 1 ? workers_wanted (n - first) : 0;
+  int nw = at_once && n > first + 1 ? workers_wanted (n - first) : 0;
   if (nw < 1)
     {
       for (size_t i = first; i < n; i++)
-        if (in_order (src, dest, i, got, err) < 0 || src->applied (src->ctx, i, got, err) < 0)
+        if (in_order (src, dest, i, got, err) < 0 || applied (src, i, got, err) < 0)
           return -1;
       return 0;
     }
@@ -190,7 +204,7 @@ rfs_unpack_layers (const char *dest, size_t first, size_t n, const rfs_layer_src
       break; /* fewer workers; the calling thread does what is left */
 
   int ret = 0;
-  if (in_order (src, dest, first, got, err) < 0 || src->applied (src->ctx, first, got, err) < 0)
+  if (in_order (src, dest, first, got, err) < 0 || applied (src, first, got, err) < 0)
     ret = -1;
   for (size_t i = first + 1; ret == 0 && i < n; i++)
     {
@@ -239,7 +253,7 @@ rfs_unpack_layers (const char *dest, size_t first, size_t n, const rfs_layer_src
       if (r == 1)
         r = in_order (src, dest, i, got, err);
       if (r == 0)
-        r = src->applied (src->ctx, i, got, err);
+        r = applied (src, i, got, err);
       if (r < 0)
         ret = -1;
     }

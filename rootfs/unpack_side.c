@@ -229,17 +229,7 @@ copy_dir_xattrs (int sfd, int tfd, const char *sub, const char *rel)
       return;
     }
   unp_clear_xattrs (to, rel);
-  char list[65536];
-  ssize_t n = flistxattr (from, list, sizeof list);
-  for (char *k = list; n > 0 && k < list + n; k += strlen (k) + 1)
-    {
-      if (!ib_str_has_prefix (k, "user.") && strcmp (k, "security.capability") != 0)
-        continue;
-      char val[65536];
-      ssize_t vn = fgetxattr (from, k, val, sizeof val);
-      if (vn < 0 || fsetxattr (to, k, val, (size_t) vn, 0) < 0)
-        ib_debug ("/%s: xattr %s not merged: %s", rel, k, strerror (errno));
-    }
+  rfs_copy_xattrs (from, to, rel);
 }
 
 /* The side record d of a directory that the target already had (stat
