@@ -211,6 +211,13 @@ unp_free (struct unpack *u)
   rfs_hmap_free (&u->dir_idx, false);
   rfs_hmap_free (&u->links, false);
   rfs_hmap_free (&u->nondirs, false);
+  for (size_t i = 0; i < u->n_whs; i++)
+    {
+      free (u->whs[i].path);
+      rfs_hmap_free (&u->whs[i].spared, false);
+    }
+  free (u->whs);
+  rfs_hmap_free (&u->wh_idx, false);
   for (size_t i = 0; i < u->n_dirs; i++)
     free (u->dirs[i].path);
   free (u->dirs);
@@ -668,6 +675,98 @@ apply_whiteout (struct unpack *u, const char *name, const char *dir, const char 
   return 0;
 }
 
+/* (side mode) Everything beneath side directory dfd (path rel) into
+ * `spared`; false when some of it cannot be read. */
+static bool
+side_snapshot (int dfd, const char *rel, hmap_t *spared)
+{
+  int rfd = openat (dfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  DIR *d = rfd >= 0 ? rfs_fdopendir (rfd) : NULL;
+  if (d == NULL)
+    return false;
+  errno = 0;
+  cleanup_strv char **names = rfs_dir_names (d);
+  bool ok = names != NULL || errno == 0;
+  closedir (d);
+  for (size_t i = 0; ok && names && names[i]; i++)
+    {
+      cleanup_free char *sub = *rel ? xasprintf ("%s/%s", rel, names[i]) : xstrdup (names[i]);
+      struct stat st;
+      if (fstatat (dfd, names[i], &st, AT_SYMLINK_NOFOLLOW) < 0)
+        return false;
+      rfs_hmap_put (spared, sub, (void *) (uintptr_t) (S_ISDIR (st.st_mode) ? WH_DIR : WH_NONDIR));
+      if (S_ISDIR (st.st_mode))
+        {
+          cleanup_close int sfd = openat (dfd, names[i], O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+          ok = sfd >= 0 && side_snapshot (sfd, sub, spared);
+        }
+    }
+  return ok;
+}
+
+/* (side mode) A whiteout: recorded, with what this layer had put beneath
+ * its path so far, for the merge to apply to the target (unpack_side.c).
+ * An opaque whiteout makes its directory, as in order. */
+static int
+side_record_whiteout (struct unpack *u, const char *name, const char *dir, const char *base,
+                      ib_error_t *err)
+{
+  const char *victim = base + 4;
+  bool opaque = strcmp (base, ".wh..wh..opq") == 0;
+  if (!opaque && ib_str_has_prefix (victim, ".wh."))
+    {
+      ib_debug ("entry %s: whiteout metadata ignored", name);
+      return 0;
+    }
+  const char *why = NULL;
+  hmap_t spared = { 0 };
+  cleanup_free char *path = opaque ? xstrdup (dir)
+                                   : (*dir ? xasprintf ("%s/%s", dir, victim) : xstrdup (victim));
+  if (!opaque && (*victim == '\0' || strcmp (victim, ".") == 0 || strcmp (victim, "..") == 0))
+    why = "an invalid whiteout"; /* the in-order unpack says so */
+  else if (opaque)
+    {
+      ib_error_t re = NULL;
+      cleanup_close int dfd = resolve_dir (u, dir, true, &re);
+      ib_error_free (&re);
+      if (dfd < 0)
+        why = "an opaque whiteout where the layer has a non-directory";
+      else if (!side_snapshot (dfd, path, &spared))
+        why = "a side directory that cannot be read";
+    }
+  else
+    {
+      struct stat st;
+      cleanup_close int dfd = ib_open_dir_in_root (u->rootfd, dir);
+      if (dfd >= 0 && fstatat (dfd, victim, &st, AT_SYMLINK_NOFOLLOW) == 0)
+        {
+          if (!S_ISDIR (st.st_mode))
+            return 0; /* the layer's own: spared, nothing to do */
+          rfs_hmap_put (&spared, path, (void *) (uintptr_t) WH_DIR);
+          cleanup_close int sfd = openat (dfd, victim, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+          if (sfd < 0 || !side_snapshot (sfd, path, &spared))
+            why = "a side directory that cannot be read";
+        }
+    }
+  if (why)
+    {
+      rfs_hmap_free (&spared, false);
+      u->dependent = why;
+      return ib_error_set (err, EXDEV, "entry %s: %s", name, why);
+    }
+  if (u->n_whs == u->cap_whs)
+    {
+      u->cap_whs = u->cap_whs ? u->cap_whs * 2 : 16;
+      u->whs = xrealloc (u->whs, u->cap_whs * sizeof *u->whs);
+    }
+  struct side_whiteout *w = &u->whs[u->n_whs++];
+  hslot_t *last = rfs_hmap_find (&u->wh_idx, path);
+  *w = (struct side_whiteout) { .path = steal_pointer (&path), .opaque = opaque, .spared = spared,
+                                .next = last ? (size_t) (uintptr_t) last->val : 0 };
+  rfs_hmap_put (&u->wh_idx, w->path, (void *) (uintptr_t) u->n_whs);
+  return 0;
+}
+
 static int
 apply_hardlink (struct unpack *u, struct archive_entry *e, const char *name, int pfd,
                 const char *base, ib_error_t *err)
@@ -721,16 +820,13 @@ apply_entry (struct unpack *u, struct archive *a, struct archive_entry *e, const
     parent_cache_drop (u);
   if (u->side)
     {
-      const char *why = NULL;
-      if (ib_str_has_prefix (base, ".wh."))
-        why = "a whiteout";
-      else if (through_own_link (u, dir))
-        why = "a path through a symlink of its own";
-      if (why)
+      if (through_own_link (u, dir))
         {
-          u->dependent = why;
-          return ib_error_set (err, EXDEV, "entry %s: %s", name, why);
+          u->dependent = "a path through a symlink of its own";
+          return ib_error_set (err, EXDEV, "entry %s: %s", name, u->dependent);
         }
+      if (ib_str_has_prefix (base, ".wh."))
+        return side_record_whiteout (u, name, dir, base, err);
     }
   if (ib_str_has_prefix (base, ".wh."))
     return apply_whiteout (u, name, dir, base, err);

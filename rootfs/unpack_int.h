@@ -25,6 +25,26 @@ struct dirmeta
   bool late;             /* (side mode) its entry came after the layer made it as a parent */
 };
 
+/* (side mode) A whiteout met by a side unpack: applied to the target just
+ * before the merge (unpack_side.c), as the in-order unpack applies it when
+ * it meets it.  In order, a whiteout spares what the layer itself had put
+ * beneath its path by then; `spared` is that, read from the side tree when
+ * the whiteout came. */
+enum
+{
+  WH_DIR = 1,            /* spared values: a directory, merged beneath */
+  WH_NONDIR = 2          /* anything else: kept, and replaced by the merge */
+};
+
+struct side_whiteout
+{
+  char *path;            /* what it removes (plain) or empties (opaque) */
+  bool opaque;
+  hmap_t spared;         /* paths the layer had made beneath `path` (and
+                            `path` itself, plain) -> WH_DIR / WH_NONDIR */
+  size_t next;           /* index + 1 of an earlier whiteout of the same path */
+};
+
 struct unpack
 {
   int rootfd;
@@ -59,6 +79,9 @@ struct unpack
   hmap_t nondirs;        /* (side) names where a directory entry replaced a
                             non-directory of this layer: there the layer
                             replaced the lower layers' tree */
+  struct side_whiteout *whs; /* (side) whiteouts, in the layer's order */
+  size_t n_whs, cap_whs;
+  hmap_t wh_idx;         /* (side) path -> index + 1 of its last whiteout */
 };
 
 /* "dev:ino/name": a name inside the directory `dir` (allocated). */

@@ -2,16 +2,19 @@
  * the side, in an empty directory of its own, and its merge onto the
  * layers below it.
  *
- * Reading order: ib_unpack_layer_side (unpack.c in side mode: whiteouts,
- * hard links out of the layer and paths through its own symlinks stop it);
- * then ib_unpack_side_merge: check() walks the side tree beside the target
- * without changing anything and finds what would make the result depend on
- * the lower layers; merge() then renames each side entry into the target
- * (a directory both have is merged, anything else in the target replaced);
- * last, the directories' metadata: the layer's own directory entries (moved
- * to the target's inode where the target had that directory) and the
- * mtimes and modes of the target's directories the merge changed, all put
- * back as unpack.c does at the end of a layer (unp_apply_dirmeta).
+ * Reading order: ib_unpack_layer_side (unpack.c in side mode: hard links
+ * out of the layer and paths through its own symlinks stop it; whiteouts
+ * are recorded, struct side_whiteout); then ib_unpack_side_merge:
+ * wh_check() and check() walk the side tree beside the target without
+ * changing anything and find what would make the result depend on the
+ * lower layers; wh_apply() removes what the whiteouts remove (wh_gone()
+ * tells check() what will be gone); merge() then renames each side entry
+ * into the target (a directory both have is merged, anything else in the
+ * target replaced); last, the directories' metadata: the layer's own
+ * directory entries (moved to the target's inode where the target had
+ * that directory) and the mtimes and modes of the target's directories the
+ * merge changed, all put back as unpack.c does at the end of a layer
+ * (unp_apply_dirmeta).
  *
  * Safety: the target is walked with O_NOFOLLOW at every step from its root
  * (a symlink there is replaced or makes the layer dependent, never
@@ -141,6 +144,219 @@ made_as_parent_below (struct unpack *s, int sfd, const char *name, const struct 
   return false;
 }
 
+/* Whether whiteout w removes the target's entry at `rel`: rel is w's path
+ * or beneath it (opaque: strictly beneath), and on the way down from there
+ * a path the layer had not made when the whiteout came is met before one
+ * it had made as a non-directory. */
+static bool
+wh_removes (const struct side_whiteout *w, const char *rel)
+{
+  size_t plen = strlen (w->path);
+  if (plen > 0 && (strncmp (rel, w->path, plen) != 0 || (rel[plen] != '\0' && rel[plen] != '/')))
+    return false;
+  const char *end = rel + plen; /* the end of the path looked at */
+  if (w->opaque)
+    {
+      if (*end == '\0')
+        return false; /* the directory itself stays */
+      end += plen > 0; /* past the '/' */
+      while (*end && *end != '/')
+        end++;
+    }
+  for (;;)
+    {
+      cleanup_free char *prefix = xstrndup (rel, (size_t) (end - rel));
+      hslot_t *slot = rfs_hmap_find (&w->spared, prefix);
+      if (slot == NULL)
+        return true;
+      if ((uintptr_t) slot->val == WH_NONDIR || *end == '\0')
+        return false;
+      end++;
+      while (*end && *end != '/')
+        end++;
+    }
+}
+
+/* Whether some whiteout of the side layer removes the target's entry at
+ * `rel` before the merge. */
+static bool
+wh_gone (const struct unpack *s, const char *rel)
+{
+  if (s->n_whs == 0)
+    return false;
+  for (const char *c = rel + strlen (rel);; c--)
+    {
+      if (*c == '/' || *c == '\0')
+        {
+          cleanup_free char *prefix = xstrndup (rel, (size_t) (c - rel));
+          hslot_t *slot = rfs_hmap_find (&s->wh_idx, prefix);
+          for (size_t i = slot ? (size_t) (uintptr_t) slot->val : 0; i; i = s->whs[i - 1].next)
+            if (wh_removes (&s->whs[i - 1], rel))
+              return true;
+        }
+      if (c == rel)
+        break;
+    }
+  hslot_t *top = rfs_hmap_find (&s->wh_idx, ""); /* an opaque "./" */
+  for (size_t i = top ? (size_t) (uintptr_t) top->val : 0; i; i = s->whs[i - 1].next)
+    if (*rel && wh_removes (&s->whs[i - 1], rel))
+      return true;
+  return false;
+}
+
+/* The target's directory `dir` (an O_PATH fd into *out), walked from its
+ * root without following a symlink, for a whiteout there.  1: found; 0:
+ * missing or under a non-directory (a plain whiteout has nothing to
+ * remove, as in order); -1: the layer depends on the layers below (*why):
+ * in order the whiteout would follow a symlink of theirs, or an opaque
+ * whiteout make its directory where they have a non-directory. */
+static int
+wh_open_dir (int rootfd, const char *dir, bool opaque, int *out, const char **why)
+{
+  int cur = openat (rootfd, ".", O_PATH | O_DIRECTORY | O_CLOEXEC);
+  if (cur < 0)
+    {
+      *why = "the target could not be opened";
+      return -1;
+    }
+  cleanup_free char *copy = xstrdup (dir);
+  char *save = NULL;
+  for (char *comp = strtok_r (copy, "/", &save); comp; comp = strtok_r (NULL, "/", &save))
+    {
+      struct stat st;
+      int r = 1;
+      if (fstatat (cur, comp, &st, AT_SYMLINK_NOFOLLOW) < 0)
+        {
+          r = errno == ENOENT ? 0 : -1;
+          *why = "a directory of the target could not be read";
+        }
+      else if (S_ISLNK (st.st_mode))
+        {
+          r = -1;
+          *why = "a whiteout beneath a symlink of the lower layers";
+        }
+      else if (!S_ISDIR (st.st_mode))
+        {
+          r = opaque ? -1 : 0;
+          *why = "an opaque whiteout beneath a non-directory of the lower layers";
+        }
+      int next = r > 0 ? openat (cur, comp, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) : -1;
+      close (cur);
+      if (r > 0 && next < 0)
+        {
+          *why = "a directory of the target could not be opened";
+          r = -1;
+        }
+      if (r <= 0)
+        return r;
+      cur = next;
+    }
+  *out = cur;
+  return 1;
+}
+
+/* The parent directory of whiteout w's path (allocated) and its last name. */
+static char *
+wh_dir (const struct side_whiteout *w, const char **victim)
+{
+  const char *slash = strrchr (w->path, '/');
+  *victim = w->opaque ? NULL : slash ? slash + 1 : w->path;
+  if (w->opaque)
+    return xstrdup (w->path);
+  return slash ? xstrndup (w->path, (size_t) (slash - w->path)) : xstrdup ("");
+}
+
+/* Whether every whiteout of the side layer can be applied to the target
+ * as in order (see wh_open_dir); changes nothing. */
+static bool
+wh_check (const struct unpack *s, int rootfd, const char **why)
+{
+  for (size_t i = 0; i < s->n_whs; i++)
+    {
+      const char *victim;
+      cleanup_free char *dir = wh_dir (&s->whs[i], &victim);
+      int fd = -1;
+      int r = wh_open_dir (rootfd, dir, s->whs[i].opaque, &fd, why);
+      if (fd >= 0)
+        close (fd);
+      if (r < 0)
+        return false;
+    }
+  return true;
+}
+
+/* Remove what the lower layers have at dfd/name (dfd: the target's
+ * directory dpath, stat dst), beneath paths whiteout w spares. */
+static int
+wh_remove (const struct side_whiteout *w, struct unpack *t, int dfd, const struct stat *dst,
+           const char *dpath, const char *name, ib_error_t *err)
+{
+  cleanup_free char *shown = join_rel (dpath, name);
+  struct stat st;
+  if (fstatat (dfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+    return errno == ENOENT ? 0 : ib_error_sys (err, errno, "whiteout /%s", shown);
+  hslot_t *slot = rfs_hmap_find (&w->spared, shown);
+  if (slot == NULL)
+    {
+      unp_keep_times (t, dpath, dst);
+      if (unp_make_writable (t, dpath, dfd, dst, err) < 0)
+        return -1;
+      return unp_remove_at (dfd, name, shown, err);
+    }
+  if ((uintptr_t) slot->val == WH_NONDIR || !S_ISDIR (st.st_mode))
+    return 0; /* the merge replaces it */
+  cleanup_close int sub = openat (dfd, name, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (sub < 0)
+    return ib_error_sys (err, errno, "whiteout /%s", shown);
+  if (faccessat (sub, ".", R_OK, AT_EACCESS) < 0
+      && unp_make_writable (t, shown, sub, &st, err) < 0)
+    return -1;
+  cleanup_strv char **names = names_of (sub);
+  if (names == NULL)
+    return ib_error_sys (err, errno, "whiteout /%s", shown);
+  for (size_t i = 0; names[i]; i++)
+    if (wh_remove (w, t, sub, &st, shown, names[i], err) < 0)
+      return -1;
+  return 0;
+}
+
+/* The side layer's whiteouts applied to the target, in the layer's order. */
+static int
+wh_apply (const struct unpack *s, struct unpack *t, ib_error_t *err)
+{
+  for (size_t i = 0; i < s->n_whs; i++)
+    {
+      const struct side_whiteout *w = &s->whs[i];
+      const char *victim, *why;
+      cleanup_free char *dir = wh_dir (w, &victim);
+      cleanup_close int dfd = -1;
+      int r = wh_open_dir (t->rootfd, dir, w->opaque, &dfd, &why);
+      if (r < 0)
+        return ib_error_set (err, EIO, "whiteout /%s: %s", w->path, why);
+      if (r == 0)
+        continue;
+      struct stat dst;
+      if (fstat (dfd, &dst) < 0)
+        return ib_error_sys (err, errno, "whiteout /%s", w->path);
+      if (victim)
+        {
+          if (wh_remove (w, t, dfd, &dst, dir, victim, err) < 0)
+            return -1;
+          continue;
+        }
+      if (faccessat (dfd, ".", R_OK, AT_EACCESS) < 0
+          && unp_make_writable (t, dir, dfd, &dst, err) < 0)
+        return -1;
+      cleanup_strv char **names = names_of (dfd);
+      if (names == NULL)
+        return ib_error_sys (err, errno, "whiteout /%s", w->path);
+      for (size_t j = 0; names[j]; j++)
+        if (wh_remove (w, t, dfd, &dst, dir, names[j], err) < 0)
+          return -1;
+    }
+  return 0;
+}
+
 /* Whether merging side directory sfd onto target directory tfd (stat tst)
  * gives what applying the layer in order gives; `why` says what stands in
  * the way.  Changes nothing. */
@@ -162,9 +378,11 @@ check (struct unpack *s, int sfd, int tfd, const struct stat *tst, const char *r
           *why = "a side entry could not be read";
           return false;
         }
-      if (fstatat (tfd, names[i], &cst, AT_SYMLINK_NOFOLLOW) < 0)
+      cleanup_free char *sub_rel = join_rel (rel, names[i]);
+      /* (an entry a whiteout removes is not there for the merge) */
+      if (fstatat (tfd, names[i], &cst, AT_SYMLINK_NOFOLLOW) < 0 || wh_gone (s, sub_rel))
         {
-          if (errno != ENOENT)
+          if (errno != ENOENT && !wh_gone (s, sub_rel))
             {
               *why = "a directory of the target could not be read";
               return false;
@@ -176,7 +394,6 @@ check (struct unpack *s, int sfd, int tfd, const struct stat *tst, const char *r
             }
           continue;
         }
-      cleanup_free char *sub_rel = join_rel (rel, names[i]);
       if (!S_ISDIR (sst.st_mode) || rfs_hmap_find (&s->nondirs, sub_rel))
         {
           /* replaces what is there */
@@ -320,23 +537,24 @@ ib_unpack_side_merge (ib_unpack_side_t *side, const char *target, ib_error_t *er
       return -1;
     }
   const char *why = NULL;
-  if (!check (s, sroot, t.rootfd, &t.root_st, "", &why))
+  if (!wh_check (s, t.rootfd, &why) || !check (s, sroot, t.rootfd, &t.root_st, "", &why))
     {
       ib_debug ("merge %s into %s: the layer depends on the layers below (%s)", side->dir, target,
                 why);
       unp_free (&t);
       return 1;
     }
-  int r = 0;
+  /* the whiteouts first: they removed from the lower layers, in order */
+  int r = wh_apply (s, &t, err);
   /* the "./" entry: the target's own metadata */
   struct stat sst;
-  struct dirmeta *d = fstat (sroot, &sst) == 0 ? explicit_dir (s, &sst) : NULL;
+  struct dirmeta *d = r == 0 && fstat (sroot, &sst) == 0 ? explicit_dir (s, &sst) : NULL;
   if (d)
     {
       copy_dir_xattrs (sroot, t.rootfd, ".", ".");
       retarget (&t, d, &t.root_st);
     }
-  if (merge (s, &t, sroot, t.rootfd, &t.root_st, "", err) < 0)
+  if (r == 0 && merge (s, &t, sroot, t.rootfd, &t.root_st, "", err) < 0)
     r = -1;
   /* the side's other records (directories moved in whole, with their
    * inodes) join the target's, then all are applied */

@@ -92,8 +92,9 @@ entry (struct archive *a, const char *name, mode_t type, mode_t perm, const char
   archive_entry_free (e);
 }
 
-/* A random layer at `path`; layer 0 is a plain base. */
-static void
+/* A random layer at `path`; layer 0 is a plain base.  Returns whether it
+ * has a whiteout. */
+static bool
 random_layer (const char *path, int layer)
 {
   struct archive *a = archive_write_new ();
@@ -107,7 +108,7 @@ random_layer (const char *path, int layer)
              1300000000 + (time_t) i, false);
   if (layer > 0 && rnd (6) == 0)
     entry (a, "./", AE_IFDIR, 0751, NULL, NULL, false, 1500000000 + layer, rnd (2));
-  bool whiteouts = layer > 0 && rnd (3) == 0;
+  bool whiteouts = layer > 0 && rnd (3) == 0, wrote_whiteout = false;
   const char *last_file = NULL;
   unsigned n = 2 + rnd (layer == 0 ? 12 : 7);
   for (unsigned i = 0; i < n; i++)
@@ -145,15 +146,18 @@ random_layer (const char *path, int layer)
           cleanup_free char *wh = slash ? (*slash = '\0', xasprintf ("%s/.wh.%s", dir, base))
                                         : xasprintf (".wh.%s", base);
           entry (a, wh, AE_IFREG, 0644, NULL, NULL, false, mt, false);
+          wrote_whiteout = true;
         }
       else
         {
           cleanup_free char *opq = xasprintf ("%s/.wh..wh..opq", pick (false));
           entry (a, opq, AE_IFREG, 0644, NULL, NULL, false, mt, false);
+          wrote_whiteout = true;
         }
     }
   assert_int_equal (archive_write_close (a), ARCHIVE_OK);
   archive_write_free (a);
+  return wrote_whiteout;
 }
 
 /* One line per entry beneath `root` (sorted walk): what a tree is. */
@@ -274,7 +278,7 @@ fd_read (void *ud, void *buf, size_t len, ib_error_t *err)
 
 struct counts
 {
-  unsigned cases, failed_in_order, merged, dependent_side, dependent_merge;
+  unsigned cases, failed_in_order, merged, merged_whiteouts, dependent_side, dependent_merge;
 };
 
 static void
@@ -285,10 +289,11 @@ one_case (const char *top, struct counts *c)
   assert_int_equal (mkdir (seq, 0755), 0);
   assert_int_equal (mkdir (par, 0755), 0);
   char *layers[LAYERS];
+  bool has_wh[LAYERS];
   for (int i = 0; i < LAYERS; i++)
     {
       layers[i] = xasprintf ("%s/layer%d.tar", top, i);
-      random_layer (layers[i], i);
+      has_wh[i] = random_layer (layers[i], i);
     }
   time_t recent = time (NULL) - 5;
   bool ok = true;
@@ -337,7 +342,10 @@ one_case (const char *top, struct counts *c)
               if (r == 1)
                 c->dependent_merge++;
               else
-                c->merged++;
+                {
+                  c->merged++;
+                  c->merged_whiteouts += has_wh[i];
+                }
               ib_unpack_side_free (side[i]);
             }
           if (r == 1)
@@ -389,12 +397,14 @@ test_side_merge_equals_in_order (void **state)
     one_case (top, &c);
   ib_rm_rf (top, NULL);
   fprintf (stderr,
-           "side merge: %u cases, %u failed in order (skipped), %u layers merged, %u dependent "
-           "on the side, %u at the merge\n",
-           c.cases, c.failed_in_order, c.merged, c.dependent_side, c.dependent_merge);
+           "side merge: %u cases, %u failed in order (skipped), %u layers merged (%u with "
+           "whiteouts), %u dependent on the side, %u at the merge\n",
+           c.cases, c.failed_in_order, c.merged, c.merged_whiteouts, c.dependent_side,
+           c.dependent_merge);
   /* the cases exercise every path, not only the fallback */
   assert_true (c.failed_in_order < c.cases * 2 / 3);
   assert_true (c.merged > CASES / 2);
+  assert_true (c.merged_whiteouts > 20); /* whiteouts are applied before the merge */
   assert_true (c.dependent_side > 10);
   assert_true (c.dependent_merge > 5);
 }
@@ -402,20 +412,25 @@ test_side_merge_equals_in_order (void **state)
 /* Layers that do not depend on each other merge (no fallback), and the
  * result is the in-order tree: new and empty directories, files into
  * existing directories, a file replaced, a directory entry over an
- * existing directory (new mode and mtime), a hard link within the layer. */
+ * existing directory (new mode and mtime), a hard link within the layer,
+ * whiteouts and an opaque whiteout. */
 static void
 test_independent_layers_merge (void **state)
 {
   (void) state;
   char top[] = "/tmp/ib-side-XXXXXX";
   assert_non_null (mkdtemp (top));
-  const char *specs[3][8] = {
+  /* the last layer's whiteouts: a lower file; an opaque directory with
+   * the layer's own files before and after it; a directory the layer had
+   * already put a file in (only the lower file goes) */
+  const char *specs[4][10] = {
     { "d:usr", "d:usr/lib", "f:usr/lib/a", "f:usr/lib/b", "d:etc", "f:etc/conf", NULL },
     { "d:opt", "d:opt/empty", "f:usr/lib/c", "d:usr/share", "f:usr/share/doc", "h:usr/share/doc2>usr/share/doc", NULL },
-    { "f:etc/conf", "D:usr/lib", "f:usr/lib/d", "d:var", "d:var/cache", NULL },
+    { "f:etc/conf", "D:usr/lib", "f:usr/lib/d", "d:var", "d:var/cache", "f:var/cache/old", "d:srv", "f:srv/lower", NULL },
+    { "w:usr/lib/.wh.b", "f:usr/lib/e", "f:srv/new", "w:srv/.wh..wh..opq", "f:srv/after", "f:var/cache/x", "w:var/.wh.cache", NULL },
   };
-  char *layers[3];
-  for (int i = 0; i < 3; i++)
+  char *layers[4];
+  for (int i = 0; i < 4; i++)
     {
       layers[i] = xasprintf ("%s/layer%d.tar", top, i);
       struct archive *a = archive_write_new ();
@@ -426,7 +441,7 @@ test_independent_layers_merge (void **state)
           const char *sp = specs[i][k];
           char data[64];
           snprintf (data, sizeof data, "%s in %d", sp + 2, i);
-          if (sp[0] == 'f')
+          if (sp[0] == 'f' || sp[0] == 'w')
             entry (a, sp + 2, AE_IFREG, 0644, data, NULL, false, 1400000000 + k, false);
           else if (sp[0] == 'd' || sp[0] == 'D')
             entry (a, sp + 2, AE_IFDIR, sp[0] == 'D' ? 0750 : 0755, NULL, NULL, false,
@@ -447,10 +462,10 @@ test_independent_layers_merge (void **state)
   assert_int_equal (mkdir (seq, 0755), 0);
   assert_int_equal (mkdir (par, 0755), 0);
   ib_error_t err = NULL;
-  for (int i = 0; i < 3; i++)
+  for (int i = 0; i < 4; i++)
     assert_int_equal (ib_unpack_layer (layers[i], seq, NULL, NULL, &err), 0);
   assert_int_equal (ib_unpack_layer (layers[0], par, NULL, NULL, &err), 0);
-  for (int i = 1; i < 3; i++)
+  for (int i = 1; i < 4; i++)
     {
       cleanup_free char *sdir = xasprintf ("%s/side%d", top, i);
       assert_int_equal (mkdir (sdir, 0700), 0);
@@ -472,7 +487,14 @@ test_independent_layers_merge (void **state)
   assert_non_null (strstr (b, "data=etc/conf in 2"));
   assert_non_null (strstr (b, "usr/share/doc2 100644"));
   assert_non_null (strstr (b, "link=usr/share/doc"));
-  for (int i = 0; i < 3; i++)
+  assert_null (strstr (b, "\nusr/lib/b "));
+  assert_non_null (strstr (b, "\nusr/lib/e "));
+  assert_null (strstr (b, "\nsrv/lower "));
+  assert_non_null (strstr (b, "\nsrv/new "));
+  assert_non_null (strstr (b, "\nsrv/after "));
+  assert_null (strstr (b, "\nvar/cache/old "));
+  assert_non_null (strstr (b, "\nvar/cache/x "));
+  for (int i = 0; i < 4; i++)
     free (layers[i]);
   ib_rm_rf (top, NULL);
 }
