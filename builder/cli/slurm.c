@@ -609,6 +609,10 @@ slurm_follow (const char *dir, bool fail_fast, ib_error_t *err)
   interrupted = 0;
   int ret = 0, queue_failures = 0;
   bool seed_said = false, cancelled = false;
+  /* the cells that had failed when --fail-fast cancelled the job: one that
+   * fails after it (killed mid-step, exit 143) was cancelled, not failed */
+  bool *failed_first = xmalloc (n * sizeof *failed_first);
+  memset (failed_first, 0, n * sizeof *failed_first);
   double poll = 1.0;
   const char *env_poll = getenv ("IMGBUILD_SLURM_POLL");
   if (env_poll && atof (env_poll) > 0)
@@ -662,6 +666,9 @@ slurm_follow (const char *dir, bool fail_fast, ib_error_t *err)
                    array);
           scancel (seed_id, array);
           cancelled = true;
+          for (size_t i = 0; i < n; i++)
+            failed_first[i] = views[i].final && views[i].result.state
+                              && strcmp (views[i].result.state, "FAILED") == 0;
           if (interrupted)
             {
               ret = ib_error_set (err, EINTR, "interrupted: Slurm job %s cancelled", array);
@@ -684,6 +691,17 @@ slurm_follow (const char *dir, bool fail_fast, ib_error_t *err)
           cells[i].why = xstrdup (cancelled ? "cancelled" : "unknown");
           cells[i].seconds = -1;
         }
+      else if (cancelled && !interrupted && !failed_first[i]
+               && strcmp (cells[i].state, "FAILED") == 0)
+        {
+          ib_debug ("matrix %zu/%zu: failed after the job was cancelled: %s", i + 1, n,
+                    cells[i].why ? cells[i].why : "?");
+          free (cells[i].state);
+          free (cells[i].why);
+          cells[i].state = xstrdup ("not built");
+          cells[i].why = xstrdup ("CANCELLED by Slurm");
+          cells[i].seconds = -1;
+        }
       if (cells[i].label == NULL)
         cells[i].label = xstrdup (json_string_value (json_array_get (labels, i)));
       cells[i].index = i;
@@ -700,6 +718,7 @@ slurm_follow (const char *dir, bool fail_fast, ib_error_t *err)
   queue_entry_clear (&qs);
   free (cells);
   free (views);
+  free (failed_first);
   free (q);
   if (ret == 0 && bad)
     ret = ib_error_set (err, EIO, "matrix: %zu of %zu combinations not built (Slurm job %s)",
