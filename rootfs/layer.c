@@ -9,8 +9,10 @@
  * compressed bytes are hashed (digest) and written out: a single pass.
  */
 #include "rootfs/layer.h"
+#include "rootfs/owner.h"
 #include "rootfs/pgzip.h"
 #include "rootfs/rootfs_int.h"
+#include "rootfs/userns.h"
 #include "common/util.h"
 #include "oci/manifest.h"
 
@@ -53,6 +55,10 @@ struct ib_fs_scan
   size_t n, cap;
   bool no_dev;           /* st_dev not recorded (0): the scans of an overlay step
                             come from two mounts of the same layers */
+  bool owners;           /* owners recorded on files (rootfs/owner.h) are read:
+                            in every mode but root, which has every id */
+  const char *root;      /* (while scanning) the tree's path, for those reads:
+                            a plain path walk costs less than /proc/self/fd */
 };
 
 void
@@ -146,6 +152,15 @@ scan_record (ib_fs_scan_t *s, int dfd, const char *name, char **crel, const stru
   e->mode = st->st_mode;
   e->uid = st->st_uid;
   e->gid = st->st_gid;
+  if (s->owners && (S_ISREG (st->st_mode) || S_ISDIR (st->st_mode)))
+    {
+      char path[PATH_MAX];
+      int n = s->root ? snprintf (path, sizeof path, "%s/%s", s->root, e->path) : -1;
+      int r = n > 0 && (size_t) n < sizeof path ? ib_owner_get_at (AT_FDCWD, path, &e->uid, &e->gid)
+                                                : ib_owner_get_at (dfd, name, &e->uid, &e->gid);
+      if (r < 0)
+        return ib_error_sys (err, errno, "scan /%s: read its recorded owner", e->path);
+    }
   e->size = S_ISREG (st->st_mode) ? (uint64_t) st->st_size : 0;
   e->mtime_ns = (int64_t) st->st_mtim.tv_sec * 1000000000 + st->st_mtim.tv_nsec;
   e->ctime_ns = (int64_t) st->st_ctim.tv_sec * 1000000000 + st->st_ctim.tv_nsec;
@@ -273,7 +288,11 @@ scan_tree (const char *rootfs, char *const *ex, bool no_dev, ib_fs_scan_t **out,
     return ib_error_sys (err, errno, "scan %s", rootfs);
   cleanup_scan ib_fs_scan_t *s = xmalloc (sizeof *s);
   s->no_dev = no_dev;
-  if (scan_dir (s, fd, "", ex, err) < 0)
+  s->owners = ib_userns_mode () != IB_USERNS_ROOT;
+  s->root = rootfs;
+  int r = scan_dir (s, fd, "", ex, err);
+  s->root = NULL;
+  if (r < 0)
     return ib_error_prefix (err, "scan %s", rootfs);
   if (s->n > 1)
     qsort (s->ents, s->n, sizeof *s->ents, cmp_ent);
@@ -430,7 +449,12 @@ ib_fs_scan_overlay (const char *rootfs, const char *upper, const char *lower,
   cleanup_scan ib_fs_scan_t *b = xmalloc (sizeof *b);
   cleanup_scan ib_fs_scan_t *c = xmalloc (sizeof *c);
   b->no_dev = c->no_dev = true;
-  if (scan_upper (b, c, ufd, mfd, lfd, "", ex, err) < 0)
+  b->owners = c->owners = ib_userns_mode () != IB_USERNS_ROOT;
+  b->root = lower;
+  c->root = rootfs;
+  int r = scan_upper (b, c, ufd, mfd, lfd, "", ex, err);
+  b->root = c->root = NULL;
+  if (r < 0)
     return ib_error_prefix (err, "scan %s", rootfs);
   if (b->n > 1)
     qsort (b->ents, b->n, sizeof *b->ents, cmp_ent);
@@ -958,7 +982,7 @@ static int
 write_file_data (struct archive *a, int rootfd, const struct scan_ent *e, ib_error_t *err)
 {
   cleanup_close int fd = open_beneath (rootfd, e->path);
-  if (fd < 0 && errno == EACCES && e->uid == geteuid ())
+  if (fd < 0 && errno == EACCES)
     {
       /* rootless: a mode 0000 file of ours (e.g. /etc/shadow) */
       cleanup_free char *dir = parent_of (e->path);
@@ -966,7 +990,7 @@ write_file_data (struct archive *a, int rootfd, const struct scan_ent *e, ib_err
       cleanup_close int dfd = *dir ? open_beneath (rootfd, dir) : dup (rootfd);
       struct stat st;
       if (dfd >= 0 && fstatat (dfd, base, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG (st.st_mode)
-          && fchmodat (dfd, base, (st.st_mode & 07777) | 0400, 0) == 0)
+          && st.st_uid == geteuid () && fchmodat (dfd, base, (st.st_mode & 07777) | 0400, 0) == 0)
         {
           fd = openat (dfd, base, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
           int saved = errno;
@@ -1021,8 +1045,9 @@ add_xattrs (struct archive_entry *ae, const char *rootfs, const struct scan_ent 
   const char *names[256];
   size_t k = 0;
   for (const char *p = list; p < list + n && k < 256; p += strlen (p) + 1)
-    if (ib_str_has_prefix (p, "user.") || strcmp (p, "security.capability") == 0)
-      names[k++] = p;
+    if ((ib_str_has_prefix (p, "user.") && !ib_owner_is_xattr (p))
+        || strcmp (p, "security.capability") == 0)
+      names[k++] = p; /* (the owner record is the header's uid/gid) */
   if (k > 1)
     qsort (names, k, sizeof *names, cmp_cstr);
   /* libarchive writes an entry's xattrs in the reverse order of adding */

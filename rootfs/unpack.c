@@ -14,6 +14,7 @@
  */
 #include "rootfs/unpack.h"
 #include "common/util.h"
+#include "rootfs/owner.h"
 #include "rootfs/resolve.h"
 #include "rootfs/rootfs_int.h"
 #include "rootfs/unpack_int.h"
@@ -507,6 +508,13 @@ apply_xattrs (struct unpack *u, struct archive_entry *e, int fd, const char *nam
   while (archive_entry_xattr_next (e, &xn, &xv, &xs) == ARCHIVE_OK)
     {
       bool cap = strcmp (xn, "security.capability") == 0;
+      if (ib_owner_is_xattr (xn))
+        {
+          /* the tar header says who owns the file; a record the layer
+           * carries is refused (rootfs/owner.h) */
+          ib_debug ("/%s: xattr %s skipped", name, xn);
+          continue;
+        }
       if (!cap && !ib_str_has_prefix (xn, "user."))
         {
           ib_debug ("/%s: xattr %s skipped", name, xn);
@@ -954,7 +962,7 @@ apply_entry (struct unpack *u, struct archive *a, struct archive_entry *e, const
           return ib_error_sys (err, errno, "entry %s: create", name);
         if (write_file_data (u, a, fd, name, archive_entry_size (e), err) < 0)
           return -1;
-        if (chown_needed && fchown (fd, uid, gid) < 0)
+        if (chown_needed && ib_owner_chown_fd (fd, uid, gid) < 0)
           rfs_ignore_chown_error (name);
         if (chmod_needed && fchmod (fd, perm) < 0)
           return ib_error_sys (err, errno, "entry %s: chmod", name);
@@ -1040,7 +1048,7 @@ apply_dirmeta_resolved (struct unpack *u, const struct dirmeta *d, ib_error_t *e
     return 0; /* replaced by a later entry */
   char proc[64];
   snprintf (proc, sizeof proc, "/proc/self/fd/%d", fd);
-  if (d->set_owner && chown (proc, d->uid, d->gid) < 0)
+  if (d->set_owner && ib_owner_chown_at (fd, "", d->uid, d->gid) < 0)
     rfs_ignore_chown_error (d->path);
   if (chmod (proc, d->mode) < 0 || (d->set_times && utimensat (AT_FDCWD, proc, d->ts, 0) < 0))
     {
@@ -1098,7 +1106,7 @@ unp_apply_dirmeta (struct unpack *u, ib_error_t *err)
         }
       if (!S_ISDIR (st.st_mode) || st.st_dev != d->dev || st.st_ino != d->ino)
         continue;
-      if (d->set_owner && fchownat (fd, nm, d->uid, d->gid, flags | AT_SYMLINK_NOFOLLOW) < 0)
+      if (d->set_owner && ib_owner_chown_at (fd, nm, d->uid, d->gid) < 0)
         rfs_ignore_chown_error (d->path);
       int r = *nm ? fchmodat (fd, nm, d->mode, 0) : fchmod (fd, d->mode);
       if (r < 0)

@@ -1,5 +1,6 @@
 #include "builder/engine/fsops.h"
 #include "common/util.h"
+#include "rootfs/owner.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -82,13 +83,19 @@ ib_root_resolve (const char *root, const char *path, bool follow_last, char **ho
   return 0;
 }
 
+/* dst gets src's metadata (stat st) or the options' owner and mode.  An
+ * owner the kernel cannot give (the single-id mode) is recorded
+ * (rootfs/owner.h); src's own recorded owner is what is copied. */
 static void
-apply_meta (const char *dst, const struct stat *st, const ib_copy_opts_t *o)
+apply_meta (const char *src, const char *dst, const struct stat *st, const ib_copy_opts_t *o)
 {
-  if (o->set_owner)
-    lchown (dst, o->uid, o->gid);
-  else
-    lchown (dst, st->st_uid, st->st_gid);
+  uid_t uid = o->set_owner ? o->uid : st->st_uid;
+  gid_t gid = o->set_owner ? o->gid : st->st_gid;
+  if (!o->set_owner && !S_ISLNK (st->st_mode))
+    (void) ib_owner_get_at (AT_FDCWD, src, &uid, &gid);
+  if (ib_owner_chown_at (AT_FDCWD, dst, uid, gid) < 0)
+    ib_debug ("%s: owner %u:%u not set: %s", dst, (unsigned) uid, (unsigned) gid,
+              strerror (errno));
   if (!S_ISLNK (st->st_mode))
     chmod (dst, o->chmod >= 0 ? (mode_t) o->chmod : st->st_mode & 07777);
   struct timespec ts[2] = { st->st_atim, st->st_mtim };
@@ -199,7 +206,7 @@ copy_entry (const char *src, const char *dst, const char *rel, copy_run_t *run, 
         return ib_error_sys (err, errno, "create directory %s", shown_dst (o, dst));
       if (copy_dir_contents (src, dst, rel, run, err) < 0)
         return -1;
-      apply_meta (dst, &st, o);
+      apply_meta (src, dst, &st, o);
       return 0;
     }
   if (dst_exists)
@@ -221,7 +228,7 @@ copy_entry (const char *src, const char *dst, const char *rel, copy_run_t *run, 
       target[n] = '\0';
       if (symlink (target, dst) < 0)
         return ib_error_sys (err, errno, "create symlink %s", shown_dst (o, dst));
-      apply_meta (dst, &st, o);
+      apply_meta (src, dst, &st, o);
       return 0;
     }
   if (!S_ISREG (st.st_mode))
@@ -241,7 +248,7 @@ copy_entry (const char *src, const char *dst, const char *rel, copy_run_t *run, 
             }
           return ib_error_sys (err, errno, "create %s", shown_dst (o, dst));
         }
-      apply_meta (dst, &st, o);
+      apply_meta (src, dst, &st, o);
       return 0;
     }
   copied_inode_t key = { .dev = st.st_dev, .ino = st.st_ino }, *seen = NULL;
@@ -280,7 +287,7 @@ copy_entry (const char *src, const char *dst, const char *rel, copy_run_t *run, 
         unlink (tmp);
       return -1;
     }
-  apply_meta (tmp ? tmp : dst, &st, o);
+  apply_meta (src, tmp ? tmp : dst, &st, o);
   if (tmp && rename (tmp, dst) < 0)
     {
       int e = errno;
@@ -325,10 +332,10 @@ ib_mkdir_p_owned (const char *dir, const ib_copy_opts_t *o, ib_error_t *err)
     if (p[i] == '/')
       {
         p[i] = '\0';
-        lchown (p, o->uid, o->gid);
+        (void) ib_owner_chown_at (AT_FDCWD, p, o->uid, o->gid);
         p[i] = '/';
       }
-  lchown (p, o->uid, o->gid);
+  (void) ib_owner_chown_at (AT_FDCWD, p, o->uid, o->gid);
   return 0;
 }
 

@@ -30,9 +30,44 @@ import make_images  # noqa: E402
 
 UID = os.getuid()
 NAMES = list(make_images.images())
-# umoci's rootless ownership record (rootlesscontainers.org): an xattr
-# umoci adds where it cannot chown; imgbuild never writes it.
-UMOCI_OWNERSHIP_XATTR = "user.rootlesscontainers"
+# The rootless ownership record (rootlesscontainers.org): an xattr umoci
+# --rootless adds where it cannot chown, and imgbuild where the kernel
+# refuses an owner (rootfs/owner.h).
+OWNERSHIP_XATTR = "user.rootlesscontainers"
+NOOP_ID = 0xFFFFFFFF
+
+
+def decode_owner(value):
+    """(uid, gid) of a Resource message (protobuf: field 1 uid, field 2
+    gid, varints; a missing field is 0), parsed here independently of
+    imgbuild's codec; NOOP_ID stays as it is."""
+    ids, i = [0, 0], 0
+
+    def varint():
+        nonlocal i
+        v = shift = 0
+        while True:
+            b = value[i]
+            i += 1
+            v |= (b & 0x7F) << shift
+            shift += 7
+            if not b & 0x80:
+                return v
+
+    while i < len(value):
+        key = varint()
+        field, wire = key >> 3, key & 7
+        if wire == 0:
+            v = varint()
+            if field in (1, 2):
+                ids[field - 1] = v & 0xFFFFFFFF
+        elif wire == 2:
+            i += varint()
+        elif wire in (1, 5):
+            i += 8 if wire == 1 else 4
+        else:
+            raise ValueError(f"wire type {wire} in {value!r}")
+    return tuple(ids)
 
 
 def subid_range():
@@ -67,7 +102,7 @@ def host_id(mode, nsid):
     if mode == "root":
         return nsid
     if mode == "single":
-        return UID  # ownership is not recorded: every file is the caller's
+        return UID  # every file is the caller's; the owner is recorded (image_owner)
     start, count = subid_range()
     # ids beyond the range cannot be set: kept as the caller's (docs/security.md)
     return UID if nsid == 0 or nsid > count else start + nsid - 1
@@ -333,9 +368,8 @@ def test_same_as_umoci(unpacked, umoci, image, mode):
             assert ib[n].mtime == um[n].mtime, n
 
     for n in ib:
-        mine = dict(ib[n].xattrs)
-        theirs = {k: v for k, v in um[n].xattrs.items() if k != UMOCI_OWNERSHIP_XATTR}
-        assert UMOCI_OWNERSHIP_XATTR not in mine, n
+        mine = {k: v for k, v in ib[n].xattrs.items() if k != OWNERSHIP_XATTR}
+        theirs = {k: v for k, v in um[n].xattrs.items() if k != OWNERSHIP_XATTR}
         if mode != "root":
             # security.capability: rootless umoci's setxattr fails (EPERM,
             # no user namespace) and it drops the capability; imgbuild
@@ -346,11 +380,17 @@ def test_same_as_umoci(unpacked, umoci, image, mode):
 
     # Ownership: umoci --rootless owns everything as the caller and records
     # the image's owners in user.rootlesscontainers; imgbuild keeps real
-    # ownership where its id map allows (test_ownership).  They agree where
-    # both keep the caller's id: the single-id mode, or files owned by 0.
+    # ownership where its id map allows and records the rest the same way
+    # (test_ownership).  The image's owner each tree says must agree, for
+    # every file and directory (symlinks cannot carry the xattr).
+    if mode == "root":  # every id exists: nothing is recorded
+        assert not [n for n in ib if OWNERSHIP_XATTR in ib[n].xattrs]
     for n in ib:
+        if ib[n].type not in (stat.S_IFREG, stat.S_IFDIR):
+            continue
         if mode == "single":
             assert (ib[n].uid, ib[n].gid) == (um[n].uid, um[n].gid) == (UID, os.getgid()), n
+        assert image_owner(ib[n], mode) == image_owner(um[n], "single"), n
 
 
 def test_umoci_is_rootless(umoci):
@@ -358,7 +398,7 @@ def test_umoci_is_rootless(umoci):
     caller's, with the owner recorded in its xattr."""
     _, um = umoci("modes")
     assert um[b"m/owned"].uid == UID
-    assert UMOCI_OWNERSHIP_XATTR in um[b"m/owned"].xattrs
+    assert OWNERSHIP_XATTR in um[b"m/owned"].xattrs
 
 
 # ---------------------------------------------------------------------------
@@ -555,8 +595,27 @@ def test_ownership(unpacked, mode):
                       b"m/owned-dir": (1000, 100), b"m/owned-big": (200000, 200000),
                       b"m/exec": (0, 0)}.items():
         assert (t[n].uid, t[n].gid) == (host_id(mode, u), gid_of(mode, g)), n
+        # where the host ids cannot say it, the record does
+        assert image_owner(t[n], mode) == (u, g), n
     # setuid/setgid survive the chown of a file with an owner to set
     assert t[b"m/setuid"].perm == 0o4711
+
+
+def image_owner(node, mode):
+    """(uid, gid) a tree unpacked in `mode` gives `node` inside the image:
+    its recorded owner where it has one, else its host ids mapped back."""
+    rec = node.xattrs.get(OWNERSHIP_XATTR)
+    if rec is not None:
+        u, g = decode_owner(rec)
+        return (0 if u == NOOP_ID else u, 0 if g == NOOP_ID else g)
+    if mode == "root":
+        return node.uid, node.gid
+    if mode == "single":
+        assert (node.uid, node.gid) == (UID, os.getgid())
+        return 0, 0
+    (us, _), (gs, _) = subid_range(), subgid_range()
+    return (0 if node.uid == UID else node.uid - us + 1,
+            0 if node.gid == os.getgid() else node.gid - gs + 1)
 
 
 def gid_of(mode, nsgid):
