@@ -645,19 +645,34 @@ side_replaces_parent (struct unpack *u, int pfd, const char *base, const char *n
   return ib_error_set (err, EXDEV, "entry %s: %s", name, u->dependent);
 }
 
+/* What whiteout entry `base` (".wh." + victim) is: 1 plain (*victim set),
+ * 2 opaque, 0 whiteout metadata (".wh..wh.*": ignored, a debug message
+ * naming `name`), -1 an invalid name (*err set). */
 static int
-apply_whiteout (struct unpack *u, const char *name, const char *dir, const char *base,
-                ib_error_t *err)
+whiteout_kind (const char *name, const char *base, const char **victim, ib_error_t *err)
 {
-  const char *victim = base + 4;
-  bool opaque = strcmp (base, ".wh..wh..opq") == 0;
-  if (!opaque && ib_str_has_prefix (victim, ".wh."))
+  *victim = base + 4;
+  if (strcmp (base, ".wh..wh..opq") == 0)
+    return 2;
+  if (ib_str_has_prefix (*victim, ".wh."))
     {
       ib_debug ("entry %s: whiteout metadata ignored", name);
       return 0;
     }
-  if (!opaque && (*victim == '\0' || strcmp (victim, ".") == 0 || strcmp (victim, "..") == 0))
+  if (**victim == '\0' || strcmp (*victim, ".") == 0 || strcmp (*victim, "..") == 0)
     return ib_error_set (err, EINVAL, "entry %s: invalid whiteout name", name);
+  return 1;
+}
+
+static int
+apply_whiteout (struct unpack *u, const char *name, const char *dir, const char *base,
+                ib_error_t *err)
+{
+  const char *victim;
+  int kind = whiteout_kind (name, base, &victim, err);
+  if (kind <= 0)
+    return kind;
+  bool opaque = kind == 2;
 
   ib_error_t re = NULL;
   cleanup_close int dfd = resolve_dir (u, dir, opaque, &re);
@@ -719,19 +734,19 @@ static int
 side_record_whiteout (struct unpack *u, const char *name, const char *dir, const char *base,
                       ib_error_t *err)
 {
-  const char *victim = base + 4;
-  bool opaque = strcmp (base, ".wh..wh..opq") == 0;
-  if (!opaque && ib_str_has_prefix (victim, ".wh."))
-    {
-      ib_debug ("entry %s: whiteout metadata ignored", name);
-      return 0;
-    }
+  const char *victim;
+  ib_error_t invalid = NULL;
+  int kind = whiteout_kind (name, base, &victim, &invalid);
+  if (kind == 0)
+    return 0;
+  ib_error_free (&invalid); /* the in-order unpack says so */
+  bool opaque = kind == 2;
   const char *why = NULL;
   hmap_t spared = { 0 };
   cleanup_free char *path = opaque ? xstrdup (dir)
                                    : (*dir ? xasprintf ("%s/%s", dir, victim) : xstrdup (victim));
-  if (!opaque && (*victim == '\0' || strcmp (victim, ".") == 0 || strcmp (victim, "..") == 0))
-    why = "an invalid whiteout"; /* the in-order unpack says so */
+  if (kind < 0)
+    why = "an invalid whiteout";
   else if (opaque)
     {
       ib_error_t re = NULL;
