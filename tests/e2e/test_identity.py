@@ -146,6 +146,27 @@ def tar_owners(tarball):
                 for ti in t.getmembers() if ti.isfile() or ti.isdir()}
 
 
+def tarballs_in_modes(recipe, tmp_path):
+    """{mode: path of OUTPUT type=tar's rootfs.tar}: `recipe` built with
+    --reproducible in this pass's mode and, unless that is it, forced to
+    the single-id mode, each in a store and directory of its own."""
+    modes = [mode_in_force()] + (["single"] if mode_in_force() != "single" else [])
+    out = {}
+    for mode in modes:
+        work = tmp_path / mode
+        work.mkdir()
+        r = imgbuild("build", "--reproducible", recipe, store=tmp_path / f"store-{mode}",
+                     cwd=work, env={"SOURCE_DATE_EPOCH": "1700000000", "IMGBUILD_USERNS": mode})
+        assert r.rc == 0, (mode, r)
+        out[mode] = work / "rootfs.tar"
+    return out
+
+
+def same_bytes(tarballs):
+    digests = {m: hashlib.sha256(t.read_bytes()).hexdigest() for m, t in tarballs.items()}
+    assert len(set(digests.values())) == 1, digests
+
+
 def test_base_image_owners_kept_in_every_mode(registry, base_image, tmp_path):
     """The base's files keep the owners its layer gives in every identity
     mode: where the kernel cannot give a file its owner (the single-id
@@ -160,29 +181,21 @@ def test_base_image_owners_kept_in_every_mode(registry, base_image, tmp_path):
     assert any(u not in (0,) for u, _, _ in want.values())  # _apt's partial directories
     recipe = tmp_path / "base.recipe"
     recipe.write_text(f"FROM {base_image}\nOUTPUT type=tar,dest=rootfs.tar\n")
-    env = {"SOURCE_DATE_EPOCH": "1700000000"}
-    modes = [mode_in_force()] + (["single"] if mode_in_force() != "single" else [])
-    digests = {}
-    for mode in modes:
-        work = tmp_path / mode
-        work.mkdir()
-        r = imgbuild("build", "--reproducible", recipe, store=tmp_path / f"store-{mode}",
-                     cwd=work, env={**env, "IMGBUILD_USERNS": mode})
-        assert r.rc == 0, (mode, r)
-        got = tar_owners(work / "rootfs.tar")
+    tarballs = tarballs_in_modes(recipe, tmp_path)
+    for mode, tarball in tarballs.items():
+        got = tar_owners(tarball)
         # (the sandbox provides /dev: its directories are not in an export)
         lost = {p: (got.get(p), w) for p, w in want.items()
                 if got.get(p) != w and not p.startswith("dev/")}
         assert not lost, (mode, dict(list(lost.items())[:12]))
-        digests[mode] = hashlib.sha256((work / "rootfs.tar").read_bytes()).hexdigest()
-    assert len(set(digests.values())) == 1, digests
+    same_bytes(tarballs)
 
 
 def test_copy_owners_same_in_every_mode(registry, base_image, tmp_path):
     """COPY --chown to ids the single-id mode lacks, and COPY --from of
     files whose owner only a record holds there (/etc/shadow 0:42, the
-    setgid chage), give
-    the owners root mode gives, and the same OUTPUT type=tar bytes."""
+    setgid chage), give the owners root mode gives, and the same OUTPUT
+    type=tar bytes."""
     ctx = tmp_path / "ctx"
     ctx.mkdir()
     (ctx / "f").write_text("f\n")
@@ -198,18 +211,11 @@ COPY --from=src /etc/shadow /shadow-copy
 COPY --from=src /usr/bin/chage /chage-copy
 OUTPUT type=tar,dest=rootfs.tar
 """)
-    modes = [mode_in_force()] + (["single"] if mode_in_force() != "single" else [])
-    digests = {}
-    for mode in modes:
-        work = tmp_path / mode
-        work.mkdir()
-        r = imgbuild("build", "--reproducible", recipe, store=tmp_path / f"store-{mode}",
-                     cwd=work, env={"SOURCE_DATE_EPOCH": "1700000000", "IMGBUILD_USERNS": mode})
-        assert r.rc == 0, (mode, r)
-        got = tar_owners(work / "rootfs.tar")
+    tarballs = tarballs_in_modes(recipe, tmp_path)
+    for mode, tarball in tarballs.items():
+        got = tar_owners(tarball)
         assert got["x"][:2] == (1234, 1235), (mode, got["x"])
         assert got["deep/in/d"][:2] == got["deep/in/d/g"][:2] == (1234, 1235), mode
         assert got["shadow-copy"][:2] == (0, 42), (mode, got["shadow-copy"])
         assert got["chage-copy"] == (0, 42, 0o2755), (mode, oct(got["chage-copy"][2]))
-        digests[mode] = hashlib.sha256((work / "rootfs.tar").read_bytes()).hexdigest()
-    assert len(set(digests.values())) == 1, digests
+    same_bytes(tarballs)
