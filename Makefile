@@ -97,6 +97,7 @@ deps:
 
 unit: $(UNIT_BIN)
 	@set -e; for t in $(UNIT_BIN); do echo "== $$t"; $$t; done
+	@echo "== $(BUILD)/tests/test_sandbox, single-id mode"; IMGBUILD_USERNS=single $(BUILD)/tests/test_sandbox
 
 # The whole suite: clang's checks, unit tests, then the e2e suite as root and
 # as an unprivileged user.

@@ -200,6 +200,25 @@ ib_owner_chown_at (int dfd, const char *name, uid_t uid, gid_t gid)
   return record (-1, path, *name == '\0', uid, gid);
 }
 
+/* A read record (n bytes of val, or n < 0 with errno) into *uid / *gid. */
+static int
+take_record (const char *what, const unsigned char *val, ssize_t n, uid_t *uid, gid_t *gid)
+{
+  if (n < 0)
+    return errno == ENODATA || errno == ENOTSUP || errno == ERANGE ? 0 : -1;
+  uint32_t ru, rg;
+  if (ib_owner_decode (val, (size_t) n, &ru, &rg) < 0)
+    {
+      ib_debug ("%s: malformed %s ignored", what, IB_OWNER_XATTR);
+      return 0;
+    }
+  if (ru != IB_OWNER_NOOP)
+    *uid = ru;
+  if (rg != IB_OWNER_NOOP)
+    *gid = rg;
+  return 1;
+}
+
 int
 ib_owner_get_at (int dfd, const char *name, uid_t *uid, gid_t *gid)
 {
@@ -209,17 +228,13 @@ ib_owner_get_at (int dfd, const char *name, uid_t *uid, gid_t *gid)
   unsigned char val[256];
   ssize_t n = *name ? lgetxattr (path, IB_OWNER_XATTR, val, sizeof val)
                     : getxattr (path, IB_OWNER_XATTR, val, sizeof val);
-  if (n < 0)
-    return errno == ENODATA || errno == ENOTSUP || errno == ERANGE ? 0 : -1;
-  uint32_t ru, rg;
-  if (ib_owner_decode (val, (size_t) n, &ru, &rg) < 0)
-    {
-      ib_debug ("%s: malformed %s ignored", name, IB_OWNER_XATTR);
-      return 0;
-    }
-  if (ru != IB_OWNER_NOOP)
-    *uid = ru;
-  if (rg != IB_OWNER_NOOP)
-    *gid = rg;
-  return 1;
+  return take_record (*name ? name : ".", val, n, uid, gid);
+}
+
+int
+ib_owner_get_fd (int fd, uid_t *uid, gid_t *gid)
+{
+  unsigned char val[256];
+  ssize_t n = fgetxattr (fd, IB_OWNER_XATTR, val, sizeof val);
+  return take_record ("fd", val, n, uid, gid);
 }

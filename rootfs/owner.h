@@ -63,6 +63,11 @@ int ib_owner_chown_at (int dfd, const char *name, uid_t uid, gid_t gid);
  * cannot be read.  A malformed value counts as none (a debug message). */
 int ib_owner_get_at (int dfd, const char *name, uid_t *uid, gid_t *gid);
 
+/* The same for an open regular file or directory (not an O_PATH fd),
+ * without going through /proc/self (callers in another root: the chown
+ * supervisor). */
+int ib_owner_get_fd (int fd, uid_t *uid, gid_t *gid);
+
 /* Whether xattr `name` is the ownership record (never copied into a
  * layer's PAX headers nor taken from one). */
 bool ib_owner_is_xattr (const char *name);

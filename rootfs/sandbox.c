@@ -24,6 +24,7 @@
 #include "rootfs/sandbox.h"
 #include <ctype.h>
 #include "common/util.h"
+#include "rootfs/chown_notify.h"
 #include "rootfs/console.h"
 #include "rootfs/resolve.h"
 #include "rootfs/rootfs_int.h"
@@ -695,6 +696,20 @@ run_in_sandbox (const ib_sandbox_opts_t *opts, ib_userns_mode_t mode, char *root
         ioctl (STDIN_FILENO, TIOCGWINSZ, &ws);
     }
 
+  /* SINGLE mode: the step's chown calls are answered by a supervisor
+   * thread, which gets the command's seccomp listener over this socket. */
+  cleanup_close int notify_w = -1;
+  ib_chown_notify_t *notify = NULL;
+  if (mode == IB_USERNS_SINGLE)
+    {
+      int sv[2];
+      if (socketpair (AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0)
+        return ib_error_sys (err, errno, "sandbox: socketpair");
+      notify_w = sv[1];
+      if (ib_chown_notify_start (sv[0], &notify, err) < 0)
+        return -1;
+    }
+
   size_t n_groups = 0;
   cleanup_free gid_t *groups
       = mode == IB_USERNS_SINGLE ? NULL : mapped_groups (opts->groups, opts->n_groups, &n_groups);
@@ -714,6 +729,7 @@ run_in_sandbox (const ib_sandbox_opts_t *opts, ib_userns_mode_t mode, char *root
     .err_w = err_w,
     .tail_w = tail_w,
     .console_w = console_w,
+    .notify_w = notify_w,
     .ws = ws,
   };
 
@@ -734,6 +750,7 @@ run_in_sandbox (const ib_sandbox_opts_t *opts, ib_userns_mode_t mode, char *root
       int e = errno;
       pthread_sigmask (SIG_SETMASK, &saved_mask, NULL);
       parent_forwarding_end ();
+      ib_chown_notify_stop (notify);
       return ib_error_sys (err, e, "sandbox: fork");
     }
   if (child == 0)
@@ -751,6 +768,8 @@ run_in_sandbox (const ib_sandbox_opts_t *opts, ib_userns_mode_t mode, char *root
   close (steal_fd (&err_w));
   if (tail_w >= 0)
     close (steal_fd (&tail_w));
+  if (notify_w >= 0)
+    close (steal_fd (&notify_w));
 
   ib_buf_t errmsg = { 0 };
   ib_buf_t tail = { 0 };
@@ -781,6 +800,10 @@ run_in_sandbox (const ib_sandbox_opts_t *opts, ib_userns_mode_t mode, char *root
       }
   forward_slot_remove (slot);
   parent_forwarding_end ();
+  /* every process of the step is gone: no call is waiting */
+  unsigned long chowns = ib_chown_notify_stop (notify);
+  if (chowns > 0)
+    ib_debug ("sandbox: %lu chown calls answered by the supervisor", chowns);
 
   if (want_tail && opts->tail != NULL)
     *opts->tail = ib_buf_steal (&tail);

@@ -55,6 +55,8 @@ struct run_ctx
   int err_w;          /* close-on-exec pipe for setup / exec failures */
   int tail_w;         /* -1, or stdout+stderr of the command */
   int console_w;      /* opts->tty: socket that gets the pty's master, else -1 */
+  int notify_w;       /* SINGLE mode: socket that gets the command's seccomp
+                         listener (rootfs/chown_notify.h), else -1 */
   struct winsize ws;  /* opts->tty: our terminal's size (0x0: unknown) */
 };
 

@@ -300,7 +300,20 @@ command_main (const struct run_ctx *ctx, int pty)
         child_fail (efd, 125, errno, "ulimit %s=%llu:%llu", l->name, (unsigned long long) l->soft,
                     (unsigned long long) l->hard);
     }
-  if (ib_seccomp_install (ctx->mode == IB_USERNS_SINGLE, &err) < 0)
+  if (ctx->notify_w >= 0)
+    {
+      /* the chown family goes to imgbuild's supervisor: the listener is
+       * passed on and none of it survives exec */
+      int listener;
+      if (ib_seccomp_install_supervised (&listener, &err) < 0)
+        child_fail_err (efd, 125, &err);
+      if (listener >= 0 && ib_console_send (ctx->notify_w, listener, &err) < 0)
+        child_fail_err (efd, 125, &err);
+      if (listener >= 0)
+        close (listener);
+      close (ctx->notify_w);
+    }
+  else if (ib_seccomp_install (ctx->mode == IB_USERNS_SINGLE, &err) < 0)
     child_fail_err (efd, 125, &err);
 
   /* PATH lookup by hand: execvpe searches the PATH of our own environment,
@@ -511,7 +524,7 @@ rfs_setup_parent_main (const struct run_ctx *ctx, pid_t imgbuild_pid)
   prctl (PR_SET_DUMPABLE, 0, 0, 0, 0);
   /* Before anything of the sandbox exists: only stdio and our own pipes
    * go on to pid 1 and the command. */
-  int keep[] = { ctx->err_w, ctx->tail_w, ctx->ldcache_fd, ctx->console_w };
+  int keep[] = { ctx->err_w, ctx->tail_w, ctx->ldcache_fd, ctx->console_w, ctx->notify_w };
   close_fds_except (keep, sizeof keep / sizeof *keep);
 
   int flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWUTS | CLONE_NEWIPC;
@@ -531,6 +544,8 @@ rfs_setup_parent_main (const struct run_ctx *ctx, pid_t imgbuild_pid)
     close (ctx->tail_w);
   if (ctx->console_w >= 0)
     close (ctx->console_w);
+  if (ctx->notify_w >= 0)
+    close (ctx->notify_w);
   child_install_forwarding (p1);
   unblock_all_signals ();
 

@@ -48,11 +48,15 @@ static const char *const deny_eperm[] = {
 
 /* Root emulation: with a single id mapped, these would fail with EPERM or
  * EINVAL (no other id exists in the namespace) and make apt, dpkg, yum, rpm
- * and useradd abort.  Answering 0 without doing anything lets them go on;
- * the files keep the one id we have, which is what the layer records as 0.
- * The *32 names are the i386 variants. */
-static const char *const emulate_ok[] = {
+ * and useradd abort.  The chown family goes to imgbuild's supervisor when
+ * there is one (rootfs/chown_notify.h: the owner is recorded and the call
+ * answered as a real chown would be); else, as the id family always,
+ * answering 0 without doing anything lets them go on.  The *32 names are
+ * the i386 variants. */
+static const char *const emulate_chown[] = {
   "chown", "fchown", "lchown", "fchownat", "chown32", "fchown32", "lchown32",
+};
+static const char *const emulate_ok[] = {
   "setuid", "setgid", "setreuid", "setregid", "setresuid", "setresgid",
   "setuid32", "setgid32", "setreuid32", "setregid32", "setresuid32", "setresgid32",
   "setgroups", "setgroups32", "setfsuid", "setfsgid", "setfsuid32", "setfsgid32",
@@ -80,8 +84,23 @@ add_rule (scmp_filter_ctx ctx, uint32_t action, const char *name, unsigned int a
   return 0;
 }
 
+static int install (bool root_emulation, int *listener, ib_error_t *err);
+
 int
 ib_seccomp_install (bool root_emulation, ib_error_t *err)
+{
+  return install (root_emulation, NULL, err);
+}
+
+int
+ib_seccomp_install_supervised (int *listener, ib_error_t *err)
+{
+  *listener = -1;
+  return install (true, listener, err);
+}
+
+static int
+install (bool root_emulation, int *listener, ib_error_t *err)
 {
   scmp_filter_ctx ctx = seccomp_init (SCMP_ACT_ALLOW);
   if (ctx == NULL)
@@ -167,8 +186,15 @@ ib_seccomp_install (bool root_emulation, ib_error_t *err)
   if (add_rule (ctx, SCMP_ACT_ERRNO (ENOSYS), "clone3", 0, NULL, err) < 0)
     goto out;
 
+  /* User notification needs API level 5 (Linux 5.0, libseccomp 2.5):
+   * without it the chown family is answered 0 as before. */
+  bool notify = root_emulation && listener && seccomp_api_get () >= 5;
   if (root_emulation)
     {
+      uint32_t chown_action = notify ? SCMP_ACT_NOTIFY : SCMP_ACT_ERRNO (0);
+      for (size_t i = 0; i < sizeof emulate_chown / sizeof emulate_chown[0]; i++)
+        if (add_rule (ctx, chown_action, emulate_chown[i], 0, NULL, err) < 0)
+          goto out;
       for (size_t i = 0; i < sizeof emulate_ok / sizeof emulate_ok[0]; i++)
         if (add_rule (ctx, SCMP_ACT_ERRNO (0), emulate_ok[i], 0, NULL, err) < 0)
           goto out;
@@ -191,6 +217,16 @@ ib_seccomp_install (bool root_emulation, ib_error_t *err)
     {
       ib_error_sys (err, -r, "seccomp: load filter");
       goto out;
+    }
+  if (notify)
+    {
+      r = seccomp_notify_fd (ctx);
+      if (r < 0)
+        {
+          ib_error_sys (err, -r, "seccomp: notification fd");
+          goto out;
+        }
+      *listener = r;
     }
   ret = 0;
 out:

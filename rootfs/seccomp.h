@@ -18,4 +18,15 @@
  * call it in a child process. */
 int ib_seccomp_install (bool root_emulation, ib_error_t *err);
 
+/* The same with root emulation, except that the chown family (chown,
+ * fchown, lchown, fchownat and their i386 variants) waits for an answer
+ * from a supervisor (seccomp user notification, SECCOMP_RET_USER_NOTIF):
+ * *listener gets the close-on-exec notification fd to pass to it
+ * (rootfs/chown_notify.h), which the caller must not keep across exec:
+ * the calls then wait only until every copy of it is closed, and fail
+ * with ENOSYS after that.  On a kernel or libseccomp without user
+ * notification *listener is -1 and the family is answered 0, as by
+ * ib_seccomp_install (true). */
+int ib_seccomp_install_supervised (int *listener, ib_error_t *err);
+
 #endif

@@ -110,14 +110,16 @@ if [ "$(id -u)" -eq 0 ]; then
   # against (tests/lib/dockerfile-ast.sh); the same: not fatal here.
   bash tests/lib/dockerfile-ast.sh install || echo "== warning: dockerfile-ast could not be installed" >&2
   chmod -R a+rX "$IMGBUILD_TEST_CACHE"
-  run_suite root
   id "$unpriv" >/dev/null 2>&1 || useradd --create-home --shell /bin/bash "$unpriv"
   # Debian's useradd gives new users subordinate id ranges; make sure this
   # one has them, so that the unprivileged run covers the map mode
   # (newuidmap); a last run forces the single-id mode (seccomp root
-  # emulation), the one unprivileged CI runners without ranges get.
+  # emulation), the one unprivileged CI runners without ranges get.  The
+  # user exists before the root pass: test_identity builds in all three
+  # modes from there, map mode as this user.
   grep -q "^$unpriv:" /etc/subuid 2>/dev/null || usermod --add-subuids 300000-365535 "$unpriv"
   grep -q "^$unpriv:" /etc/subgid 2>/dev/null || usermod --add-subgids 300000-365535 "$unpriv"
+  run_suite root
   chown -R "$unpriv" "$e2e_dir"
   if [ ${#selected[@]} -eq 0 ]; then  # a selection runs e2e tests only
     echo "== unit tests as unprivileged user $unpriv"
@@ -126,6 +128,8 @@ if [ "$(id -u)" -eq 0 ]; then
       echo "== $(basename "$t") as $unpriv"
       (cd "$e2e_dir" && runuser -u "$unpriv" -- "$t") || status=1  # tests/ of the copy: the checkout may be unreadable to the user
     done
+    echo "== test_sandbox as $unpriv, single-id mode"
+    (cd "$e2e_dir" && runuser -u "$unpriv" -- env IMGBUILD_USERNS=single "$e2e_dir/unit/test_sandbox") || status=1
   fi
   if [ "${IMGBUILD_E2E_SERIAL:-0}" = 1 ]; then
     run_suite "unprivileged user $unpriv (map mode)" runuser -u "$unpriv" --

@@ -6,6 +6,7 @@
  * in the sandbox.  Run it as root and as an unprivileged user; set
  * IB_TEST_DEBUG=1 for the sandbox's debug messages.  Fails
  * (exit 1 with a message) when no static busybox is installed. */
+#include "rootfs/owner.h"
 #include "rootfs/sandbox.h"
 #include "rootfs/userns.h"
 #include "common/util.h"
@@ -22,6 +23,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <sys/xattr.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -33,7 +35,8 @@ static char *env_default[] = { (char *) "PATH=/usr/bin:/bin", (char *) "HOME=/ro
 
 static const char *const applets[]
     = { "sh", "cat", "ls", "id", "sleep", "echo", "pwd", "mknod", "unshare", "hostname",
-        "grep", "wc", "test", "true", "stat", "touch", "ps", "env", "readlink", "mkdir", NULL };
+        "grep", "wc", "test", "true", "stat", "touch", "ps", "env", "readlink", "mkdir",
+        "chown", "chgrp", "chmod", "ln", NULL };
 
 static const char *
 find_busybox (void)
@@ -463,6 +466,73 @@ test_single_mode_env (void **state)
   assert_null (strstr (out, "unshare=0\n"));
 }
 
+/* The owner a file has in the image: its own, or the one recorded where
+ * the kernel could not give it (single-id mode). */
+static void
+image_owner (const char *rel, uid_t *uid, gid_t *gid, mode_t *mode)
+{
+  cleanup_free char *p = ib_path_join (rootfs, rel);
+  struct stat st;
+  assert_int_equal (lstat (p, &st), 0);
+  *uid = st.st_uid;
+  *gid = st.st_gid;
+  *mode = st.st_mode & 07777;
+  assert_true (ib_owner_get_at (AT_FDCWD, p, uid, gid) >= 0);
+}
+
+#define assert_owner(rel, u, g, m)                                                            \
+  do                                                                                          \
+    {                                                                                         \
+      uid_t ou;                                                                               \
+      gid_t og;                                                                               \
+      mode_t om;                                                                              \
+      image_owner (rel, &ou, &og, &om);                                                       \
+      if (ou != (uid_t) (u) || og != (gid_t) (g) || om != (mode_t) (m))                       \
+        fail_msg ("%s: %u:%u %04o, want %u:%u %04o", rel, (unsigned) ou, (unsigned) og,       \
+                  (unsigned) om, (unsigned) (u), (unsigned) (g), (unsigned) (m));             \
+    }                                                                                         \
+  while (0)
+
+/* A step's chown gives the image the same owners in every mode: real ones
+ * where the ids exist, recorded ones in the single-id mode (the seccomp
+ * supervisor, rootfs/chown_notify.c); paths resolve as in the step. */
+static void
+test_chown_owners (void **state)
+{
+  (void) state;
+  cleanup_free char *out = NULL;
+  assert_int_equal (sh ("set -e; mkdir -p /tmp/o/sub; cd /tmp/o; touch f g h z\n"
+                        "chmod 4755 g; chmod 2755 h\n"
+                        "chown 1234:1235 f\n"
+                        "chgrp 42 /tmp/o\n"
+                        "chown 5 g\n"          /* set-user-ID goes */
+                        "chgrp 7 h\n"          /* set-group-ID with g+x goes */
+                        "ln -s /tmp/o/f abs\n" /* absolute: inside the root */
+                        "chown -h 9:9 abs\n"   /* a symlink: may be lost, not an error */
+                        "chown 77:50 abs\n"    /* followed: f is 77:50 */
+                        "chown 3:3 z; chown 0:0 z\n"
+                        "cd sub; chown 88:89 ../../o/sub; cd ..\n"
+                        "if chown 1:1 missing; then echo bad; fi\n"
+                        "echo done",
+                        &out),
+                    0);
+  assert_non_null (strstr (out, "missing: No such file or directory"));
+  assert_null (strstr (out, "bad"));
+  assert_non_null (strstr (out, "done"));
+  assert_owner ("tmp/o", 0, 42, 0755);
+  assert_owner ("tmp/o/f", 77, 50, 0644);
+  assert_owner ("tmp/o/g", 5, 0, 0755);
+  assert_owner ("tmp/o/h", 0, 7, 0755);
+  assert_owner ("tmp/o/z", 0, 0, 0644);
+  assert_owner ("tmp/o/sub", 88, 89, 0755);
+  cleanup_free char *z = ib_path_join (rootfs, "tmp/o/z");
+  char v[64];
+  assert_true (lgetxattr (z, IB_OWNER_XATTR, v, sizeof v) < 0);
+  free (out);
+  out = NULL;
+  assert_int_equal (sh ("rm -rf /tmp/o", &out), 0);
+}
+
 static void
 test_signal_forwarded (void **state)
 {
@@ -749,6 +819,7 @@ main (void)
     cmocka_unit_test (test_provide_etc_files),
     cmocka_unit_test (test_stdin),
     cmocka_unit_test (test_single_mode_env),
+    cmocka_unit_test (test_chown_owners),
     cmocka_unit_test (test_signal_forwarded),
     cmocka_unit_test (test_mounts),
     cmocka_unit_test (test_mount_target_stays_inside),
