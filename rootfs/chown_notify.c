@@ -53,15 +53,7 @@ enum kind
   K_LCHOWN,   /* (path, uid, gid), not followed */
   K_FCHOWN,   /* (fd, uid, gid) */
   K_FCHOWNAT, /* (dirfd, path, uid, gid, flags) */
-  /* the stat family, native architecture only (struct stat is ours) */
-  K_STAT,       /* (path, buf) */
-  K_LSTAT,      /* (path, buf) */
-  K_FSTAT,      /* (fd, buf) */
-  K_NEWFSTATAT, /* (dirfd, path, buf, flags) */
-  K_STATX,      /* (dirfd, path, flags, mask, buf) */
 };
-
-#define IS_STAT(k) ((k) >= K_STAT)
 
 struct sysent
 {
@@ -71,7 +63,7 @@ struct sysent
   bool id16; /* i386's original calls: 16-bit ids, 0xffff for "unchanged" */
 };
 
-#define MAX_SYS 24
+#define MAX_SYS 16
 
 static size_t
 sys_table (struct sysent *t)
@@ -86,9 +78,6 @@ sys_table (struct sysent *t)
     { "fchown", K_FCHOWN, false },    { "fchownat", K_FCHOWNAT, false },
     { "chown32", K_CHOWN, false },    { "lchown32", K_LCHOWN, false },
     { "fchown32", K_FCHOWN, false },
-    { "stat", K_STAT, false },        { "lstat", K_LSTAT, false },
-    { "fstat", K_FSTAT, false },      { "newfstatat", K_NEWFSTATAT, false },
-    { "statx", K_STATX, false },
   };
   uint32_t arches[2] = { seccomp_arch_native (), 0 };
   if (arches[0] == SCMP_ARCH_X86_64)
@@ -99,8 +88,6 @@ sys_table (struct sysent *t)
       {
         int nr = seccomp_syscall_resolve_name_arch (arches[a], names[i].name);
         if (nr < 0) /* not a call of this architecture */
-          continue;
-        if (IS_STAT (names[i].kind) && a > 0) /* i386: another struct stat */
           continue;
         /* On i386 the plain names are the 16-bit calls (chown32 is the
          * one with 32-bit ids); fchownat always has 32-bit ids. */
@@ -116,19 +103,13 @@ sys_table (struct sysent *t)
 struct call
 {
   enum kind kind;
-  int fd;          /* K_FCHOWN, K_FSTAT: the fd; *at, statx: dirfd */
+  int fd;          /* K_FCHOWN: the fd; K_FCHOWNAT: dirfd */
   uint64_t path;   /* address in the caller, 0 when none */
   uid_t uid;       /* (uid_t) -1: unchanged */
   gid_t gid;
   bool follow;
   bool empty_path; /* AT_EMPTY_PATH */
-  uint64_t buf;    /* stat family: the caller's struct stat or statx */
-  int flags;       /* statx: its flags */
-  unsigned mask;   /* statx: its mask */
 };
-
-/* answer(): let the kernel run the call as if it had not been stopped */
-#define CONTINUE 2
 
 static uint32_t
 id_arg (uint64_t v, bool id16)
@@ -169,33 +150,6 @@ args_of (const struct sysent *e, const __u64 *a, struct call *c)
           return -EINVAL;
         c->follow = !(flags & AT_SYMLINK_NOFOLLOW);
         c->empty_path = flags & AT_EMPTY_PATH;
-        break;
-      }
-    case K_STAT:
-    case K_LSTAT:
-      c->path = a[0];
-      c->buf = a[1];
-      c->follow = e->kind == K_STAT;
-      break;
-    case K_FSTAT:
-      c->fd = (int) a[0];
-      c->buf = a[1];
-      break;
-    case K_NEWFSTATAT:
-    case K_STATX:
-      {
-        c->fd = (int) a[0];
-        c->path = a[1];
-        int flags = (int) (e->kind == K_STATX ? a[2] : a[3]);
-        int known = AT_SYMLINK_NOFOLLOW | AT_EMPTY_PATH | AT_NO_AUTOMOUNT
-                    | (e->kind == K_STATX ? AT_STATX_SYNC_TYPE : 0);
-        if (flags & ~known)
-          return CONTINUE; /* the kernel's EINVAL */
-        c->flags = flags;
-        c->follow = !(flags & AT_SYMLINK_NOFOLLOW);
-        c->empty_path = flags & AT_EMPTY_PATH;
-        c->buf = e->kind == K_STATX ? a[4] : a[2];
-        c->mask = (unsigned) a[3];
         break;
       }
     }
@@ -245,8 +199,7 @@ open_target (int procfd, int listener, const struct seccomp_notif *req, const st
              const char *path)
 {
   pid_t pid = (pid_t) req->pid;
-  bool has_dirfd = c->kind == K_FCHOWNAT || c->kind == K_NEWFSTATAT || c->kind == K_STATX;
-  bool by_fd = c->kind == K_FCHOWN || c->kind == K_FSTAT || (has_dirfd && c->empty_path && !*path);
+  bool by_fd = c->kind == K_FCHOWN || (c->kind == K_FCHOWNAT && c->empty_path && !*path);
   if (!by_fd && !*path)
     return -ENOENT;
   char what[32];
@@ -255,14 +208,14 @@ open_target (int procfd, int listener, const struct seccomp_notif *req, const st
   if (by_fd)
     {
       snprintf (what, sizeof what, "fd/%d", c->fd);
-      dir = has_dirfd && c->fd == AT_FDCWD ? proc_open (procfd, pid, "cwd", 0)
-                                           : proc_open (procfd, pid, what, 0);
+      dir = c->kind == K_FCHOWNAT && c->fd == AT_FDCWD ? proc_open (procfd, pid, "cwd", 0)
+                                                       : proc_open (procfd, pid, what, 0);
       if (dir < 0)
         return errno == ENOENT ? -EBADF : -errno;
     }
   else if (path[0] != '/')
     {
-      bool cwd = !has_dirfd || c->fd == AT_FDCWD;
+      bool cwd = c->kind != K_FCHOWNAT || c->fd == AT_FDCWD;
       snprintf (what, sizeof what, "fd/%d", c->fd);
       dir = proc_open (procfd, pid, cwd ? "cwd" : what, 0);
       if (dir < 0)
@@ -340,51 +293,8 @@ apply_owner (int procfd, int target, const struct call *c)
   return 0;
 }
 
-/* A stat of a file whose owner is recorded: the kernel's answer with the
- * recorded ids, written into the caller's buffer; CONTINUE (the kernel
- * answers) for every other file.  0, CONTINUE, 1 (the caller is gone) or
- * -errno. */
-static int
-emulate_stat (int procfd, int listener, const struct seccomp_notif *req, int target,
-              const struct call *c)
-{
-  struct stat st;
-  if (fstat (target, &st) < 0 || (!S_ISREG (st.st_mode) && !S_ISDIR (st.st_mode)))
-    return CONTINUE;
-  char self[64];
-  snprintf (self, sizeof self, "self/fd/%d", target);
-  cleanup_close int fd = openat (procfd, self, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
-  uid_t uid = st.st_uid;
-  gid_t gid = st.st_gid;
-  if (fd < 0 || ib_owner_get_fd (fd, &uid, &gid) != 1)
-    return CONTINUE;
-  /* the caller's memory through its own mm: a reused pid is another mm */
-  char mem[32];
-  snprintf (mem, sizeof mem, "%d/mem", (int) req->pid);
-  cleanup_close int memfd = openat (procfd, mem, O_RDWR | O_CLOEXEC);
-  if (memfd < 0)
-    return CONTINUE;
-  if (seccomp_notify_id_valid (listener, req->id) != 0)
-    return 1;
-  ssize_t n;
-  if (c->kind == K_STATX)
-    {
-      struct statx sx;
-      if (statx (target, "", AT_EMPTY_PATH | (c->flags & AT_STATX_SYNC_TYPE), c->mask, &sx) < 0)
-        return CONTINUE;
-      sx.stx_uid = uid;
-      sx.stx_gid = gid;
-      n = pwrite (memfd, &sx, sizeof sx, (off_t) c->buf);
-      return n == (ssize_t) sizeof sx ? 0 : -EFAULT;
-    }
-  st.st_uid = uid;
-  st.st_gid = gid;
-  n = pwrite (memfd, &st, sizeof st, (off_t) c->buf);
-  return n == (ssize_t) sizeof st ? 0 : -EFAULT;
-}
-
 /* The answer (0 or -errno) to one notification; 1 when it must not be
- * answered (the caller is gone), CONTINUE when the kernel is to run it. */
+ * answered (the caller is gone). */
 static int
 answer (int procfd, int listener, const struct sysent *t, size_t n_sys,
         const struct seccomp_notif *req)
@@ -393,26 +303,22 @@ answer (int procfd, int listener, const struct sysent *t, size_t n_sys,
   for (size_t i = 0; i < n_sys && e == NULL; i++)
     if (t[i].arch == req->data.arch && t[i].nr == req->data.nr)
       e = &t[i];
-  if (e == NULL) /* not one of ours (i386's stat family): as if not stopped */
-    return CONTINUE;
-  if (procfd < 0) /* no root of our own: emulated as without a supervisor */
-    return IS_STAT (e->kind) ? CONTINUE : 0;
+  if (e == NULL)
+    return 0; /* not one of ours: as before notification, emulated */
   struct call c;
   int r = args_of (e, req->data.args, &c);
-  if (r != 0)
+  if (r < 0)
     return r;
   char path[PATH_MAX];
   path[0] = '\0';
-  if (c.kind != K_FCHOWN && c.kind != K_FSTAT
-      && (r = read_path ((pid_t) req->pid, c.path, path, sizeof path)) < 0)
-    return IS_STAT (c.kind) ? CONTINUE : r;
+  if (c.kind != K_FCHOWN && (r = read_path ((pid_t) req->pid, c.path, path, sizeof path)) < 0)
+    return r;
   int target = open_target (procfd, listener, req, &c, path);
   if (target == -ESRCH)
     return 1;
-  if (target < 0) /* a stat's error is the kernel's own */
-    return IS_STAT (c.kind) ? CONTINUE : target;
-  r = IS_STAT (c.kind) ? emulate_stat (procfd, listener, req, target, &c)
-                       : apply_owner (procfd, target, &c);
+  if (target < 0)
+    return target;
+  r = apply_owner (procfd, target, &c);
   close (target);
   return r;
 }
@@ -471,15 +377,12 @@ supervise (void *arg)
       memset (req, 0, sizeof *req);
       if (seccomp_notify_receive (n->listener, req) < 0)
         continue; /* ENOENT: the caller died meanwhile */
-      int r = answer (own_fs && procfd >= 0 ? procfd : -1, n->listener, t, n_sys, req);
+      int r = own_fs && procfd >= 0 ? answer (procfd, n->listener, t, n_sys, req) : 0;
       if (r == 1)
         continue;
       memset (resp, 0, sizeof *resp);
       resp->id = req->id;
-      if (r == CONTINUE)
-        resp->flags = SECCOMP_USER_NOTIF_FLAG_CONTINUE;
-      else
-        resp->error = r;
+      resp->error = r;
       resp->val = 0;
       if (seccomp_notify_respond (n->listener, resp) == 0)
         n->answered++;

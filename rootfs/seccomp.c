@@ -56,11 +56,6 @@ static const char *const deny_eperm[] = {
 static const char *const emulate_chown[] = {
   "chown", "fchown", "lchown", "fchownat", "chown32", "fchown32", "lchown32",
 };
-/* With a supervisor that can let the kernel run a call (API level 6):
- * it answers a stat of a file whose owner is recorded with that owner. */
-static const char *const supervised_stat[] = {
-  "stat", "lstat", "fstat", "newfstatat", "statx",
-};
 static const char *const emulate_ok[] = {
   "setuid", "setgid", "setreuid", "setregid", "setresuid", "setresgid",
   "setuid32", "setgid32", "setreuid32", "setregid32", "setresuid32", "setresgid32",
@@ -199,9 +194,6 @@ install (bool root_emulation, int *listener, ib_error_t *err)
       uint32_t chown_action = notify ? SCMP_ACT_NOTIFY : SCMP_ACT_ERRNO (0);
       for (size_t i = 0; i < sizeof emulate_chown / sizeof emulate_chown[0]; i++)
         if (add_rule (ctx, chown_action, emulate_chown[i], 0, NULL, err) < 0)
-          goto out;
-      for (size_t i = 0; notify && seccomp_api_get () >= 6 && i < sizeof supervised_stat / sizeof supervised_stat[0]; i++)
-        if (add_rule (ctx, SCMP_ACT_NOTIFY, supervised_stat[i], 0, NULL, err) < 0)
           goto out;
       for (size_t i = 0; i < sizeof emulate_ok / sizeof emulate_ok[0]; i++)
         if (add_rule (ctx, SCMP_ACT_ERRNO (0), emulate_ok[i], 0, NULL, err) < 0)
