@@ -1,20 +1,25 @@
-/* rootfs/chown_notify.c — the supervisor of a step's chown calls
- * (rootfs/chown_notify.h).
+/* rootfs/chown_notify.c — the supervisor of a step's chown calls and of
+ * its stats of open files (rootfs/chown_notify.h).
  *
  * Reading order: ib_chown_notify_start makes the thread (supervise), which
- * waits for the listener fd, learns the syscall numbers of the chown family
- * (sys_table) and answers each notification (answer): the call's arguments
- * are read (args_of, read_path), its target opened inside the step's root
- * (open_target), and the owner set or recorded (apply_owner).
+ * waits for the listener fd, learns the syscall numbers it is sent
+ * (sys_table) and answers each notification (answer): the call's
+ * arguments are read (args_of, read_path), its target named as the step
+ * would name it (target_path, in the caller's root: enter_root), then a
+ * chown opens it (open_target) and sets or records the owner
+ * (apply_owner), and a stat shows a recorded owner (emulate_stat) or lets
+ * the kernel answer.
  *
- * The thread has a file system context of its own (unshare(CLONE_FS)) so
- * that it can chroot() into the step's root for each call: the kernel then
- * resolves the path exactly as for the step (absolute paths and symlinks
- * from the step's root, ".." stopped there), and a path never reaches the
- * host's tree.  /proc is reached through a descriptor opened before that.
- * Every notification's id is checked again (seccomp_notify_id_valid) after
- * the /proc entries of its pid are opened and after its memory is read, so
- * that a pid reused by another process is never acted on.
+ * The thread has a file system context of its own (unshare(CLONE_FS)): its
+ * root is chroot()ed into the caller's root (again only when a caller has
+ * another one) and its working directory is the host's /proc.  The kernel
+ * then resolves a path exactly as for the step (absolute paths and
+ * symlinks from the step's root, ".." stopped there; relative ones through
+ * the PID/cwd and PID/fd/N magic links), and never reaches the host's
+ * tree.  Every notification's id is checked again
+ * (seccomp_notify_id_valid) after the caller's /proc entries are opened
+ * and its memory read, and before anything is changed or written, so that
+ * a pid reused by another process is never acted on.
  */
 #include "rootfs/chown_notify.h"
 #include "common/util.h"
@@ -34,6 +39,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 struct ib_chown_notify
@@ -53,7 +59,15 @@ enum kind
   K_LCHOWN,   /* (path, uid, gid), not followed */
   K_FCHOWN,   /* (fd, uid, gid) */
   K_FCHOWNAT, /* (dirfd, path, uid, gid, flags) */
+  /* the stat family, native architecture only (struct stat is ours) */
+  K_STAT,       /* (path, buf) */
+  K_LSTAT,      /* (path, buf) */
+  K_FSTAT,      /* (fd, buf) */
+  K_NEWFSTATAT, /* (dirfd, path, buf, flags) */
+  K_STATX,      /* (dirfd, path, flags, mask, buf) */
 };
+
+#define IS_STAT(k) ((k) >= K_STAT)
 
 struct sysent
 {
@@ -63,7 +77,7 @@ struct sysent
   bool id16; /* i386's original calls: 16-bit ids, 0xffff for "unchanged" */
 };
 
-#define MAX_SYS 16
+#define MAX_SYS 24
 
 static size_t
 sys_table (struct sysent *t)
@@ -78,6 +92,9 @@ sys_table (struct sysent *t)
     { "fchown", K_FCHOWN, false },    { "fchownat", K_FCHOWNAT, false },
     { "chown32", K_CHOWN, false },    { "lchown32", K_LCHOWN, false },
     { "fchown32", K_FCHOWN, false },
+    { "stat", K_STAT, false },        { "lstat", K_LSTAT, false },
+    { "fstat", K_FSTAT, false },      { "newfstatat", K_NEWFSTATAT, false },
+    { "statx", K_STATX, false },
   };
   uint32_t arches[2] = { seccomp_arch_native (), 0 };
   if (arches[0] == SCMP_ARCH_X86_64)
@@ -88,6 +105,8 @@ sys_table (struct sysent *t)
       {
         int nr = seccomp_syscall_resolve_name_arch (arches[a], names[i].name);
         if (nr < 0) /* not a call of this architecture */
+          continue;
+        if (IS_STAT (names[i].kind) && a > 0) /* i386: another struct stat */
           continue;
         /* On i386 the plain names are the 16-bit calls (chown32 is the
          * one with 32-bit ids); fchownat always has 32-bit ids. */
@@ -103,13 +122,19 @@ sys_table (struct sysent *t)
 struct call
 {
   enum kind kind;
-  int fd;          /* K_FCHOWN: the fd; K_FCHOWNAT: dirfd */
+  int fd;          /* K_FCHOWN, K_FSTAT: the fd; *at, statx: dirfd */
   uint64_t path;   /* address in the caller, 0 when none */
   uid_t uid;       /* (uid_t) -1: unchanged */
   gid_t gid;
   bool follow;
   bool empty_path; /* AT_EMPTY_PATH */
+  uint64_t buf;    /* stat family: the caller's struct stat or statx */
+  int flags;       /* statx: its flags */
+  unsigned mask;   /* statx: its mask */
 };
+
+/* answer(): let the kernel run the call as if it had not been stopped */
+#define CONTINUE 2
 
 static uint32_t
 id_arg (uint64_t v, bool id16)
@@ -152,6 +177,33 @@ args_of (const struct sysent *e, const __u64 *a, struct call *c)
         c->empty_path = flags & AT_EMPTY_PATH;
         break;
       }
+    case K_STAT:
+    case K_LSTAT:
+      c->path = a[0];
+      c->buf = a[1];
+      c->follow = e->kind == K_STAT;
+      break;
+    case K_FSTAT:
+      c->fd = (int) a[0];
+      c->buf = a[1];
+      break;
+    case K_NEWFSTATAT:
+    case K_STATX:
+      {
+        c->fd = (int) a[0];
+        c->path = a[1];
+        int flags = (int) (e->kind == K_STATX ? a[2] : a[3]);
+        int known = AT_SYMLINK_NOFOLLOW | AT_EMPTY_PATH | AT_NO_AUTOMOUNT
+                    | (e->kind == K_STATX ? AT_STATX_SYNC_TYPE : 0);
+        if (flags & ~known)
+          return CONTINUE; /* the kernel's EINVAL */
+        c->flags = flags;
+        c->follow = !(flags & AT_SYMLINK_NOFOLLOW);
+        c->empty_path = flags & AT_EMPTY_PATH;
+        c->buf = e->kind == K_STATX ? a[4] : a[2];
+        c->mask = (unsigned) a[3];
+        break;
+      }
     }
   return 0;
 }
@@ -182,61 +234,104 @@ read_path (pid_t pid, uint64_t addr, char *buf, size_t size)
   return -ENAMETOOLONG;
 }
 
-/* Open /proc/PID/WHAT (O_PATH; followed: a magic link leads to the file). */
-static int
-proc_open (int procfd, pid_t pid, const char *what, int flags)
+/* The thread's view: /proc, and the step root it is chroot()ed in. */
+struct view
 {
-  char p[64];
-  snprintf (p, sizeof p, "%d/%s", (int) pid, what);
-  return openat (procfd, p, O_PATH | O_CLOEXEC | flags);
+  int procfd;   /* the host's /proc (imgbuild's pid namespace) */
+  int listener;
+  bool in_root; /* root_dev/root_ino: the root we are chroot()ed in */
+  dev_t root_dev;
+  ino_t root_ino;
+};
+
+/* Make the thread's root the caller's (/proc/PID/root), unless it is
+ * already (the usual case: every process of a step has the sandbox's
+ * root; one that chroot()s has another).  The thread's working directory
+ * stays /proc.  0 or -errno. */
+static int
+enter_root (struct view *v, pid_t pid)
+{
+  char p[32];
+  snprintf (p, sizeof p, "%d/root", (int) pid);
+  struct stat st;
+  if (fstatat (v->procfd, p, &st, 0) < 0)
+    return -errno;
+  if (v->in_root && st.st_dev == v->root_dev && st.st_ino == v->root_ino)
+    return 0;
+  int root = openat (v->procfd, p, O_PATH | O_DIRECTORY | O_CLOEXEC);
+  if (root < 0)
+    return -errno;
+  int r = fchdir (root) == 0 && chroot (".") == 0 ? 0 : -errno;
+  close (root);
+  if (fchdir (v->procfd) < 0 && r == 0)
+    r = -errno;
+  v->in_root = r == 0;
+  v->root_dev = st.st_dev;
+  v->root_ino = st.st_ino;
+  return r;
 }
 
-/* An O_PATH descriptor of what the call names, resolved as the step would
- * resolve it; -errno on failure.  Leaves the thread chroot()ed in the
- * step's root. */
+/* The call's target as a path the thread resolves as the caller would,
+ * its root being the caller's and its working directory /proc: an
+ * absolute path as is, a relative one through PID/cwd/ or PID/fd/N/ (the
+ * magic link leads to the caller's directory; "..", symlinks and absolute
+ * links inside then stay in the root), an fd as PID/fd/N (to follow).
+ * *by_fd says whether the call names an fd; -ENOENT for an empty path. */
 static int
-open_target (int procfd, int listener, const struct seccomp_notif *req, const struct call *c,
+target_path (pid_t pid, const struct call *c, const char *path, char *out, size_t size,
+             bool *by_fd)
+{
+  bool has_dirfd = c->kind == K_FCHOWNAT || c->kind == K_NEWFSTATAT || c->kind == K_STATX;
+  *by_fd = c->kind == K_FCHOWN || c->kind == K_FSTAT || (has_dirfd && c->empty_path && !*path);
+  if (!*by_fd && !*path)
+    return -ENOENT;
+  bool cwd = has_dirfd && c->fd == AT_FDCWD;
+  int n;
+  if (*by_fd)
+    n = cwd ? snprintf (out, size, "%d/cwd", (int) pid)
+            : snprintf (out, size, "%d/fd/%d", (int) pid, c->fd);
+  else if (path[0] == '/')
+    n = snprintf (out, size, "%s", path);
+  else if (!has_dirfd || cwd)
+    n = snprintf (out, size, "%d/cwd/%s", (int) pid, path);
+  else
+    n = snprintf (out, size, "%d/fd/%d/%s", (int) pid, c->fd, path);
+  return n < 0 || (size_t) n >= size ? -ENAMETOOLONG : 0;
+}
+
+/* An O_PATH descriptor of what a chown names, resolved as the step would
+ * resolve it; -errno on failure (EBADF for an fd the caller lacks),
+ * -ESRCH when the caller is gone. */
+static int
+open_target (struct view *v, const struct seccomp_notif *req, const struct call *c,
              const char *path)
 {
   pid_t pid = (pid_t) req->pid;
-  bool by_fd = c->kind == K_FCHOWN || (c->kind == K_FCHOWNAT && c->empty_path && !*path);
-  if (!by_fd && !*path)
-    return -ENOENT;
-  char what[32];
-  cleanup_close int root = proc_open (procfd, pid, "root", O_DIRECTORY);
-  cleanup_close int dir = -1;
-  if (by_fd)
+  char tp[PATH_MAX + 64];
+  bool by_fd;
+  int r = target_path (pid, c, path, tp, sizeof tp, &by_fd);
+  if (r < 0)
+    return r;
+  if ((r = enter_root (v, pid)) < 0)
+    return r;
+  bool has_dirfd = c->kind == K_FCHOWNAT;
+  if ((by_fd || (has_dirfd && path[0] != '/')) && c->fd != AT_FDCWD)
     {
-      snprintf (what, sizeof what, "fd/%d", c->fd);
-      dir = c->kind == K_FCHOWNAT && c->fd == AT_FDCWD ? proc_open (procfd, pid, "cwd", 0)
-                                                       : proc_open (procfd, pid, what, 0);
-      if (dir < 0)
+      char fdp[32];
+      struct stat st;
+      snprintf (fdp, sizeof fdp, "%d/fd/%d", (int) pid, c->fd);
+      if (fstatat (v->procfd, fdp, &st, AT_SYMLINK_NOFOLLOW) < 0)
         return errno == ENOENT ? -EBADF : -errno;
     }
-  else if (path[0] != '/')
+  int fd = openat (AT_FDCWD, tp, O_PATH | O_CLOEXEC | (c->follow || by_fd ? 0 : O_NOFOLLOW));
+  if (fd < 0)
+    return -errno;
+  if (seccomp_notify_id_valid (v->listener, req->id) != 0)
     {
-      bool cwd = c->kind != K_FCHOWNAT || c->fd == AT_FDCWD;
-      snprintf (what, sizeof what, "fd/%d", c->fd);
-      dir = proc_open (procfd, pid, cwd ? "cwd" : what, 0);
-      if (dir < 0)
-        return errno == ENOENT && !cwd ? -EBADF : -errno;
-      struct stat st;
-      if (fstat (dir, &st) < 0)
-        return -errno;
-      if (!S_ISDIR (st.st_mode))
-        return -ENOTDIR;
+      close (fd);
+      return -ESRCH;
     }
-  if (root < 0)
-    return -errno;
-  if (seccomp_notify_id_valid (listener, req->id) != 0)
-    return -ESRCH;
-  if (by_fd)
-    return steal_fd (&dir);
-  if (fchdir (root) < 0 || chroot (".") < 0)
-    return -errno;
-  int fd = openat (path[0] == '/' ? AT_FDCWD : dir, path,
-                   O_PATH | O_CLOEXEC | (c->follow ? 0 : O_NOFOLLOW));
-  return fd < 0 ? -errno : fd;
+  return fd;
 }
 
 /* chown as the kernel would, with ids it lacks recorded; -errno or 0. */
@@ -293,32 +388,99 @@ apply_owner (int procfd, int target, const struct call *c)
   return 0;
 }
 
-/* The answer (0 or -errno) to one notification; 1 when it must not be
- * answered (the caller is gone). */
+/* A stat of a file whose owner is recorded: the kernel's answer with the
+ * recorded ids, written into the caller's buffer; CONTINUE (the kernel
+ * answers) for every other file, and for every error (the kernel's own).
+ * The usual case, an open file without a record, costs one getxattr.  0, CONTINUE, 1 (the caller is gone) or -EFAULT. */
 static int
-answer (int procfd, int listener, const struct sysent *t, size_t n_sys,
-        const struct seccomp_notif *req)
+emulate_stat (struct view *v, const struct seccomp_notif *req, const struct call *c,
+              const char *path)
+{
+  pid_t pid = (pid_t) req->pid;
+  char tp[PATH_MAX + 64];
+  bool by_fd;
+  if (target_path (pid, c, path, tp, sizeof tp, &by_fd) < 0)
+    return CONTINUE;
+  /* PID/fd/N leads to the file whatever the thread's root (the usual
+   * case: glibc's fstat) */
+  if (!by_fd && enter_root (v, pid) < 0)
+    return CONTINUE;
+  bool follow = c->follow || by_fd;
+  unsigned char val[256];
+  ssize_t len = follow ? getxattr (tp, IB_OWNER_XATTR, val, sizeof val)
+                       : lgetxattr (tp, IB_OWNER_XATTR, val, sizeof val);
+  uint32_t ru, rg;
+  if (len < 0 || ib_owner_decode (val, (size_t) len, &ru, &rg) < 0)
+    return CONTINUE;
+  /* the caller's memory through its own mm: a reused pid is another mm */
+  char mem[32];
+  snprintf (mem, sizeof mem, "%d/mem", (int) pid);
+  cleanup_close int memfd = openat (v->procfd, mem, O_RDWR | O_CLOEXEC);
+  if (memfd < 0)
+    return CONTINUE;
+  int nofollow = follow ? 0 : AT_SYMLINK_NOFOLLOW;
+  struct stat st;
+  struct statx sx;
+  const void *out;
+  size_t size;
+  if (c->kind == K_STATX)
+    {
+      if (statx (AT_FDCWD, tp, nofollow | (c->flags & (AT_STATX_SYNC_TYPE | AT_NO_AUTOMOUNT)),
+                 c->mask, &sx) < 0)
+        return CONTINUE;
+      if (ru != IB_OWNER_NOOP)
+        sx.stx_uid = ru;
+      if (rg != IB_OWNER_NOOP)
+        sx.stx_gid = rg;
+      out = &sx;
+      size = sizeof sx;
+    }
+  else
+    {
+      if (fstatat (AT_FDCWD, tp, &st, nofollow) < 0)
+        return CONTINUE;
+      if (ru != IB_OWNER_NOOP)
+        st.st_uid = ru;
+      if (rg != IB_OWNER_NOOP)
+        st.st_gid = rg;
+      out = &st;
+      size = sizeof st;
+    }
+  if (seccomp_notify_id_valid (v->listener, req->id) != 0)
+    return 1;
+  return pwrite (memfd, out, size, (off_t) c->buf) == (ssize_t) size ? 0 : -EFAULT;
+}
+
+/* The answer (0 or -errno) to one notification; 1 when it must not be
+ * answered (the caller is gone), CONTINUE when the kernel is to run it. */
+static int
+answer (struct view *v, const struct sysent *t, size_t n_sys, const struct seccomp_notif *req)
 {
   const struct sysent *e = NULL;
   for (size_t i = 0; i < n_sys && e == NULL; i++)
     if (t[i].arch == req->data.arch && t[i].nr == req->data.nr)
       e = &t[i];
-  if (e == NULL)
-    return 0; /* not one of ours: as before notification, emulated */
+  if (e == NULL) /* not one of ours (i386's stat family): as if not stopped */
+    return CONTINUE;
+  if (v == NULL) /* no root of our own: emulated as without a supervisor */
+    return IS_STAT (e->kind) ? CONTINUE : 0;
   struct call c;
   int r = args_of (e, req->data.args, &c);
-  if (r < 0)
+  if (r != 0)
     return r;
   char path[PATH_MAX];
   path[0] = '\0';
-  if (c.kind != K_FCHOWN && (r = read_path ((pid_t) req->pid, c.path, path, sizeof path)) < 0)
-    return r;
-  int target = open_target (procfd, listener, req, &c, path);
+  if (c.kind != K_FCHOWN && c.kind != K_FSTAT
+      && (r = read_path ((pid_t) req->pid, c.path, path, sizeof path)) < 0)
+    return IS_STAT (c.kind) ? CONTINUE : r;
+  if (IS_STAT (c.kind))
+    return emulate_stat (v, req, &c, path);
+  int target = open_target (v, req, &c, path);
   if (target == -ESRCH)
     return 1;
   if (target < 0)
     return target;
-  r = apply_owner (procfd, target, &c);
+  r = apply_owner (v->procfd, target, &c);
   close (target);
   return r;
 }
@@ -365,6 +527,7 @@ supervise (void *arg)
              strerror (errno));
   struct sysent t[MAX_SYS];
   size_t n_sys = sys_table (t);
+  struct view view = { .procfd = procfd, .listener = n->listener };
   struct seccomp_notif *req = NULL;
   struct seccomp_notif_resp *resp = NULL;
   if (seccomp_notify_alloc (&req, &resp) < 0)
@@ -377,12 +540,15 @@ supervise (void *arg)
       memset (req, 0, sizeof *req);
       if (seccomp_notify_receive (n->listener, req) < 0)
         continue; /* ENOENT: the caller died meanwhile */
-      int r = own_fs && procfd >= 0 ? answer (procfd, n->listener, t, n_sys, req) : 0;
+      int r = answer (own_fs && procfd >= 0 ? &view : NULL, t, n_sys, req);
       if (r == 1)
         continue;
       memset (resp, 0, sizeof *resp);
       resp->id = req->id;
-      resp->error = r;
+      if (r == CONTINUE)
+        resp->flags = SECCOMP_USER_NOTIF_FLAG_CONTINUE;
+      else
+        resp->error = r;
       resp->val = 0;
       if (seccomp_notify_respond (n->listener, resp) == 0)
         n->answered++;

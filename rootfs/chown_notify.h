@@ -14,11 +14,19 @@
  * with 0 or the error a chown in the root mode would have given (ENOENT,
  * ENOTDIR, ELOOP, EBADF, EROFS...).
  *
+ * The stat of an open file (fstat; newfstatat and statx with
+ * AT_EMPTY_PATH) comes here too where the kernel can let a call continue:
+ * a file with a record is answered with the kernel's stat and the recorded
+ * ids (written into the caller's buffer through /proc/PID/mem), every other
+ * call continues in the kernel unchanged.  So a tool that copies an owner
+ * from an open file (useradd's rewrite of /etc/shadow) keeps it.  A stat
+ * by path is not sent (there are far more of them) and shows 0:0.
+ *
  * Nothing in it acts under the recorded ids: the supervisor runs with the
  * step's own credentials (root of the same user namespace), reaches files
  * only through the step's own root (/proc/PID/root, its thread chroot()ed
- * there) and writes nothing but the owner and the record (docs/security.md).
- * A `stat` inside the step still shows the kernel's 0:0.
+ * there) and writes nothing but the owner, the record and a stat result
+ * into the buffer the caller passed (docs/security.md).
  */
 #ifndef IB_ROOTFS_CHOWN_NOTIFY_H
 #define IB_ROOTFS_CHOWN_NOTIFY_H

@@ -17,6 +17,7 @@
 #include "common/util.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <sched.h>
 #include <seccomp.h>
 #include <stdint.h>
@@ -55,6 +56,22 @@ static const char *const deny_eperm[] = {
  * the i386 variants. */
 static const char *const emulate_chown[] = {
   "chown", "fchown", "lchown", "fchownat", "chown32", "fchown32", "lchown32",
+};
+/* With a supervisor that can let the kernel run a call (API level 6),
+ * the stat of an open file (fstat, and newfstatat/statx with
+ * AT_EMPTY_PATH, which glibc's fstat uses) goes to it too, and shows an
+ * owner that is recorded (rootfs/chown_notify.h); a stat by path does not:
+ * there are far more of those (ls, find, make, a compiler's include
+ * search) and each would pay the round trip.  (The flags' argument: 3 of
+ * newfstatat, 2 of statx.) */
+static const struct
+{
+  const char *name;
+  int flags_arg; /* -1: none */
+} supervised_stat[] = {
+  { "fstat", -1 },
+  { "newfstatat", 3 },
+  { "statx", 2 },
 };
 static const char *const emulate_ok[] = {
   "setuid", "setgid", "setreuid", "setregid", "setresuid", "setresgid",
@@ -195,6 +212,17 @@ install (bool root_emulation, int *listener, ib_error_t *err)
       for (size_t i = 0; i < sizeof emulate_chown / sizeof emulate_chown[0]; i++)
         if (add_rule (ctx, chown_action, emulate_chown[i], 0, NULL, err) < 0)
           goto out;
+      for (size_t i = 0; notify && seccomp_api_get () >= 6
+                         && i < sizeof supervised_stat / sizeof supervised_stat[0];
+           i++)
+        {
+          int a = supervised_stat[i].flags_arg;
+          struct scmp_arg_cmp empty = { (unsigned) a, SCMP_CMP_MASKED_EQ, AT_EMPTY_PATH,
+                                        AT_EMPTY_PATH };
+          if (add_rule (ctx, SCMP_ACT_NOTIFY, supervised_stat[i].name, a < 0 ? 0 : 1, &empty, err)
+              < 0)
+            goto out;
+        }
       for (size_t i = 0; i < sizeof emulate_ok / sizeof emulate_ok[0]; i++)
         if (add_rule (ctx, SCMP_ACT_ERRNO (0), emulate_ok[i], 0, NULL, err) < 0)
           goto out;

@@ -24,7 +24,10 @@ int ib_seccomp_install (bool root_emulation, ib_error_t *err);
  * *listener gets the close-on-exec notification fd to pass to it
  * (rootfs/chown_notify.h), which the caller must not keep across exec:
  * the calls then wait only until every copy of it is closed, and fail
- * with ENOSYS after that.  On a kernel or libseccomp without user
+ * with ENOSYS after that.  Where libseccomp's API level is 6 (the kernel
+ * can let a notified call continue) the stat of an open file (fstat;
+ * newfstatat and statx with AT_EMPTY_PATH) is sent too.  On a kernel or
+ * libseccomp without user
  * notification *listener is -1 and the family is answered 0, as by
  * ib_seccomp_install (true). */
 int ib_seccomp_install_supervised (int *listener, ib_error_t *err);
