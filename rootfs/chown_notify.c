@@ -521,7 +521,7 @@ supervise (void *arg)
   /* A root of our own to chroot() into per call; the rest of imgbuild
    * keeps the process's. */
   cleanup_close int procfd = open ("/proc", O_PATH | O_DIRECTORY | O_CLOEXEC);
-  bool own_fs = unshare (CLONE_FS) == 0;
+  bool own_fs = unshare (CLONE_FS) == 0 && procfd >= 0 && fchdir (procfd) == 0;
   if (!own_fs || procfd < 0)
     ib_warn ("chown supervisor: %s: a step's chown is answered without effect",
              strerror (errno));

@@ -622,20 +622,21 @@ def normalize_trees(a, b, base, volumes, single):
     """The differences that are not bugs, removed from imgbuild's tree a and
     buildah's tree b in place (final() made these dicts for us)."""
     if single:
-        # The single-id mode keeps the owners that unpacked layers and COPY
-        # give (recorded where it lacks the ids: rootfs/owner.h), but not yet
-        # a RUN step's own chown, and runs RUN under USER as root
-        # (docs/security.md): where imgbuild says 0:0 and buildah another
-        # owner, ownership is not compared; everywhere else it is.  Nor is
-        # the content of files that name the running user.
+        # The single-id mode keeps the owners that unpacked layers, COPY and
+        # a RUN step's chown give (recorded where it lacks the ids:
+        # rootfs/owner.h, rootfs/chown_notify.h), but runs RUN under USER
+        # as root (docs/security.md): the files such a step writes are
+        # root's and name root.  Their owner and content are not compared;
+        # nor the owner of a symlink where imgbuild says 0:0 (a symlink
+        # cannot carry the record); everything else is.
         for p, e in a.items():
-            if p in b and (e["uid"], e["gid"]) == (0, 0) != (b[p]["uid"], b[p]["gid"]):
+            if e["type"] == "symlink" and p in b and (e["uid"], e["gid"]) == (0, 0):
                 e["uid"] = e["gid"] = b[p]["uid"] = b[p]["gid"] = None
         for t in (a, b):
             for p in USER_DEPENDENT:
                 if p in t:
-                    t[p].pop("sha256", None)
-                    t[p].pop("size", None)
+                    for k in ("sha256", "size", "uid", "gid"):
+                        t[p].pop(k, None)
     for v in volumes:
         # buildah creates each VOLUME's directory in the image; Docker's
         # BuildKit records VOLUME in the config only (a runtime makes the
