@@ -246,7 +246,10 @@ def test_a_cancelled_and_requeued_task_finishes_the_matrix(cluster, tmp_path, ba
         wait_for(lambda: (tmp_path / "jobs").exists() and any(
             (d / "cells" / "1.start").exists() for d in (tmp_path / "jobs").glob("job-*")))
         job = job_id(tmp_path)
-        time.sleep(1)  # mid-way through its RUN
+        # mid-way through its RUN (the 6 s sleep), not through its pull
+        log = job_dir(tmp_path) / "logs" / "cell-1.out"
+        wait_for(lambda: log.exists() and "] RUN sleep" in log.read_text())
+        time.sleep(1)
         slurm(cluster, "scancel", f"{job}_1")
         wait_for(lambda: slurm_states(cluster, job).get(1) == "CANCELLED")
         slurm(cluster, "scontrol", "requeue", f"{job}_1")
