@@ -391,7 +391,8 @@ apply_owner (int procfd, int target, const struct call *c)
 /* A stat of a file whose owner is recorded: the kernel's answer with the
  * recorded ids, written into the caller's buffer; CONTINUE (the kernel
  * answers) for every other file, and for every error (the kernel's own).
- * The usual case, an open file without a record, costs one getxattr.  0, CONTINUE, 1 (the caller is gone) or -EFAULT. */
+ * The usual case, an open file without a record, costs one getxattr.
+ * 0, CONTINUE, 1 (the caller is gone) or -EFAULT. */
 static int
 emulate_stat (struct view *v, const struct seccomp_notif *req, const struct call *c,
               const char *path)
