@@ -38,6 +38,10 @@ pkgs=(
   slurmctld slurmd slurm-client munge
   # TLS e2e tests: a test CA and certificates made at test time
   # (openssl above also makes the TLS tests' CA and certificates)
+  # multi-platform tests (tests/e2e/test_platforms.py): arm64 steps through
+  # qemu-user in binfmt_misc (tests/lib/binfmt.sh), an arm64 base image
+  # made by mmdebstrap (arch-test: its check of a foreign architecture)
+  qemu-user-static binfmt-support arch-test
 )
 # artifact repository e2e tests (tests/lib/s3.sh): an S3 server from npm,
 # run with Node.js; so is the Dockerfile parser that the recipe corpus is

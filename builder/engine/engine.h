@@ -58,7 +58,8 @@ typedef struct stage_state
   bool cmd_set;              /* CMD seen in this stage: ENTRYPOINT keeps it */
   char manifest_digest[IB_DIGEST_LEN];
   int64_t manifest_size;
-  char *foreign;             /* "linux/arm64" when the host cannot run the stage's binaries */
+  char *foreign;             /* "linux/arm64" when the host cannot run the stage's binaries
+                              * natively: RUN goes through binfmt_misc (qemu-user) */
   /* Build cache.  The rootfs is made lazily: while steps hit the cache only
    * config and layers advance; the first step that must run (or an output,
    * or a stage reading this one) makes it from the layers (ensure_rootfs). */

@@ -465,8 +465,8 @@ do_from (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err)
     return -1;
   const char *hos, *harch, *hvar;
   ib_host_platform (&hos, &harch, &hvar);
-  /* Another platform's image may be pulled, copied from and added to; RUN
-   * in it is refused (do_run), as there is no emulation. */
+  /* Another platform's image: its RUN steps need the kernel's binfmt_misc
+   * emulation (run.c check_emulation says whether it is there). */
   if (want && ib_platform_rank (hos, harch, hvar, os, arch, variant) == 0)
     st->foreign = ib_platform_string (os, arch, variant);
   if (ib_store_tmp_dir (b->store, "stage", &st->rootfs, err) < 0)

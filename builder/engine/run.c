@@ -1,6 +1,7 @@
 /* builder/engine/run.c — RUN: its environment, user, mounts (--mount), key,
  * the sandbox it runs in, and the tree kept after a failure. */
 #include "builder/engine/engine.h"
+#include "rootfs/binfmt.h"
 #include "builder/engine/fsops.h"
 #include "builder/engine/runspec.h"
 #include "rootfs/overlay.h"
@@ -370,6 +371,23 @@ keep_failed_tree (build_t *b, stage_state_t *st, char **env, const char *cwd, ui
 static int run_step (build_t *b, stage_state_t *st, const ib_instr_t *in,
                      const ib_run_spec_t *spec, ib_error_t *err);
 
+/* A stage of another platform (st->foreign): can the kernel run its
+ * binaries (rootfs/binfmt.h)?  The error names what is missing. */
+static int
+check_emulation (stage_state_t *st, ib_error_t *err)
+{
+  if (st->foreign == NULL)
+    return 0;
+  cleanup_free char *os = NULL, *arch = NULL, *variant = NULL, *handler = NULL;
+  if (ib_platform_parse (st->foreign, &os, &arch, &variant, err) < 0)
+    return -1;
+  if (ib_binfmt_check (IB_BINFMT_DIR, os, arch, variant, st->rootfs, &handler, err) < 0)
+    return -1;
+  if (handler)
+    ib_debug ("RUN for %s through binfmt_misc %s", st->foreign, handler);
+  return 0;
+}
+
 int
 do_run (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err)
 {
@@ -383,16 +401,6 @@ static int
 run_step (build_t *b, stage_state_t *st, const ib_instr_t *in, const ib_run_spec_t *spec,
           ib_error_t *err)
 {
-  if (st->foreign)
-    {
-      const char *os, *arch, *variant;
-      ib_host_platform (&os, &arch, &variant);
-      cleanup_free char *host = ib_platform_string (os, arch, variant);
-      return ib_error_set (err, ENOEXEC, "cannot run %s binaries on %s (the stage is FROM "
-                           "--platform=%s; only COPY and COPY --from work there)",
-                           st->foreign, host, st->foreign);
-    }
-
   cleanup_strv char **argv = NULL;
   cleanup_free char *shown = NULL;
   if (in->json_form)
@@ -437,7 +445,8 @@ run_step (build_t *b, stage_state_t *st, const ib_instr_t *in, const ib_run_spec
       return 0;
     }
   step_line (b, st, "RUN", shown, false, true);
-  if (ensure_rootfs (b, st, err) < 0 || ensure_mount_sources (b, st, spec, err) < 0)
+  if (ensure_rootfs (b, st, err) < 0 || ensure_mount_sources (b, st, spec, err) < 0
+      || check_emulation (st, err) < 0)
     return -1;
 
   cleanup_strv char **env = run_env (b, st);

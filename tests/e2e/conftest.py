@@ -198,6 +198,14 @@ def base_image(registry):
 
 
 @pytest.fixture(scope="session")
+def multiarch(registry, base_image):
+    """Debian bookworm for linux/arm64 alone ("arm64") and an OCI index of
+    it beside the amd64 base image ("multi"), from tests/lib/multiarch-image.sh."""
+    arm64, multi = sh("bash", ROOT / "tests/lib/multiarch-image.sh", registry).stdout.split()
+    return {"arm64": arm64, "multi": multi}
+
+
+@pytest.fixture(scope="session")
 def store(tmp_path_factory):
     return tmp_path_factory.mktemp("store")
 
