@@ -228,7 +228,31 @@ job_open (fetch_job_t *j, ib_error_t *err)
       j->x.sink_written += (uint64_t) n;
     }
   free (buf);
-  if (j->desc.size >= 0 && j->x.sink_written > (uint64_t) j->desc.size)
+  if (j->desc.size >= 0 && j->x.sink_written == (uint64_t) j->desc.size)
+    {
+      /* whole: an earlier run stopped between the last byte and the commit
+       * (killed during its fsync); a Range from the end would only get 416 */
+      char got[IB_DIGEST_LEN];
+      ib_sha256_final (j->x.sink_hash, got); /* (frees it) */
+      j->x.sink_hash = NULL;
+      if (strcmp (got, j->desc.digest) == 0)
+        {
+          if (ib_store_commit_blob_hashed (f->store, j->path, j->desc.digest, err) < 0)
+            return -1;
+          pthread_mutex_lock (&f->mu);
+          close (j->fd);
+          j->fd = -1;
+          pthread_mutex_unlock (&f->mu);
+          j->x.sink_fd = -1;
+          j->x.sink_written = 0;
+          goto in_store;
+        }
+      ib_warn ("%s: blob %.19s..: the partial download an earlier run left does not match "
+               "its digest; downloading it again", f->shown, j->desc.digest);
+      if (job_restart_file (j) < 0)
+        return ib_error_sys (err, errno, "truncate %s", j->path);
+    }
+  else if (j->desc.size >= 0 && j->x.sink_written > (uint64_t) j->desc.size)
     {
       if (job_restart_file (j) < 0)
         return ib_error_sys (err, errno, "truncate %s", j->path);
@@ -403,6 +427,21 @@ job_finished (fetch_job_t *j, CURLcode rc)
       ib_error_set (&e, EBADMSG, "the registry sent more than the %lld bytes its descriptor gives",
                     (long long) j->desc.size);
       job_retry_or_fail (j, &e, true, 0);
+      return;
+    }
+  if (st == 416 && j->x.sink_written > 0)
+    {
+      /* nothing past our offset, or a bad partial file: start over.  Before
+       * rc: a registry may declare the whole blob's Content-Length on its
+       * 416 and close after the short body (curl: CURLE_PARTIAL_FILE) */
+      job_release_easy (j);
+      j->state = JOB_WAITING;
+      j->not_before_ms = 0;
+      if (job_restart_file (j) < 0)
+        {
+          ib_error_sys (&e, errno, "truncate %s", j->path);
+          job_fail (j, &e);
+        }
       return;
     }
   if (rc != CURLE_OK)

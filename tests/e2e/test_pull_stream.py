@@ -137,6 +137,31 @@ def test_interrupted_download_resumes_from_partial(registry, base_image, tmp_pat
     assert not partial.exists()
 
 
+@pytest.mark.parametrize("whole", ["intact", "corrupted"])
+def test_whole_partial_left_before_its_commit(registry, base_image, tmp_path, whole):
+    """A run killed between a blob's last byte and its commit (a Slurm
+    scancel during the fsync) leaves the partial file at the blob's full
+    size.  Resuming from there asked for a Range past the end, which
+    docker-registry answers 416 with the whole blob's Content-Length and a
+    33-byte body: every later pull on that store gave up after 6 attempts.
+    Now an intact one is committed without a request, a corrupted one
+    downloaded again."""
+    layer = layer_digests(registry, "debian:bookworm")[0]
+    data = fetch_blob(registry, "debian", layer)
+    store = tmp_path / "store"
+    assert imgbuild("prune", store=store).rc == 0
+    partial = store / "tmp" / f"blob-{layer.split(':')[1]}.partial"
+    partial.write_bytes(data if whole == "intact" else b"\0" * len(data))
+    r = imgbuild("-v", "pull", f"{registry}/debian:bookworm", store=store)
+    assert r.rc == 0, r
+    if whole == "intact":
+        assert "Already exists" in r.err, r
+    else:
+        assert "does not match its digest; downloading it again" in r.err, r
+    blobs_ok(store)
+    assert not partial.exists()
+
+
 def test_bad_partial_is_discarded_and_downloaded_again(registry, base_image, tmp_path):
     layer = layer_digests(registry, "debian:bookworm")[0]
     store = tmp_path / "store"
