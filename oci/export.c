@@ -318,21 +318,87 @@ out:
   return ret;
 }
 
-/* The layout's index.json naming the image `name` (NULL: unnamed, no
- * annotations) (caller frees). */
+/* The layout's index.json naming the image or index `d` `name` (NULL:
+ * unnamed, no annotations) (caller frees). */
 static char *
-layout_index (const image_t *img, const char *manifest_digest, const char *name)
+layout_index (const ib_descriptor_t *d, const char *name)
 {
   json_t *index = json_pack ("{s:i, s:s, s:[{s:s, s:s, s:I}]}", "schemaVersion", 2,
                              "mediaType", IB_MT_OCI_INDEX, "manifests", "mediaType",
-                             img->desc.media_type ? img->desc.media_type : IB_MT_OCI_MANIFEST,
-                             "digest", manifest_digest, "size", (json_int_t) img->desc.size);
+                             d->media_type ? d->media_type : IB_MT_OCI_MANIFEST,
+                             "digest", d->digest, "size", (json_int_t) d->size);
   if (name)
     json_object_set_new (json_array_get (json_object_get (index, "manifests"), 0), "annotations",
                          json_pack ("{s:s}", "org.opencontainers.image.ref.name", name));
   char *s = json_dumps (index, JSON_COMPACT | JSON_SORT_KEYS);
   json_decref (index);
   return s;
+}
+
+/* The blobs of the stored image manifest `digest` (it, its config, its
+ * layers) added to *blobs, each once; *desc (may be NULL) gets its
+ * descriptor. */
+static int
+image_blobs (ib_store_t *store, const char *digest, ib_descriptor_t *desc, char ***blobs,
+             ib_error_t *err)
+{
+  image_t img = { 0 };
+  if (image_load (store, digest, &img, err) < 0)
+    return -1;
+  if (!ib_strv_has (*blobs, digest))
+    ib_strv_push (blobs, digest);
+  if (!ib_strv_has (*blobs, img.m->config.digest))
+    ib_strv_push (blobs, img.m->config.digest);
+  for (size_t i = 0; i < img.m->n_layers; i++)
+    if (!ib_strv_has (*blobs, img.m->layers[i].digest))
+      ib_strv_push (blobs, img.m->layers[i].digest);
+  if (desc)
+    {
+      snprintf (desc->digest, IB_DIGEST_LEN, "%s", digest);
+      desc->media_type = xstrdup (img.desc.media_type ? img.desc.media_type : IB_MT_OCI_MANIFEST);
+      desc->size = img.desc.size;
+    }
+  image_free (&img);
+  return 0;
+}
+
+/* What an export of `digest` writes: *desc its descriptor (caller clears)
+ * and *blobs (caller frees) every blob, each once: an image manifest's as
+ * image_blobs; an OCI index (image-index.md) itself, then each image it
+ * lists, in its order. */
+static int
+export_blobs (ib_store_t *store, const char *digest, ib_descriptor_t *desc, char ***blobs,
+              ib_error_t *err)
+{
+  cleanup_free char *data = NULL;
+  size_t len = 0;
+  if (ib_store_read_blob (store, digest, &data, &len, err) < 0)
+    return -1;
+  json_t *j = json_loadb (data, len, 0, NULL);
+  const char *mt = json_string_value (json_object_get (j, "mediaType"));
+  if (mt == NULL || strcmp (mt, IB_MT_OCI_INDEX) != 0)
+    {
+      json_decref (j);
+      return image_blobs (store, digest, desc, blobs, err);
+    }
+  snprintf (desc->digest, IB_DIGEST_LEN, "%s", digest);
+  desc->media_type = xstrdup (IB_MT_OCI_INDEX);
+  desc->size = (int64_t) len;
+  ib_strv_push (blobs, digest);
+  size_t i;
+  json_t *e;
+  json_array_foreach (json_object_get (j, "manifests"), i, e)
+    {
+      const char *d = json_string_value (json_object_get (e, "digest"));
+      if (d == NULL || image_blobs (store, d, NULL, blobs, err) < 0)
+        {
+          json_decref (j);
+          return d ? ib_error_prefix (err, "index %s", digest)
+                   : ib_error_set (err, EINVAL, "index %s: entry %zu has no digest", digest, i);
+        }
+    }
+  json_decref (j);
+  return 0;
 }
 
 /* Blob `digest` of the store as the tarball entry blobs/sha256/<hex>. */
@@ -352,41 +418,34 @@ add_blob (struct archive *a, ib_store_t *store, const char *digest, const char *
 
 /* OUTPUT type=oci,dest=FILE: the layout as a tarball (buildx's oci
  * exporter; skopeo's oci-archive:), entries oci-layout, index.json, then
- * blobs/ with the manifest, the config and the layers (each once), times 0:
- * the same image gives the same bytes.  Written beside dest, fsynced,
- * renamed over it. */
+ * blobs/ with the manifest (or index, then each of its manifests), the
+ * config and the layers (each once), times 0: the same image gives the
+ * same bytes.  Written beside dest, fsynced, renamed over it. */
 int
 ib_export_oci_archive (ib_store_t *store, const char *manifest_digest, const char *name,
                        const char *dest, ib_error_t *err)
 {
-  image_t img = { 0 };
-  if (image_load (store, manifest_digest, &img, err) < 0)
-    return -1;
-  ib_manifest_t *m = img.m;
+  ib_descriptor_t desc = { 0 };
+  cleanup_strv char **blobs = NULL;
+  if (export_blobs (store, manifest_digest, &desc, &blobs, err) < 0)
+    {
+      ib_descriptor_clear (&desc);
+      return -1;
+    }
   int ret = -1;
   struct archive *a = NULL;
   cleanup_free char *tmp = xasprintf ("%s.tmp-%d", dest, (int) getpid ());
-  cleanup_free char *index = layout_index (&img, manifest_digest, name);
+  cleanup_free char *index = layout_index (&desc, name);
   const char *layout = "{\"imageLayoutVersion\":\"1.0.0\"}";
-  cleanup_strv char **done = NULL;
   if (tar_begin (dest, tmp, &a, err) < 0)
     goto out;
   if (add_bytes (a, "oci-layout", layout, strlen (layout), dest, err) < 0
       || add_bytes (a, "index.json", index, strlen (index), dest, err) < 0
-      || add_dir (a, "blobs", dest, err) < 0 || add_dir (a, "blobs/sha256", dest, err) < 0
-      || add_blob (a, store, manifest_digest, dest, err) < 0
-      || add_blob (a, store, m->config.digest, dest, err) < 0)
+      || add_dir (a, "blobs", dest, err) < 0 || add_dir (a, "blobs/sha256", dest, err) < 0)
     goto out;
-  ib_strv_push (&done, manifest_digest);
-  ib_strv_push (&done, m->config.digest);
-  for (size_t i = 0; i < m->n_layers; i++)
-    {
-      if (ib_strv_has (done, m->layers[i].digest))
-        continue;
-      if (add_blob (a, store, m->layers[i].digest, dest, err) < 0)
-        goto out;
-      ib_strv_push (&done, m->layers[i].digest);
-    }
+  for (char **b = blobs; *b; b++)
+    if (add_blob (a, store, *b, dest, err) < 0)
+      goto out;
   if (tar_commit (a, tmp, dest, err) < 0)
     goto out;
   ret = 0;
@@ -395,7 +454,7 @@ out:
     archive_write_free (a);
   if (ret < 0)
     unlink (tmp);
-  image_free (&img);
+  ib_descriptor_clear (&desc);
   return ret;
 }
 
@@ -404,10 +463,13 @@ int
 ib_export_oci (ib_store_t *store, const char *manifest_digest, const char *name, const char *dest,
                ib_error_t *err)
 {
-  image_t img = { 0 };
-  if (image_load (store, manifest_digest, &img, err) < 0)
-    return -1;
-  ib_manifest_t *m = img.m;
+  ib_descriptor_t desc = { 0 };
+  cleanup_strv char **list = NULL;
+  if (export_blobs (store, manifest_digest, &desc, &list, err) < 0)
+    {
+      ib_descriptor_clear (&desc);
+      return -1;
+    }
   int ret = -1;
   cleanup_free char *tmp = xasprintf ("%s.tmp-%d", dest, (int) getpid ());
   cleanup_free char *blobs = ib_path_join (tmp, "blobs/sha256");
@@ -415,18 +477,15 @@ ib_export_oci (ib_store_t *store, const char *manifest_digest, const char *name,
   ib_rm_rf (tmp, NULL);
   if (ib_mkdir_p (blobs, 0755, err) < 0)
     goto out;
-  if (ib_store_export_blob (store, manifest_digest, blobs, err) < 0
-      || ib_store_export_blob (store, m->config.digest, blobs, err) < 0)
-    goto out;
-  for (size_t i = 0; i < m->n_layers; i++)
-    if (ib_store_export_blob (store, m->layers[i].digest, blobs, err) < 0)
+  for (char **b = list; *b; b++)
+    if (ib_store_export_blob (store, *b, blobs, err) < 0)
       goto out;
   {
     cleanup_free char *p = ib_path_join (tmp, "oci-layout");
     const char *layout = "{\"imageLayoutVersion\":\"1.0.0\"}";
     if (ib_write_file_atomic (p, layout, strlen (layout), 0644, err) < 0)
       goto out;
-    cleanup_free char *s = layout_index (&img, manifest_digest, name);
+    cleanup_free char *s = layout_index (&desc, name);
     cleanup_free char *ip = ib_path_join (tmp, "index.json");
     if (ib_write_file_atomic (ip, s, strlen (s), 0644, err) < 0)
       goto out;
@@ -448,6 +507,6 @@ ib_export_oci (ib_store_t *store, const char *manifest_digest, const char *name,
 out:
   if (ret < 0)
     ib_rm_rf (tmp, NULL);
-  image_free (&img);
+  ib_descriptor_clear (&desc);
   return ret;
 }

@@ -502,6 +502,29 @@ ib_manifest_serialize (const ib_descriptor_t *config, const ib_descriptor_t *lay
   return s; /* jansson's default allocator is malloc: the caller free()s */
 }
 
+char *
+ib_index_serialize (const ib_descriptor_t *manifests, size_t n)
+{
+  json_t *ms = json_array ();
+  for (size_t i = 0; i < n; i++)
+    {
+      json_t *d = descriptor_json (&manifests[i], IB_MT_OCI_MANIFEST);
+      json_t *p = json_pack ("{s:s, s:s}", "os", manifests[i].os ? manifests[i].os : "linux",
+                             "architecture", manifests[i].arch ? manifests[i].arch : "unknown");
+      if (manifests[i].variant && *manifests[i].variant)
+        json_object_set_new (p, "variant", json_string (manifests[i].variant));
+      json_object_set_new (d, "platform", p);
+      json_array_append_new (ms, d);
+    }
+  json_t *idx = json_pack ("{s:i, s:s, s:o}", "schemaVersion", 2, "mediaType", IB_MT_OCI_INDEX,
+                           "manifests", ms);
+  char *s = json_dumps (idx, JSON_SORT_KEYS | JSON_COMPACT);
+  json_decref (idx);
+  if (s == NULL)
+    abort ();
+  return s;
+}
+
 int
 ib_config_parse (const char *data, size_t len, json_t **out, ib_error_t *err)
 {

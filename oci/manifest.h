@@ -103,6 +103,13 @@ void ib_descriptor_clear (ib_descriptor_t *d);
 char *ib_manifest_serialize (const ib_descriptor_t *config, const ib_descriptor_t *layers,
                              size_t n_layers, json_t *annotations);
 
+/* Serialize an OCI image index (image-index.md) of the `n` image
+ * manifests given, in that order, each with its platform (os, arch and
+ * variant of the descriptor; variant left out when NULL or "") and its
+ * media type (NULL: the OCI manifest's).  Compact
+ * JSON with sorted keys, as ib_manifest_serialize; caller frees. */
+char *ib_index_serialize (const ib_descriptor_t *manifests, size_t n);
+
 /* Image config (config.md): parsed to a jansson object the caller owns. */
 int ib_config_parse (const char *data, size_t len, json_t **out, ib_error_t *err);
 /* rootfs.diff_ids as a NULL-terminated vector of digests; error if malformed. */

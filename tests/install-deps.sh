@@ -42,6 +42,9 @@ pkgs=(
   # qemu-user in binfmt_misc (tests/lib/binfmt.sh), an arm64 base image
   # made by mmdebstrap (arch-test: its check of a foreign architecture)
   qemu-user-static binfmt-support arch-test
+  # ... and a pushed index run by another runtime: podman run --arch arm64
+  # (runc: crun refuses hybrid cgroup hierarchies)
+  podman runc
 )
 # artifact repository e2e tests (tests/lib/s3.sh): an S3 server from npm,
 # run with Node.js; so is the Dockerfile parser that the recipe corpus is

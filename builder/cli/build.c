@@ -87,16 +87,27 @@ list_wheels (const char *dir, char ***out)
     ib_strv_push (out, found[i]);
 }
 
-/* --platform OS/ARCH[/VARIANT] of build and plan: `arg` when it parses,
- * else a usage error. */
+/* --platform OS/ARCH[/VARIANT] of build and plan (build: a comma-separated
+ * list of them, `list`): `arg` when it parses, else a usage error. */
 static const char *
-platform_option (const char *arg)
+platform_option (const char *arg, bool list)
 {
-  cleanup_free char *os = NULL, *arch = NULL, *variant = NULL;
-  if (ib_platform_parse (arg, &os, &arch, &variant, NULL) < 0)
+  cleanup_free char *copy = xstrdup (arg);
+  char *save = NULL;
+  size_t n = 0;
+  for (char *one = strtok_r (copy, ",", &save); one; one = strtok_r (NULL, ",", &save), n++)
     {
-      usage_error ("--platform: expected OS/ARCH[/VARIANT], got '%s'", arg);
+      cleanup_free char *os = NULL, *arch = NULL, *variant = NULL;
+      while (*one == ' ')
+        one++;
+      if (ib_platform_parse (one, &os, &arch, &variant, NULL) < 0)
+        usage_error (list && strchr (arg, ',') ? "--platform: expected OS/ARCH[/VARIANT][,OS/ARCH[/VARIANT]...], "
+                            "got '%s'"
+                          : "--platform: expected OS/ARCH[/VARIANT], got '%s'",
+                     arg);
     }
+  if (n == 0 || (n > 1 && !list))
+    usage_error ("--platform: expected OS/ARCH[/VARIANT] (one platform), got '%s'", arg);
   return arg;
 }
 
@@ -581,7 +592,7 @@ cmd_build (int argc, char **argv, ib_error_t *err)
         ib_strv_push (&annotations, ib_str_has_prefix (optarg, "manifest:") ? optarg + 9 : optarg);
         break;
       case 'H': debug_shell = true; break;
-      case 'P': platform = platform_option (optarg); break;
+      case 'P': platform = platform_option (optarg, true); break;
       case 'F':
         {
           /* BuildKit: --no-cache-filter takes one or more comma-separated stages */
@@ -817,7 +828,7 @@ cmd_plan (int argc, char **argv, ib_error_t *err)
       case 'T': target = optarg; break;
       case 'J': as_json = true; break;
       case 'f': file = optarg; break;
-      case 'P': platform = platform_option (optarg); break;
+      case 'P': platform = platform_option (optarg, false); break;
       default:
         if (!global_option (c, optarg, "plan"))
           exit (2);

@@ -31,7 +31,7 @@ static const char usage_text[] =
   "          [--compression gzip|zstd|none] [--compression-level N] [--reproducible]\n"
   "          [--device CDI-NAME] [--cdi-spec-dir DIR] [--no-cache] [--no-cache-filter STAGE]\n"
   "          [--keep-on-failure] [--debug-shell] [--cache-from SPEC] [--cache-to SPEC]\n"
-  "          [--annotation KEY=VALUE] [-j N] [--platform OS/ARCH[/VARIANT]]\n"
+  "          [--annotation KEY=VALUE] [-j N] [--platform OS/ARCH[/VARIANT][,...]]\n"
   "          [--secret id=ID[,src=FILE|,env=VAR]] [--ssh default|ID[=SOCKET]]\n"
   "          [--network host|none|default] [--pull[=always|missing|never]]\n"
   "          [--add-host NAME:IP] [--shm-size SIZE] [--ulimit NAME=SOFT[:HARD]]\n"

@@ -344,7 +344,22 @@ fill_result (build_t *b, stage_state_t *target, ib_build_result_t *r, ib_error_t
 int
 ib_build (ib_store_t *store, const ib_build_opts_t *opts, ib_error_t *err)
 {
+  if (opts->platform && strchr (opts->platform, ','))
+    return build_platforms (store, opts, err);
+  return build_one (store, opts, NULL, err);
+}
+
+int
+build_one (ib_store_t *store, const ib_build_opts_t *opts, const platform_part_t *part,
+           ib_error_t *err)
+{
   build_t b = { .store = store, .opts = opts, .sde = ib_source_date_epoch () };
+  if (part)
+    {
+      b.platform_label = part->label;
+      b.platform_dir = part->dir;
+      b.deferred = part->deferred;
+    }
   if (ib_userns_plan (opts->userns, &b.userns, err) < 0)
     return -1;
   if (b.sde < 0 && opts->reproducible)
@@ -445,6 +460,14 @@ ib_build (ib_store_t *store, const ib_build_opts_t *opts, ib_error_t *err)
           {
             ib_error_set (err, ENOTSUP, "%s:%d: OUTPUT type=%s is not supported yet",
                           b.recipe->path, in->line, type);
+            goto out;
+          }
+        if (type && part && (strcmp (type, "docker") == 0 || strcmp (type, "tar") == 0))
+          {
+            ib_error_set (err, ENOTSUP, "%s:%d: OUTPUT type=%s holds one platform's image or "
+                          "tree, and this build is for several platforms (type=oci and "
+                          "type=image take an index of them all; type=local a directory per "
+                          "platform)", b.recipe->path, in->line, type);
             goto out;
           }
         const char *req = type && strcmp (type, "local") == 0 ? kv_get (in, "require") : NULL;

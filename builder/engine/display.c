@@ -27,10 +27,14 @@ step_line (build_t *b, stage_state_t *st, const char *keyword, const char *what_
   const char *nl = strchr (what_full, '\n');
   cleanup_free char *what = nl ? xasprintf ("%.*s ...", (int) (nl - what_full), what_full)
                                : xstrdup (what_full);
+  /* "[build 2/5]"; one of several platforms' builds: "[linux/arm64 build 2/5]", as buildx */
+  const char *pl = b->platform_label ? b->platform_label : "";
+  const char *sp = b->platform_label ? " " : "";
   cleanup_free char *label = st->def->name
-                                 ? xasprintf ("[%s %zu/%zu]", st->def->name, st->step, st->n_steps)
-                                 : xasprintf ("[stage-%d %zu/%zu]", st->def->index, st->step,
-                                              st->n_steps);
+                                 ? xasprintf ("[%s%s%s %zu/%zu]", pl, sp, st->def->name, st->step,
+                                              st->n_steps)
+                                 : xasprintf ("[%s%sstage-%d %zu/%zu]", pl, sp, st->def->index,
+                                              st->step, st->n_steps);
   free (b->step_label);
   b->step_label = xstrdup (label);
   b->step_open = timed && !cached;

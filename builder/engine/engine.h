@@ -142,7 +142,21 @@ typedef struct build
   size_t n_jobs;
   pending_record_t *records; /* cache records waiting for them */
   size_t n_records;
+  /* One platform of a build for several (platforms.c); all NULL otherwise. */
+  const char *platform_label; /* "linux/arm64": leads every step's label */
+  const char *platform_dir;  /* "linux_arm64": the subdirectory of each type=local dest */
+  json_t *deferred;          /* the image outputs (type=image|registry|oci), appended as
+                              * defer_output describes, made from every platform's
+                              * images once all are built (index_output) */
 } build_t;
+
+/* What a build for several platforms gives the build of one (build_one):
+ * build_t's fields of the same names. */
+typedef struct platform_part
+{
+  const char *label, *dir;
+  json_t *deferred;
+} platform_part_t;
 
 
 /* The state of a tree before a step, for its layer: a scan of the whole
@@ -166,6 +180,10 @@ typedef struct lookup_ctx
 } lookup_ctx_t;
 
 /* build.c */
+/* The build of one platform: ib_build's work, with `part` (NULL: the only
+ * platform) one of several (platforms.c). */
+int build_one (ib_store_t *store, const ib_build_opts_t *opts, const platform_part_t *part,
+               ib_error_t *err);
 void build_free (build_t *b);
 int cli_outputs (build_t *b, stage_state_t *target, ib_error_t *err);
 int mark_stages_needed (build_t *b, size_t target, ib_error_t *err);
@@ -248,12 +266,25 @@ void key_str (ib_buf_t *t, const char *what, const char *s);
 const char *kv_get (const ib_instr_t *in, const char *key);
 bool output_key_expanded (const char *key);
 int run_output (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err);
+/* An image output deferred by one platform's build (b->deferred: a JSON
+ * object {type, name|null, dest|null, push, dir, stage, line, manifest,
+ * size}), made from the index `index_digest` (`index_size` bytes) of
+ * every platform's image: tagged and pushed (type=image|registry) or
+ * written as an OCI layout (type=oci; dest "-": to stdout).  The names
+ * it tags are appended to *names (may be NULL). */
+int index_output (ib_store_t *store, json_t *rec, const char *index_digest, int64_t index_size,
+                  char ***names, ib_error_t *err);
 int store_stage_image (build_t *b, stage_state_t *st, ib_error_t *err);
 /* st's LD_LIBRARY_PATH as host directories inside st->rootfs, for the
  * wheel hooks' ld_library_path (ib_wheel_hooks_t); NULL when it sets
  * none; caller frees (ib_strv_free).  Its comment in outputs.c says how
  * entries are taken. */
 char **stage_ld_library_path (stage_state_t *st);
+
+/* platforms.c */
+/* --platform A,B: the recipe built once per platform (build_one), then
+ * each image output made once, of an index of the platforms' images. */
+int build_platforms (ib_store_t *store, const ib_build_opts_t *opts, ib_error_t *err);
 
 /* parallel.c */
 int run_stages_parallel (build_t *b, size_t jobs, ib_error_t *err);

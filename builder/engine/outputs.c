@@ -370,6 +370,31 @@ static int output_one (build_t *b, stage_state_t *st, const ib_instr_t *in, cons
                        const char *repair, const char *repair_excl, const char *require,
                        ib_error_t *err);
 
+/* One platform of several: an image output waits for the others' images
+ * (index_output makes it).  Whether type=oci writes a directory is
+ * decided now, as output_one would. */
+static int
+defer_output (build_t *b, stage_state_t *st, const ib_instr_t *in, const char *type,
+              const char *dest, const char *name)
+{
+  const char *push = kv_get (in, "push");
+  const char *tar = kv_get (in, "tar");
+  struct stat sb;
+  bool dir = dest && strcmp (dest, "-") != 0
+             && (tar ? strcmp (tar, "false") == 0
+                     : ib_str_has_suffix (dest, "/") || (stat (dest, &sb) == 0 && S_ISDIR (sb.st_mode)));
+  json_t *rec = json_pack ("{s:s, s:o, s:o, s:b, s:b, s:s, s:i, s:s, s:I}", "type", type,
+                           "name", name ? json_string (name) : json_null (),
+                           "dest", dest ? json_string (dest) : json_null (),
+                           "push", push ? strcmp (push, "true") == 0 : strcmp (type, "registry") == 0,
+                           "dir", dir, "stage", stage_label (st), "line", in->line,
+                           "manifest", st->manifest_digest, "size", (json_int_t) st->manifest_size);
+  json_array_append_new (b->deferred, rec);
+  ib_info ("[%s %s] OUTPUT %s %s: once every platform is built", b->platform_label,
+           stage_label (st), type, name ? name : dest ? dest : "");
+  return 0;
+}
+
 int
 run_output (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err)
 {
@@ -408,6 +433,8 @@ run_output (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err
       if (strcmp (type, "local") == 0) /* dest=${VAR}: the parser saw no '-' */
         return ib_error_set (err, EINVAL, "type=local,dest=-: a directory cannot go to stdout "
                              "(type=tar|oci|docker,dest=- write a tarball there)");
+      if (b->deferred) /* index_output writes it */
+        return defer_output (b, st, in, type, dest, name);
       if (stdout_begin (b, type, &tmp, err) < 0)
         return -1;
       free (dest);
@@ -441,6 +468,10 @@ output_one (build_t *b, stage_state_t *st, const ib_instr_t *in, const char *typ
         return ib_error_set (err, ENOTSUP, "require= and repair= need the wheel checks, "
                              "which this build was started without");
       cleanup_strv char **ld_path = wh ? stage_ld_library_path (st) : NULL;
+      /* one platform of several: its own subdirectory, as buildx's local exporter */
+      cleanup_free char *sub = b->platform_dir ? ib_path_join (dest, b->platform_dir) : NULL;
+      if (sub)
+        dest = sub;
       if (require && *require
           && wh->check_required (from, st->rootfs, ld_path, require, err) < 0)
         return -1; /* nothing copied: dest holds no wheel that falls short */
@@ -453,6 +484,15 @@ output_one (build_t *b, stage_state_t *st, const ib_instr_t *in, const char *typ
       ib_info ("[%s] OUTPUT local %s -> %s", stage_label (st),
                src ? src : "/", dest);
       return 0;
+    }
+  if (b->deferred && (strcmp (type, "image") == 0 || strcmp (type, "registry") == 0
+                     || strcmp (type, "oci") == 0))
+    {
+      if (name == NULL && strcmp (type, "oci") != 0)
+        return ib_error_set (err, EINVAL, "type=%s needs name=REF", type);
+      if (dest == NULL && strcmp (type, "oci") == 0)
+        return ib_error_set (err, EINVAL, "type=oci needs dest=FILE|DIR");
+      return defer_output (b, st, in, type, dest, name);
     }
   if (strcmp (type, "image") == 0 || strcmp (type, "registry") == 0)
     {
@@ -529,3 +569,66 @@ output_one (build_t *b, stage_state_t *st, const ib_instr_t *in, const char *typ
   return ib_error_set (err, ENOTSUP, "type=%s is not supported yet", type);
 }
 
+
+int
+index_output (ib_store_t *store, json_t *rec, const char *index_digest, int64_t index_size,
+              char ***names, ib_error_t *err)
+{
+  const char *type = json_string_value (json_object_get (rec, "type"));
+  const char *name = json_string_value (json_object_get (rec, "name"));
+  const char *dest = json_string_value (json_object_get (rec, "dest"));
+  const char *stage = json_string_value (json_object_get (rec, "stage"));
+  if (strcmp (type, "oci") == 0)
+    {
+      bool dir = json_is_true (json_object_get (rec, "dir"));
+      bool to_out = strcmp (dest, "-") == 0;
+      cleanup_free char *tmp = NULL;
+      if (to_out)
+        {
+          if (isatty (STDOUT_FILENO))
+            return ib_error_set (err, EINVAL, "type=oci,dest=-: stdout is a terminal; redirect "
+                                 "it to a file or a pipe");
+          int fd = ib_store_tmp_file (store, "stdout", &tmp, err);
+          if (fd < 0)
+            return -1;
+          close (fd);
+        }
+      cleanup_free char *d = xstrdup (to_out ? tmp : dest);
+      for (size_t n = strlen (d); dir && n > 1 && d[n - 1] == '/'; n--)
+        d[n - 1] = '\0';
+      int r = dir ? ib_export_oci (store, index_digest, name ? name : "latest", d, err)
+                  : ib_export_oci_archive (store, index_digest, name ? name : "latest", d, err);
+      if (r == 0 && to_out)
+        return to_stdout (tmp, err);
+      if (tmp)
+        unlink (tmp);
+      if (r < 0)
+        return -1;
+      ib_info ("[%s] OUTPUT oci %s%s: index %s", stage, dest, dir ? " (layout directory)" : "",
+               index_digest);
+      return 0;
+    }
+  bool pushing = json_is_true (json_object_get (rec, "push"));
+  cleanup_free char *list = xstrdup (name);
+  char *save = NULL;
+  for (char *one = strtok_r (list, ",", &save); one; one = strtok_r (NULL, ",", &save))
+    {
+      ib_ref_t ref = { 0 };
+      if (ib_ref_parse (one, &ref, err) < 0)
+        return -1;
+      cleanup_free char *full = ib_ref_string (&ref);
+      ib_ref_free (&ref);
+      if (ib_store_lock (store, true, err) < 0)
+        return -1;
+      int r = ib_store_tag (store, full, IB_MT_OCI_INDEX, index_digest, index_size, err);
+      ib_store_unlock (store);
+      if (r < 0)
+        return -1;
+      ib_info ("[%s] OUTPUT image %s (index %s)", stage, full, index_digest);
+      if (names && !ib_strv_has (*names, full))
+        ib_strv_push (names, full);
+      if (pushing && ib_push (store, full, full, err) < 0)
+        return -1;
+    }
+  return 0;
+}

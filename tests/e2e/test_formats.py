@@ -208,7 +208,10 @@ def test_index_child_with_wrong_bytes_stores_nothing(formats, faultproxy, tmp_pa
 
 
 @amd64_only
-def test_from_platform_copy_only_and_run_refused(formats, registry, base_image, tmp_path):
+def test_from_platform_copy_and_run(formats, registry, base_image, tmp_path):
+    """An arm64 stage of the synthetic index: COPY into it and from it.
+    Its RUN goes through binfmt_misc (tests/e2e/test_platforms.py runs real
+    arm64 steps); this image has no shell, which the error says."""
     store = tmp_path / "store"
     ctx = tmp_path / "ctx"
     ctx.mkdir()
@@ -236,5 +239,4 @@ RUN true
 """)
     r = imgbuild(ctx / "bad.recipe", store=store, cwd=tmp_path)
     assert r.rc == 1
-    assert f"{ctx / 'bad.recipe'}:2" in r.err, r
-    assert "cannot run linux/arm64 binaries on linux/amd64" in r.err, r
+    assert f"{ctx / 'bad.recipe'}:2: RUN: command not found: /bin/sh" in r.err, r

@@ -436,6 +436,42 @@ test_serialize (void **state)
   free (s);
 }
 
+/* An index of a build for two platforms: its exact bytes (each entry
+ * keeps its manifest's own media type: a descriptor names the blob as it
+ * is), and the platform selection a puller makes reads it back. */
+static void
+test_index_serialize (void **state)
+{
+  (void) state;
+  ib_descriptor_t m[2] = { { .size = 715, .os = (char *) "linux", .arch = (char *) "amd64" },
+                           { .media_type = (char *) IB_MT_DOCKER_MANIFEST, .size = 716,
+                             .os = (char *) "linux", .arch = (char *) "arm",
+                             .variant = (char *) "v7" } };
+  strcpy (m[0].digest, "sha256:" H1);
+  strcpy (m[1].digest, "sha256:" H2);
+  char *s = ib_index_serialize (m, 2);
+  assert_string_equal (
+      s, "{\"manifests\":[{\"digest\":\"sha256:" H1 "\",\"mediaType\":\"" IB_MT_OCI_MANIFEST
+         "\",\"platform\":{\"architecture\":\"amd64\",\"os\":\"linux\"},\"size\":715},"
+         "{\"digest\":\"sha256:" H2 "\",\"mediaType\":\"" IB_MT_DOCKER_MANIFEST "\",\"platform\":"
+         "{\"architecture\":\"arm\",\"os\":\"linux\",\"variant\":\"v7\"},\"size\":716}],"
+         "\"mediaType\":\"" IB_MT_OCI_INDEX "\",\"schemaVersion\":2}");
+  ib_descriptor_t got = { 0 };
+  ib_error_t err = NULL;
+  assert_int_equal (ib_index_select (s, strlen (s), "linux", "arm", "v7", 0, &got, NULL, &err), 0);
+  assert_string_equal (got.digest, "sha256:" H2);
+  assert_int_equal (got.size, 716);
+  ib_descriptor_clear (&got);
+  char *offered = NULL;
+  assert_int_equal (ib_index_select (s, strlen (s), "linux", "arm64", NULL, 0, &got, &offered, &err),
+                    -1);
+  assert_int_equal (err->status, ENOENT);
+  assert_string_equal (offered, "linux/amd64, linux/arm/v7");
+  free (offered);
+  ib_error_free (&err);
+  free (s);
+}
+
 static void
 test_config (void **state)
 {
@@ -520,6 +556,7 @@ main (void)
     cmocka_unit_test (test_bad_manifests), cmocka_unit_test (test_index_select),
     cmocka_unit_test (test_platforms),
     cmocka_unit_test (test_serialize),     cmocka_unit_test (test_config),
+    cmocka_unit_test (test_index_serialize),
     cmocka_unit_test (test_chain_id),      cmocka_unit_test (test_host_platform),
   };
   return cmocka_run_group_tests (tests, NULL, NULL);
