@@ -697,17 +697,20 @@ run_in_sandbox (const ib_sandbox_opts_t *opts, ib_userns_mode_t mode, char *root
     }
 
   /* SINGLE mode: the step's chown calls are answered by a supervisor
-   * thread, which gets the command's seccomp listener over this socket. */
+   * thread, which gets the command's seccomp listener over this socket.
+   * The thread starts after the fork: a thread running at fork time may
+   * hold a lock the child then waits on forever (seen with ASan's
+   * allocator, which gcc 12's runtime does not lock around fork). */
   cleanup_close int notify_w = -1;
+  cleanup_close int notify_r = -1;
   ib_chown_notify_t *notify = NULL;
   if (mode == IB_USERNS_SINGLE)
     {
       int sv[2];
       if (socketpair (AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0)
         return ib_error_sys (err, errno, "sandbox: socketpair");
+      notify_r = sv[0];
       notify_w = sv[1];
-      if (ib_chown_notify_start (sv[0], &notify, err) < 0)
-        return -1;
     }
 
   size_t n_groups = 0;
@@ -750,7 +753,6 @@ run_in_sandbox (const ib_sandbox_opts_t *opts, ib_userns_mode_t mode, char *root
       int e = errno;
       pthread_sigmask (SIG_SETMASK, &saved_mask, NULL);
       parent_forwarding_end ();
-      ib_chown_notify_stop (notify);
       return ib_error_sys (err, e, "sandbox: fork");
     }
   if (child == 0)
@@ -764,6 +766,9 @@ run_in_sandbox (const ib_sandbox_opts_t *opts, ib_userns_mode_t mode, char *root
     }
   int slot = forward_slot_add (child);
   pthread_sigmask (SIG_SETMASK, &saved_mask, NULL);
+  ib_error_t notify_err = NULL;
+  if (notify_r >= 0 && ib_chown_notify_start (steal_fd (&notify_r), &notify, &notify_err) < 0)
+    kill (child, SIGKILL); /* its chowns would wait for an answer nobody gives */
 
   close (steal_fd (&err_w));
   if (tail_w >= 0)
@@ -804,6 +809,12 @@ run_in_sandbox (const ib_sandbox_opts_t *opts, ib_userns_mode_t mode, char *root
   unsigned long chowns = ib_chown_notify_stop (notify);
   if (chowns > 0)
     ib_debug ("sandbox: %lu chown calls answered by the supervisor", chowns);
+  if (notify_err)
+    {
+      ib_buf_free (&tail);
+      ib_buf_free (&errmsg);
+      return ib_error_propagate (err, &notify_err);
+    }
 
   if (want_tail && opts->tail != NULL)
     *opts->tail = ib_buf_steal (&tail);
