@@ -208,6 +208,21 @@ ib_store_lock (ib_store_t *s, bool exclusive, ib_error_t *err)
   return 0;
 }
 
+int
+ib_store_after_fork (ib_store_t *s, ib_error_t *err)
+{
+  cleanup_free char *lp = ib_path_join (s->root, "lock");
+  int fd = open (lp, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0)
+    return ib_error_sys (err, errno, "open %s", lp);
+  if (s->lock_fd >= 0)
+    close (s->lock_fd); /* the parent's lock, if any, stays: its fd still refers to it */
+  s->lock_fd = fd;
+  s->lock_depth = 0;
+  s->lock_exclusive = false;
+  return 0;
+}
+
 void
 ib_store_unlock (ib_store_t *s)
 {

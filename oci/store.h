@@ -47,6 +47,16 @@ void ib_store_close (ib_store_t *s);
 int ib_store_lock (ib_store_t *s, bool exclusive, ib_error_t *err);
 void ib_store_unlock (ib_store_t *s);
 
+/* In a process forked from the one that opened `s` (a -j stage's, one
+ * platform's of several): the lock file opened again, so that
+ * ib_store_lock excludes this process from its parent and its siblings
+ * (flock(2) locks belong to the open file description, which fork
+ * shares: without this two children updating index.json at once would
+ * both "hold" the exclusive lock).  Call with no lock held (a held one
+ * stays the parent's).  The gc lock needs nothing: the parent holds it
+ * shared for both.  Errors: the lock file cannot be opened. */
+int ib_store_after_fork (ib_store_t *s, ib_error_t *err);
+
 /* The garbage-collection lock (<root>/gc.lock), separate from the
  * index.json lock above: every command that writes blobs, snapshots or
  * cache records holds it shared for its whole run (a blob is unreferenced

@@ -54,7 +54,8 @@ stage_child (build_t *b, stage_state_t *st, int wfd, int evfd)
     }
   size_t h0 = b->hits, m0 = b->misses, k0 = ib_strv_len (b->keys);
   ib_error_t e = NULL;
-  int r = run_stage (b, st, &e);
+  /* its own store lock: the stages' processes exclude each other */
+  int r = ib_store_after_fork (b->store, &e) < 0 ? -1 : run_stage (b, st, &e);
   if (b->n_jobs > 0)
     {
       /* a failed stage: the steps that ran keep their records */

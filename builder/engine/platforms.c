@@ -154,7 +154,7 @@ fork_part (ib_store_t *store, const ib_build_opts_t *opts, part_t *q, int jobs, 
       if (plain)
         ib_progress_set_mode (IB_PROGRESS_PLAIN);
       ib_error_t e = NULL;
-      int r = run_part (store, opts, q, jobs, &e);
+      int r = ib_store_after_fork (store, &e) < 0 ? -1 : run_part (store, opts, q, jobs, &e);
       json_t *j = part_json (q, e);
       int w = json_dumpfd (j, fd, JSON_COMPACT);
       json_decref (j);

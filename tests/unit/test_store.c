@@ -370,6 +370,44 @@ test_lock (void **state)
   ib_store_close (s);
 }
 
+/* Processes forked from the one that opened the store (a -j stage's, a
+ * platform's): without ib_store_after_fork they share the parent's open
+ * file description of the lock file, and flock lets a child "take" the
+ * exclusive lock its parent holds; after it, the parent keeps it out. */
+static void
+test_lock_after_fork (void **state)
+{
+  ib_store_t *s = open_store (*state);
+  ib_error_t err = NULL;
+  assert_int_equal (ib_store_lock (s, true, &err), 0);
+  for (int reopen = 0; reopen < 2; reopen++)
+    {
+      pid_t pid = fork ();
+      assert_true (pid >= 0);
+      if (pid == 0)
+        {
+          if (reopen && ib_store_after_fork (s, NULL) < 0)
+            _exit (2);
+          if (flock (s->lock_fd, LOCK_EX | LOCK_NB) == 0)
+            _exit (10); /* got it while the parent holds it */
+          _exit (errno == EWOULDBLOCK ? 11 : 3);
+        }
+      int status = 0;
+      waitpid (pid, &status, 0);
+      assert_true (WIFEXITED (status));
+      assert_int_equal (WEXITSTATUS (status), reopen ? 11 : 10);
+    }
+  /* the children's exits left the parent's lock held */
+  cleanup_free char *lp = ib_path_join (s->root, "lock");
+  int other = open (lp, O_RDWR | O_CLOEXEC);
+  assert_true (other >= 0);
+  assert_int_equal (flock (other, LOCK_SH | LOCK_NB), -1);
+  ib_store_unlock (s);
+  assert_int_equal (flock (other, LOCK_SH | LOCK_NB), 0);
+  close (other);
+  ib_store_close (s);
+}
+
 /* A cache mount's lock (sharing=locked): one holder at a time; a second
  * open of the lock stands for another step.  Also the error convention's
  * NULL (ignore) and ib_error_propagate. */
@@ -578,6 +616,7 @@ main (void)
     unit_test_in_tmpdir (test_tags),
     unit_test_in_tmpdir (test_registry_digest),
     unit_test_in_tmpdir (test_lock),
+    unit_test_in_tmpdir (test_lock_after_fork),
     unit_test_in_tmpdir (test_cache_mount_lock),
     unit_test_in_tmpdir (test_paths),
     cmocka_unit_test (test_default_root),
