@@ -42,6 +42,8 @@ pkgs=(
   # qemu-user in binfmt_misc (tests/lib/binfmt.sh), an arm64 base image
   # made by mmdebstrap (arch-test: its check of a foreign architecture)
   qemu-user-static binfmt-support arch-test
+  # ... the stand-in torch wheel's aarch64 library (Debian's cross compiler)
+  gcc-aarch64-linux-gnu libc6-dev-arm64-cross
   # ... and a pushed index run by another runtime: podman run --arch arm64
   # (runc: crun refuses hybrid cgroup hierarchies)
   podman runc

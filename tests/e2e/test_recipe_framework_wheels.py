@@ -15,14 +15,19 @@ wheels install:
     torchvision, torchaudio, torchtext and torchdata at the versions of
     every row of the recipe's version table (so a wrong pin picks a wrong
     version), in the release and test channels; torch is a platform wheel
-    (linux_x86_64, a small ELF library compiled here) so the repair to
-    manylinux_2_31 has work to do, the others pure.
+    (linux_x86_64, a small ELF library compiled here; linux_aarch64 beside
+    it, compiled by Debian's cross gcc) so the repair to manylinux_2_31 has
+    work to do, the others pure.
 Checked: per combination of a 2x2 matrix the dest directory holds the
 table's versions (torch repaired), the summary lists them and the image,
 the conda step is a cache hit for the second combination of a Python
 version, the environment recorded the Python version asked for, and the
 recipe's refusals (a version outside the table, CUDA builds a release does
-not have, IS_ARM64 on x86_64) with the matrix's keep-going and --fail-fast."""
+not have, IS_ARM64 on x86_64) with the matrix's keep-going and --fail-fast.
+An arm64 cell (IS_ARM64=1, --platform linux/arm64) runs on this amd64 host
+through qemu-user: the stand-in base built for arm64 (tests/lib/
+multiarch-image.sh's image, its apt step cached too), the aarch64 torch
+repaired to manylinux_2_31_aarch64."""
 import functools
 import http.server
 import json
@@ -191,6 +196,9 @@ def index(tmp_path_factory):
     (work / "c.c").write_text("int torch_standin (void) { return 42; }\n")
     sh("gcc", "-shared", "-fPIC", "-o", work / "_C.so", work / "c.c")
     so = (work / "_C.so").read_bytes()
+    # the arm64 cells' torch: the same library for aarch64 (Debian's cross gcc)
+    sh("aarch64-linux-gnu-gcc", "-shared", "-fPIC", "-o", work / "_C_arm64.so", work / "c.c")
+    so_arm64 = (work / "_C_arm64.so").read_bytes()
     for channel in ("whl/cpu", "whl/test/cpu"):
         for row in TABLE.values():
             for pkg in PACKAGES:
@@ -198,6 +206,8 @@ def index(tmp_path_factory):
                 d.mkdir(parents=True, exist_ok=True)
                 if pkg == "torch":
                     tiny_wheel(d, pkg, row[pkg], "py3-none-linux_x86_64", {"torch/_C.so": so})
+                    tiny_wheel(d, pkg, row[pkg], "py3-none-linux_aarch64",
+                               {"torch/_C.so": so_arm64})
                 else:
                     tiny_wheel(d, pkg, row[pkg])
     (root / "served/simple").mkdir()
@@ -373,3 +383,44 @@ def test_plumbing_standin_arm64_needs_an_arm64_stage(plumbing):
             "(IS_ARM64=1: --platform linux/arm64)") in r.err
     assert "framework-wheels: IS_ARM64 must be 0 or 1, got 'yes'" in r.err
     assert r.out.startswith("matrix summary: 0 of 2 combinations built, 2 failed\n")
+
+
+# ------------------------------------------- an arm64 cell on this amd64 host
+
+@pytest.fixture(scope="module")
+def arm64_cell(multiarch, index, tmp_path_factory):
+    """The stand-in base for linux/arm64, then one IS_ARM64=1 cell, every
+    RUN through qemu-user."""
+    store = tmp_path_factory.mktemp("fw-arm64-store")
+    work = tmp_path_factory.mktemp("fw-arm64-work")
+    (work / "standin-base.recipe").write_text(STANDIN_BASE_RECIPE)
+    shutil.copy(ROOT / "tests/e2e/standin/conda", work / "conda")
+    args = local_cache_args(cache_dir() / "framework-wheels-standin-arm64-cache")
+    r = imgbuild(work / "standin-base.recipe", "--platform", "linux/arm64",
+                 "--build-arg", f"BASE={multiarch['multi']}", *args, store=store, cwd=work)
+    assert r.rc == 0, r
+    r = imgbuild(RECIPE, "--platform", "linux/arm64", "--build-arg", "IS_ARM64=1",
+                 "--build-arg", "PYTORCH_VERSION=1.13.1", "--build-arg", "PYTHON_VERSION=3.9",
+                 "--build-arg", f"BASE={STANDIN_BASE}", "--build-arg", f"TORCH_INDEX={index}/whl",
+                 "--build-arg", f"PIP_INDEX={index}/simple", store=store, cwd=work)
+    return {"store": store, "work": work, "build": r, "index": index}
+
+
+def test_plumbing_standin_arm64_cell_on_amd64(arm64_cell):
+    r = arm64_cell["build"]
+    assert r.rc == 0, r
+    d = arm64_cell["work"] / "dist/torch1.13.1-py3.9"
+    row = TABLE["1.13.1"]
+    # torch's aarch64 wheel repaired to manylinux_2_31, tagged (as
+    # auditwheel tags) with the lowest policy it meets too: aarch64's start
+    # at manylinux_2_17, alias manylinux2014 (x86_64's at 2_5, manylinux1)
+    plat = "manylinux2014_aarch64.manylinux_2_17_aarch64.manylinux_2_31_aarch64"
+    assert sorted(p.name for p in d.glob("*.whl")) == sorted(
+        f"{p}-{row[p]}-py3-none-" + (plat if p == "torch" else "any") + ".whl" for p in PACKAGES)
+    info = (d / "build-info.txt").read_text().splitlines()
+    assert info[0] == "PYTORCH_VERSION=1.13.1"
+    assert info[2:] == [
+        "arch=aarch64", "variant=cpu", f"index={arm64_cell['index']}/whl/cpu",
+        "packages=" + " ".join(f"{p}=={row[p]}" for p in PACKAGES),
+        "USE_MKLDNN=1 USE_CUDA=0 USE_MPI=1"]
+    assert f"wheel torch-{row['torch']}-py3-none-linux_aarch64.whl: " in r.err
