@@ -78,20 +78,46 @@ store_stage_image (build_t *b, stage_state_t *st, ib_error_t *err)
   return 0;
 }
 
+/* Tag the stored manifest or index `digest` (`mt`, `size` bytes) as
+ * `name`, normalized into *full (caller frees). */
 static int
-tag_image (build_t *b, stage_state_t *st, const char *name, char **full, ib_error_t *err)
+tag_image (ib_store_t *store, const char *name, const char *mt, const char *digest, int64_t size,
+           char **full, ib_error_t *err)
 {
   ib_ref_t ref = { 0 };
   if (ib_ref_parse (name, &ref, err) < 0)
     return -1;
   *full = ib_ref_string (&ref);
   ib_ref_free (&ref);
-  if (ib_store_lock (b->store, true, err) < 0)
+  if (ib_store_lock (store, true, err) < 0)
     return -1;
-  int r = ib_store_tag (b->store, *full, IB_MT_OCI_MANIFEST, st->manifest_digest, st->manifest_size,
-                        err);
-  ib_store_unlock (b->store);
+  int r = ib_store_tag (store, *full, mt, digest, size, err);
+  ib_store_unlock (store);
   return r;
+}
+
+/* type=oci: does `dest` take a layout directory (where dest is one
+ * already, ends in '/', or tar=false) rather than buildx's tarball of it
+ * (docs/recipe.md)? */
+static bool
+oci_dest_is_dir (const ib_instr_t *in, const char *dest)
+{
+  const char *tar = kv_get (in, "tar");
+  struct stat sb;
+  return tar ? strcmp (tar, "false") == 0
+             : ib_str_has_suffix (dest, "/") || (stat (dest, &sb) == 0 && S_ISDIR (sb.st_mode));
+}
+
+/* type=oci: the image or index `digest` as a layout directory or tarball at `dest`. */
+static int
+write_oci (ib_store_t *store, const char *digest, const char *name, const char *dest, bool dir,
+           ib_error_t *err)
+{
+  cleanup_free char *d = xstrdup (dest);
+  for (size_t n = strlen (d); dir && n > 1 && d[n - 1] == '/'; n--)
+    d[n - 1] = '\0';
+  return dir ? ib_export_oci (store, digest, name ? name : "latest", d, err)
+             : ib_export_oci_archive (store, digest, name ? name : "latest", d, err);
 }
 
 /* The host path of an OUTPUT's src= (default "/") in the stage's rootfs,
@@ -327,12 +353,12 @@ emit_wheels (stage_state_t *st, const char *from, const char *dest, ib_error_t *
 /* dest=-: the output is written to a temp file in the store (*tmp), then
  * to stdout (to_stdout), which must not be a terminal. */
 static int
-stdout_begin (build_t *b, const char *type, char **tmp, ib_error_t *err)
+stdout_begin (ib_store_t *store, const char *type, char **tmp, ib_error_t *err)
 {
   if (isatty (STDOUT_FILENO))
     return ib_error_set (err, EINVAL, "type=%s,dest=-: stdout is a terminal; redirect it to a "
                          "file or a pipe", type);
-  int fd = ib_store_tmp_file (b->store, "stdout", tmp, err);
+  int fd = ib_store_tmp_file (store, "stdout", tmp, err);
   if (fd < 0)
     return -1;
   close (fd);
@@ -375,14 +401,13 @@ static int output_one (build_t *b, stage_state_t *st, const ib_instr_t *in, cons
  * decided now, as output_one would. */
 static int
 defer_output (build_t *b, stage_state_t *st, const ib_instr_t *in, const char *type,
-              const char *dest, const char *name)
+              const char *dest, const char *name, ib_error_t *err)
 {
   const char *push = kv_get (in, "push");
-  const char *tar = kv_get (in, "tar");
-  struct stat sb;
-  bool dir = dest && strcmp (dest, "-") != 0
-             && (tar ? strcmp (tar, "false") == 0
-                     : ib_str_has_suffix (dest, "/") || (stat (dest, &sb) == 0 && S_ISDIR (sb.st_mode)));
+  bool dir = strcmp (type, "oci") == 0 && dest && oci_dest_is_dir (in, dest);
+  if (dir && strcmp (dest, "-") == 0)
+    return ib_error_set (err, EINVAL, "type=oci,dest=-,tar=false: a layout directory cannot "
+                         "go to stdout");
   json_t *rec = json_pack ("{s:s, s:o, s:o, s:b, s:b, s:s, s:i, s:s, s:I}", "type", type,
                            "name", name ? json_string (name) : json_null (),
                            "dest", dest ? json_string (dest) : json_null (),
@@ -434,8 +459,8 @@ run_output (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err
         return ib_error_set (err, EINVAL, "type=local,dest=-: a directory cannot go to stdout "
                              "(type=tar|oci|docker,dest=- write a tarball there)");
       if (b->deferred) /* index_output writes it */
-        return defer_output (b, st, in, type, dest, name);
-      if (stdout_begin (b, type, &tmp, err) < 0)
+        return defer_output (b, st, in, type, dest, name, err);
+      if (stdout_begin (b->store, type, &tmp, err) < 0)
         return -1;
       free (dest);
       dest = xstrdup (tmp);
@@ -492,7 +517,7 @@ output_one (build_t *b, stage_state_t *st, const ib_instr_t *in, const char *typ
         return ib_error_set (err, EINVAL, "type=%s needs name=REF", type);
       if (dest == NULL && strcmp (type, "oci") == 0)
         return ib_error_set (err, EINVAL, "type=oci needs dest=FILE|DIR");
-      return defer_output (b, st, in, type, dest, name);
+      return defer_output (b, st, in, type, dest, name, err);
     }
   if (strcmp (type, "image") == 0 || strcmp (type, "registry") == 0)
     {
@@ -507,7 +532,9 @@ output_one (build_t *b, stage_state_t *st, const ib_instr_t *in, const char *typ
       for (char *one = strtok_r (list, ",", &save); one; one = strtok_r (NULL, ",", &save))
         {
           cleanup_free char *full = NULL;
-          if (tag_image (b, st, one, &full, err) < 0)
+          if (tag_image (b->store, one, IB_MT_OCI_MANIFEST, st->manifest_digest,
+                         st->manifest_size, &full, err)
+              < 0)
             return -1;
           ib_info ("[%s] OUTPUT image %s (%s)", stage_label (st), full, st->manifest_digest);
           emit (st, "names", json_string (full));
@@ -526,22 +553,11 @@ output_one (build_t *b, stage_state_t *st, const ib_instr_t *in, const char *typ
     {
       if (dest == NULL)
         return ib_error_set (err, EINVAL, "type=oci needs dest=FILE|DIR");
-      /* buildx writes a tarball of the layout; a directory where dest is
-       * one already, ends in '/', or tar=false (docs/recipe.md) */
-      const char *tar = kv_get (in, "tar");
-      struct stat sb;
-      bool dir = tar ? strcmp (tar, "false") == 0
-                     : ib_str_has_suffix (dest, "/") || (stat (dest, &sb) == 0 && S_ISDIR (sb.st_mode));
+      bool dir = oci_dest_is_dir (in, dest);
       if (dir && strcmp (shown, "-") == 0)
         return ib_error_set (err, EINVAL, "type=oci,dest=-,tar=false: a layout directory cannot "
                              "go to stdout");
-      cleanup_free char *d = xstrdup (dest);
-      for (size_t n = strlen (d); dir && n > 1 && d[n - 1] == '/'; n--)
-        d[n - 1] = '\0';
-      if ((dir ? ib_export_oci (b->store, st->manifest_digest, name ? name : "latest", d, err)
-               : ib_export_oci_archive (b->store, st->manifest_digest, name ? name : "latest", d,
-                                        err))
-          < 0)
+      if (write_oci (b->store, st->manifest_digest, name, dest, dir, err) < 0)
         return -1;
       ib_info ("[%s] OUTPUT oci %s%s", stage_label (st), shown, dir ? " (layout directory)" : "");
       return 0;
@@ -583,21 +599,9 @@ index_output (ib_store_t *store, json_t *rec, const char *index_digest, int64_t 
       bool dir = json_is_true (json_object_get (rec, "dir"));
       bool to_out = strcmp (dest, "-") == 0;
       cleanup_free char *tmp = NULL;
-      if (to_out)
-        {
-          if (isatty (STDOUT_FILENO))
-            return ib_error_set (err, EINVAL, "type=oci,dest=-: stdout is a terminal; redirect "
-                                 "it to a file or a pipe");
-          int fd = ib_store_tmp_file (store, "stdout", &tmp, err);
-          if (fd < 0)
-            return -1;
-          close (fd);
-        }
-      cleanup_free char *d = xstrdup (to_out ? tmp : dest);
-      for (size_t n = strlen (d); dir && n > 1 && d[n - 1] == '/'; n--)
-        d[n - 1] = '\0';
-      int r = dir ? ib_export_oci (store, index_digest, name ? name : "latest", d, err)
-                  : ib_export_oci_archive (store, index_digest, name ? name : "latest", d, err);
+      if (to_out && stdout_begin (store, type, &tmp, err) < 0)
+        return -1;
+      int r = write_oci (store, index_digest, name, to_out ? tmp : dest, dir, err);
       if (r == 0 && to_out)
         return to_stdout (tmp, err);
       if (tmp)
@@ -613,16 +617,8 @@ index_output (ib_store_t *store, json_t *rec, const char *index_digest, int64_t 
   char *save = NULL;
   for (char *one = strtok_r (list, ",", &save); one; one = strtok_r (NULL, ",", &save))
     {
-      ib_ref_t ref = { 0 };
-      if (ib_ref_parse (one, &ref, err) < 0)
-        return -1;
-      cleanup_free char *full = ib_ref_string (&ref);
-      ib_ref_free (&ref);
-      if (ib_store_lock (store, true, err) < 0)
-        return -1;
-      int r = ib_store_tag (store, full, IB_MT_OCI_INDEX, index_digest, index_size, err);
-      ib_store_unlock (store);
-      if (r < 0)
+      cleanup_free char *full = NULL;
+      if (tag_image (store, one, IB_MT_OCI_INDEX, index_digest, index_size, &full, err) < 0)
         return -1;
       ib_info ("[%s] OUTPUT image %s (index %s)", stage, full, index_digest);
       if (names && !ib_strv_has (*names, full))
