@@ -8,6 +8,7 @@
 
 #include "common/error.h"
 #include "oci/digest.h"
+#include "rootfs/layer.h"
 #include "rootfs/unpack.h"
 #include <dirent.h>
 #include <pthread.h>
@@ -17,6 +18,47 @@
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <zstd.h>
+
+/* --- scan.c (used by layer.c's diff) ------------------------------------- */
+
+struct scan_ent
+{
+  char *path;            /* relative, no leading "./" or "/", no trailing "/" */
+  mode_t mode;           /* type and permission bits */
+  uid_t uid;
+  gid_t gid;
+  uint64_t size;
+  int64_t mtime_ns, ctime_ns;
+  dev_t dev, rdev;
+  ino_t ino;
+  nlink_t nlink;
+  char *link;            /* symlink target, else NULL */
+};
+
+struct ib_fs_scan
+{
+  struct scan_ent *ents; /* sorted by strcmp of path */
+  size_t n, cap;
+  bool no_dev;           /* st_dev not recorded (0): the scans of an overlay step
+                            come from two mounts of the same layers */
+  bool owners;           /* owners recorded on files (rootfs/owner.h) are read:
+                            in every mode but root, which has every id */
+  const char *root;      /* (while scanning) the tree's path, for those reads:
+                            a plain path walk costs less than /proc/self/fd */
+};
+
+/* Exclusions normalized like entry paths ("/proc/" -> "proc"; DIR and a
+ * trailing slash-star -> "DIR/", which matches only what is under DIR);
+ * caller frees. */
+char **rfs_normalize_excludes (char *const *exclude);
+/* Is `path` (an entry path) one of `ex` (normalized) or under one? */
+bool rfs_excluded (char *const *ex, const char *path);
+/* The entry of `s` at `path`, NULL when none (binary search). */
+struct scan_ent *rfs_scan_find (const ib_fs_scan_t *s, const char *path);
+/* Scan the tree at `rootfs`, leaving out `ex` (normalized); no_dev: st_dev
+ * not recorded.  *out sorted by path; caller frees (ib_fs_scan_free). */
+int rfs_scan_tree (const char *rootfs, char *const *ex, bool no_dev, ib_fs_scan_t **out,
+                   ib_error_t *err);
 
 /* --- helpers.c ----------------------------------------------------------- */
 
