@@ -271,15 +271,54 @@ enter_root (struct view *v, pid_t pid)
   return r;
 }
 
+/* The rest of an absolute path that names the caller's /proc/self or
+ * /proc/thread-self ("fd/3" of "/proc/self/fd/3", "" of "/proc/self"),
+ * *thread telling which; NULL for any other path. */
+static const char *
+self_rest (const char *path, bool *thread)
+{
+  static const char *const prefixes[] = { "/proc/self", "/proc/thread-self" };
+  for (int i = 0; i < 2; i++)
+    {
+      size_t n = strlen (prefixes[i]);
+      if (strncmp (path, prefixes[i], n) == 0 && (path[n] == '/' || path[n] == '\0'))
+        {
+          *thread = i == 1;
+          return path[n] == '/' ? path + n + 1 : path + n;
+        }
+    }
+  return NULL;
+}
+
+/* The thread group of task `tid` (its "Tgid:" in PID/status), or tid. */
+static pid_t
+tgid_of (int procfd, pid_t tid)
+{
+  char p[32], buf[1024];
+  snprintf (p, sizeof p, "%d/status", (int) tid);
+  cleanup_close int fd = openat (procfd, p, O_RDONLY | O_CLOEXEC);
+  ssize_t n = fd < 0 ? -1 : read (fd, buf, sizeof buf - 1);
+  if (n <= 0)
+    return tid;
+  buf[n] = '\0';
+  const char *t = strstr (buf, "\nTgid:");
+  long v = t ? strtol (t + 6, NULL, 10) : 0;
+  return v > 0 ? (pid_t) v : tid;
+}
+
 /* The call's target as a path the thread resolves as the caller would,
  * its root being the caller's and its working directory /proc: an
  * absolute path as is, a relative one through PID/cwd/ or PID/fd/N/ (the
  * magic link leads to the caller's directory; "..", symlinks and absolute
  * links inside then stay in the root), an fd as PID/fd/N (to follow).
+ * The caller's /proc/self/REST and /proc/thread-self/REST become TGID/REST
+ * and TGID/task/PID/REST: this thread is not in the step's pid namespace,
+ * and the step's /proc answers "self" to it with ENOENT (systemd-tmpfiles
+ * and other O_PATH users chown "/proc/self/fd/N"; issue 38, hole 8).
  * *by_fd says whether the call names an fd; -ENOENT for an empty path. */
 static int
-target_path (pid_t pid, const struct call *c, const char *path, char *out, size_t size,
-             bool *by_fd)
+target_path (int procfd, pid_t pid, const struct call *c, const char *path, char *out,
+             size_t size, bool *by_fd)
 {
   bool has_dirfd = c->kind == K_FCHOWNAT || c->kind == K_NEWFSTATAT || c->kind == K_STATX;
   *by_fd = c->kind == K_FCHOWN || c->kind == K_FSTAT || (has_dirfd && c->empty_path && !*path);
@@ -291,7 +330,17 @@ target_path (pid_t pid, const struct call *c, const char *path, char *out, size_
     n = cwd ? snprintf (out, size, "%d/cwd", (int) pid)
             : snprintf (out, size, "%d/fd/%d", (int) pid, c->fd);
   else if (path[0] == '/')
-    n = snprintf (out, size, "%s", path);
+    {
+      bool thread = false;
+      const char *rest = self_rest (path, &thread);
+      pid_t tgid = rest ? tgid_of (procfd, pid) : 0;
+      if (rest == NULL)
+        n = snprintf (out, size, "%s", path);
+      else if (thread)
+        n = snprintf (out, size, "%d/task/%d/%s", (int) tgid, (int) pid, rest);
+      else
+        n = snprintf (out, size, "%d/%s", (int) tgid, rest);
+    }
   else if (!has_dirfd || cwd)
     n = snprintf (out, size, "%d/cwd/%s", (int) pid, path);
   else
@@ -309,7 +358,7 @@ open_target (struct view *v, const struct seccomp_notif *req, const struct call 
   pid_t pid = (pid_t) req->pid;
   char tp[PATH_MAX + 64];
   bool by_fd;
-  int r = target_path (pid, c, path, tp, sizeof tp, &by_fd);
+  int r = target_path (v->procfd, pid, c, path, tp, sizeof tp, &by_fd);
   if (r < 0)
     return r;
   if ((r = enter_root (v, pid)) < 0)
@@ -400,7 +449,7 @@ emulate_stat (struct view *v, const struct seccomp_notif *req, const struct call
   pid_t pid = (pid_t) req->pid;
   char tp[PATH_MAX + 64];
   bool by_fd;
-  if (target_path (pid, c, path, tp, sizeof tp, &by_fd) < 0)
+  if (target_path (v->procfd, pid, c, path, tp, sizeof tp, &by_fd) < 0)
     return CONTINUE;
   /* PID/fd/N leads to the file whatever the thread's root (the usual
    * case: glibc's fstat) */

@@ -57,15 +57,20 @@ ib_gpu_edits_free (ib_gpu_edits_t *e)
   memset (e, 0, sizeof *e);
 }
 
+/* Every GPU bind is read-only: a step reads the host's driver files and
+ * opens its device nodes (which a read-only mount still lets it read and
+ * write: rootfs/sandbox_tree.c, bind_readonly), but in root mode a
+ * writable bind would let its uid 0, the host's, change them.  A CDI
+ * mount without "ro" is bound read-only all the same (docs/gpu.md). */
 static void
-add_bind (ib_gpu_edits_t *e, const char *host, const char *target, bool ro)
+add_bind (ib_gpu_edits_t *e, const char *host, const char *target)
 {
   for (size_t i = 0; i < e->n_mounts; i++)
     if (strcmp (e->mounts[i].target, target) == 0)
       return; /* first one wins: a device in two requests */
   e->mounts = xrealloc (e->mounts, sizeof *e->mounts * (e->n_mounts + 1));
   e->mounts[e->n_mounts++] = (ib_mount_t){ .type = IB_MOUNT_BIND, .source = keep (e, host),
-                                           .target = keep (e, target), .readonly = ro };
+                                           .target = keep (e, target), .readonly = true };
 }
 
 static void
@@ -338,19 +343,14 @@ apply_edits (ib_gpu_edits_t *e, json_t *edits, const char *file)
     const char *p = json_string_value (json_object_get (x, "path"));
     const char *h = json_string_value (json_object_get (x, "hostPath"));
     if (p && p[0] == '/')
-      add_bind (e, h ? h : p, p, false);
+      add_bind (e, h ? h : p, p);
   }
   json_array_foreach (json_object_get (edits, "mounts"), i, x)
   {
     const char *h = json_string_value (json_object_get (x, "hostPath"));
     const char *c = json_string_value (json_object_get (x, "containerPath"));
-    bool ro = false;
-    size_t k;
-    json_t *o;
-    json_array_foreach (json_object_get (x, "options"), k, o)
-      ro |= json_is_string (o) && strcmp (json_string_value (o), "ro") == 0;
     if (h && c && c[0] == '/')
-      add_bind (e, h, c, ro);
+      add_bind (e, h, c);
   }
   json_array_foreach (json_object_get (edits, "hooks"), i, x)
     apply_hook (e, x, file);
@@ -668,7 +668,7 @@ add_library (ib_gpu_edits_t *e, const char *root, const char *name, const char *
   if (rl && (strncmp (real, root, rl) != 0 || real[rl] != '/'))
     return;
   const char *cpath = real + rl; /* the real file's path in the container */
-  add_bind (e, real, cpath, true);
+  add_bind (e, real, cpath);
   cleanup_free char *dir = xstrdup (cpath);
   *strrchr (dir, '/') = '\0';
   add_ldconfig_dir (e, *dir ? dir : "/");
@@ -814,7 +814,7 @@ nvidia_discover (const char *sel, const ib_gpu_opts_t *o, ib_gpu_edits_t *e, con
     {
       cleanup_free char *h = xasprintf ("%s%s", root, ctl_nodes[i]);
       if (stat (h, &st) == 0)
-        add_bind (e, h, ctl_nodes[i], false);
+        add_bind (e, h, ctl_nodes[i]);
     }
   for (size_t i = 0; i < n; i++)
     if (want[i])
@@ -822,7 +822,7 @@ nvidia_discover (const char *sel, const ib_gpu_opts_t *o, ib_gpu_edits_t *e, con
         cleanup_free char *c = xasprintf ("/dev/nvidia%d", gpus[i].minor);
         cleanup_free char *h = xasprintf ("%s%s", root, c);
         if (stat (h, &st) == 0)
-          add_bind (e, h, c, false);
+          add_bind (e, h, c);
       }
   caps_dir = xasprintf ("%s/dev/nvidia-caps", root);
   DIR *cd = opendir (caps_dir);
@@ -831,7 +831,7 @@ nvidia_discover (const char *sel, const ib_gpu_opts_t *o, ib_gpu_edits_t *e, con
       {
         cleanup_free char *c = xasprintf ("/dev/nvidia-caps/%s", de->d_name);
         cleanup_free char *h = xasprintf ("%s%s", root, c);
-        add_bind (e, h, c, false);
+        add_bind (e, h, c);
       }
   if (cd)
     closedir (cd);
@@ -858,7 +858,7 @@ nvidia_discover (const char *sel, const ib_gpu_opts_t *o, ib_gpu_edits_t *e, con
         if (find_binary (root, *b, path, sizeof path))
           {
             cleanup_free char *c = xasprintf ("/usr/bin/%s", *b);
-            add_bind (e, path, c, true);
+            add_bind (e, path, c);
           }
       }
   {

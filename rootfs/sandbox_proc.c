@@ -4,6 +4,7 @@
  * pid 1's hardening and CDI's ldconfig run.
  */
 #include "rootfs/sandbox.h"
+#include "common/proctitle.h"
 #include "common/util.h"
 #include "rootfs/console.h"
 #include "rootfs/rootfs_int.h"
@@ -30,27 +31,6 @@
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
-/* rootfs/sandbox_proc.c — the sandbox's processes (sandbox.c shows them):
- * the setup parent S, pid 1 P1 and the command C; their failure reports
- * on the error pipe, their signal forwarding, the descriptors they keep,
- * pid 1's hardening and CDI's ldconfig run.
- */
-#include "rootfs/sandbox.h"
-#include "common/util.h"
-#include "rootfs/console.h"
-#include "rootfs/rootfs_int.h"
-#include "rootfs/sandbox_int.h"
-#include "rootfs/seccomp.h"
-#include "rootfs/userns.h"
-
-#include <errno.h>
-#include <grp.h>
-#include <net/if.h>
-#include <string.h>
-#include <sys/mount.h>
-#include <sys/prctl.h>
-#include <sys/syscall.h>
-#include <sys/wait.h>
 
 /* --- failure reporting from the children -------------------------------- */
 
@@ -442,6 +422,10 @@ pid1_main (const struct run_ctx *ctx)
   int efd = ctx->err_w;
 
   prctl (PR_SET_PDEATHSIG, SIGKILL);
+  /* /proc/1/cmdline is any step's to read: not imgbuild's command line
+   * (host paths, build arguments, secret sources), which this process
+   * still carries (common/proctitle.h). */
+  ib_proctitle_set ("imgbuild-init");
   /* Non-dumpable from the start: the kernel then asks for CAP_SYS_PTRACE
    * in the user namespace our memory was made in (the host's: imgbuild
    * was exec'd there) before it lets anyone ptrace us or open

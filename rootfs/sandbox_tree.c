@@ -93,6 +93,26 @@ remount_ro (const char *path, bool recursive, ib_error_t *err)
   return do_mount (NULL, path, NULL, flags, NULL, err);
 }
 
+/* Bind the host's file `host` onto `target` read-only, nosuid and noexec:
+ * the host's own device nodes (/dev/null, the GPUs' nodes) and the
+ * /dev/null that masks a /proc file.  In root mode the step's uid 0 is
+ * the host's, and through a writable bind its chown, chmod or utimes would
+ * change the host's inode (issue 38: `chmod 000 /dev/null` broke every
+ * program on the machine).  A read-only mount refuses those with EROFS
+ * (mnt_want_write), while reads and writes of a device node still work:
+ * the kernel asks a mount's write access only of regular files,
+ * directories and symlinks (do_dentry_open, may_open).  Flags the host's
+ * mount locked stay (locked_flags_of). */
+static int
+bind_readonly (const char *host, const char *target, ib_error_t *err)
+{
+  if (do_mount (host, target, NULL, MS_BIND, NULL, err) < 0)
+    return -1;
+  unsigned long flags = MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NOEXEC
+                        | locked_flags_of (target);
+  return do_mount (NULL, target, NULL, flags, NULL, err);
+}
+
 /* Create an empty file (a bind mount target) in the /dev tmpfs. */
 static int
 touch (const char *path, ib_error_t *err)
@@ -138,9 +158,7 @@ setup_dev (const char *dev, uint64_t shm_size, ib_error_t *err)
           ib_debug ("sandbox: host has no %s, skipped", host);
           continue;
         }
-      if (touch (target, err) < 0)
-        return -1;
-      if (do_mount (host, target, NULL, MS_BIND, NULL, err) < 0)
+      if (touch (target, err) < 0 || bind_readonly (host, target, err) < 0)
         return -1;
     }
 
@@ -220,8 +238,8 @@ mask_path (const char *rootfs, const char *rel, ib_error_t *err)
         return ib_error_sys (err, errno, "sandbox: mask /%s", rel);
       return 0;
     }
-  if (mount ("/dev/null", path, NULL, MS_BIND, NULL) < 0)
-    return ib_error_sys (err, errno, "sandbox: mask /%s", rel);
+  if (bind_readonly ("/dev/null", path, err) < 0)
+    return ib_error_prefix (err, "sandbox: mask /%s", rel);
   return 0;
 }
 
@@ -365,6 +383,13 @@ apply_mount (const struct prepared_mount *pm, ib_error_t *err)
         return ib_error_sys (err, errno, "mount tmpfs on %s", m->target);
       return 0;
     }
+  /* A device node (CDI's deviceNodes, the NVIDIA discovery's nodes) is
+   * the host's inode: read-only whatever the mount asks (bind_readonly). */
+  struct stat sst;
+  if (stat (m->source, &sst) == 0 && (S_ISCHR (sst.st_mode) || S_ISBLK (sst.st_mode)))
+    return bind_readonly (m->source, pm->real, err) < 0
+               ? ib_error_prefix (err, "mount %s on %s", m->source, m->target)
+               : 0;
   if (mount (m->source, pm->real, NULL, MS_BIND | MS_REC, NULL) < 0)
     return ib_error_sys (err, errno, "mount %s on %s", m->source, m->target);
   if (!m->readonly)

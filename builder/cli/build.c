@@ -356,6 +356,7 @@ enum
   OPT_PULL,
   OPT_LABEL,
   OPT_BUILD_CONTEXT,
+  OPT_ALLOW,
 };
 
 /* --secret VALUE or --ssh VALUE into *s; a malformed one is a usage error. */
@@ -370,6 +371,22 @@ secret_option (ib_secrets_t *s, int c, const char *arg)
       ib_error_free (&e);
       usage_error ("%s", m);
     }
+}
+
+/* --allow ENT[,ENT]: BuildKit's entitlements (buildx build --allow).
+ * network.host lets a RUN --network=host have the host's network;
+ * security.insecure is accepted, and changes nothing: imgbuild never runs
+ * a step outside its sandbox (RUN --security=insecure stays refused). */
+static void
+allow_option (const char *arg, bool *network_host)
+{
+  cleanup_free char *copy = xstrdup (arg);
+  char *save = NULL;
+  for (char *e = strtok_r (copy, ",", &save); e; e = strtok_r (NULL, ",", &save))
+    if (strcmp (e, "network.host") == 0)
+      *network_host = true;
+    else if (strcmp (e, "security.insecure") != 0)
+      usage_error ("build: --allow %s: expected network.host or security.insecure", e);
 }
 
 /* build's long options without a letter (buildx's script outputs) */
@@ -457,6 +474,7 @@ cmd_build (int argc, char **argv, ib_error_t *err)
     { "pull", optional_argument, NULL, OPT_PULL },
     { "label", required_argument, NULL, OPT_LABEL },
     { "build-context", required_argument, NULL, OPT_BUILD_CONTEXT },
+    { "allow", required_argument, NULL, OPT_ALLOW },
     SANDBOX_EXTRA_OPTIONS,
     { "push", no_argument, NULL, OPT_PUSH },       { "load", no_argument, NULL, OPT_LOAD },
     { "iidfile", required_argument, NULL, OPT_IIDFILE },
@@ -478,7 +496,7 @@ cmd_build (int argc, char **argv, ib_error_t *err)
                     **cache_to = NULL, **annotations = NULL, **labels = NULL,
                     **contexts = NULL;
   bool no_cache = false, keep_on_failure = false, debug_shell = false, fail_fast = false,
-       network_none = false;
+       network_none = false, allow_network_host = false;
   ib_pull_policy_t pull = IB_PULL_MISSING;
   __attribute__ ((cleanup (sandbox_extras_clear))) sandbox_extras_t extras = { 0 };
   const char *target = NULL, *context = NULL, *file = NULL, *platform = NULL;
@@ -506,6 +524,9 @@ cmd_build (int argc, char **argv, ib_error_t *err)
             && strcmp (optarg, "default") != 0)
           usage_error ("build: --network takes host, none or default, got '%s'", optarg);
         network_none = strcmp (optarg, "none") == 0;
+        break;
+      case OPT_ALLOW:
+        allow_option (optarg, &allow_network_host);
         break;
       case OPT_BUILD_CONTEXT:
         if (strchr (optarg, '=') == NULL || *optarg == '=')
@@ -755,6 +776,7 @@ cmd_build (int argc, char **argv, ib_error_t *err)
   bo.cache_to_each_stage = each_stage;
   bo.cache_to_after_s = slurm.checkpoint_given ? slurm.checkpoint_s : SLURM_CHECKPOINT_S;
   bo.network_none = network_none;
+  bo.allow_network_host = allow_network_host;
   bo.pull = pull;
   bo.labels = labels;
   bo.build_contexts = contexts;

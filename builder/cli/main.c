@@ -4,6 +4,7 @@
  * (cli.h).  The CLI is the only place that calls exit(). */
 #include "builder/cli/cli.h"
 #include "builder/cli/slurm.h"
+#include "common/proctitle.h"
 #include "common/util.h"
 #include "oci/auth.h"
 #include "oci/regconf.h"
@@ -33,7 +34,8 @@ static const char usage_text[] =
   "          [--keep-on-failure] [--debug-shell] [--cache-from SPEC] [--cache-to SPEC]\n"
   "          [--annotation KEY=VALUE] [-j N] [--platform OS/ARCH[/VARIANT][,...]]\n"
   "          [--secret id=ID[,src=FILE|,env=VAR]] [--ssh default|ID[=SOCKET]]\n"
-  "          [--network host|none|default] [--pull[=always|missing|never]]\n"
+  "          [--network host|none|default] [--allow network.host|security.insecure]...\n"
+  "          [--pull[=always|missing|never]]\n"
   "          [--add-host NAME:IP] [--shm-size SIZE] [--ulimit NAME=SOFT[:HARD]]\n"
   "          [--label KEY=VALUE] [--build-context NAME=DIR|NAME=docker-image://REF]\n"
   "          [-o DIR|-|SPEC] [--push] [--load] [--iidfile FILE] [--metadata-file FILE]\n"
@@ -340,6 +342,7 @@ main (int argc, char **argv)
   static const struct option opts[] = {
     GLOBAL_OPTIONS, { "version", no_argument, NULL, 'V' }, REGISTRY_OPTIONS, { NULL, 0, NULL, 0 },
   };
+  ib_proctitle_init (argc, argv); /* the sandbox's pid 1 shows no host command line */
   cli_argv = ib_strv_dup (argv);
   const char *env_chunk = getenv ("IMGBUILD_PUSH_CHUNK_SIZE");
   if (env_chunk && *env_chunk)

@@ -145,6 +145,9 @@ typedef struct ib_build_opts
   bool network_none;         /* --network none: every RUN without a --network of its own
                               * runs without a network (a RUN's key then says so); host
                               * and default are the sandbox's default, the host's network */
+  bool allow_network_host;   /* --allow network.host, BuildKit's entitlement: without it a
+                              * RUN --network=host fails (EPERM, naming the switch), cached
+                              * or not, whatever --network the build has */
   const ib_secrets_t *secrets; /* --secret, --ssh: what RUN --mount=type=secret|ssh mounts
                               * (secrets.h); NULL: none.  Only a mount's flag text (its
                               * id, target...) is part of a step's cache key, never the

@@ -392,7 +392,18 @@ int
 do_run (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err)
 {
   ib_run_spec_t spec;
-  int ret = run_spec (b, st, in, false, &spec, err) < 0 ? -1 : run_step (b, st, in, &spec, err);
+  int ret = run_spec (b, st, in, false, &spec, err);
+  /* BuildKit's entitlement (solver/llbsolver/vertex.go, ValidateEntitlements:
+   * "network.host is not allowed"): the
+   * recipe cannot give itself the host's network, even where the build's
+   * default is the host's network, and above all not past the user's
+   * --network none */
+  if (ret == 0 && spec.network == IB_RUN_NET_HOST && !b->opts->allow_network_host)
+    ret = ib_error_set (err, EPERM,
+                        "RUN --network=host needs the network.host entitlement: build with "
+                        "--allow network.host to grant it");
+  if (ret == 0)
+    ret = run_step (b, st, in, &spec, err);
   ib_run_spec_clear (&spec);
   return ret;
 }

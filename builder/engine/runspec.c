@@ -44,7 +44,8 @@ check_flags (const ib_instr_t *in, ib_run_spec_t *out, ib_error_t *err)
         if (strcmp (*f, "--security=sandbox") != 0)
           return ib_error_set (err, ENOTSUP,
                                "%s is not supported: imgbuild never gives a step more than its "
-                               "sandbox (use --security=sandbox, the default)",
+                               "sandbox, --allow security.insecure or not (use "
+                               "--security=sandbox, the default)",
                                *f);
       }
     else if (!ib_str_has_prefix (*f, "--network=") && !ib_str_has_prefix (*f, "--mount=")

@@ -111,6 +111,110 @@ def test_bind_mount_escapes(esc):
     assert not (esc["bindsrc"] / "new").exists()
 
 
+def test_bind_onto_an_image_symlink(esc):
+    """run -v onto a target that is a symlink of the image: a directory
+    bind follows it inside the rootfs, creating what is missing there
+    (never on the host), and the mount points it made are gone after; a
+    file bind onto a symlink is refused."""
+    root = esc["rootfs"]
+    link = root / "escape-link"
+    link.symlink_to(f"{esc['canary']}/made")      # dangling in the rootfs; on the host, the canary
+    try:
+        out = attempt(esc, "write", "/escape-link/sub/x", extra=("-v", f"{esc['bindsrc']}:/escape-link/sub"))
+        assert out == "OK", out
+        assert (esc["bindsrc"] / "x").read_text() == "escaped\n"   # through the bind, into its source
+        assert canary_untouched(esc)
+        assert not (root / str(esc["canary"]).lstrip("/")).exists()  # made in the rootfs, removed after
+        hostfile = esc["canary"].parent / "hostfile"
+        hostfile.write_text("host\n")
+        (root / "file-link").symlink_to("/etc/hostname")
+        r = imgbuild("run", "-v", f"{hostfile}:/file-link", "--rootfs", root, "--", "/try", "pids",
+                     store=esc["store"])
+        assert r.rc != 0 and "/file-link is a symlink in the rootfs" in r.err, r
+    finally:
+        link.unlink()
+        (esc["bindsrc"] / "x").unlink(missing_ok=True)
+        (root / "file-link").unlink(missing_ok=True)
+
+
+# --- the host's inodes behind the sandbox's own binds ---------------------
+
+# In root mode the step's uid 0 is the host's: through a writable bind of
+# the host's /dev/null it could chown or chmod the machine's /dev/null
+# (issue 38, hole 1).  Every such bind is read-only (docs/security.md,
+# "Every bind"): the kernel answers EROFS before it looks at who asks, so
+# the answer is the same in all three modes (in single-id mode the chown
+# goes through the supervisor, which passes the kernel's answer on).
+# A masked /proc file (runc's list, the first this kernel has) is the
+# host's /dev/null bound over it.
+HOST_NODES = ["/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty",
+              "masked /proc file"]
+
+
+def masked_proc_file():
+    for p in ("/proc/kcore", "/proc/keys", "/proc/timer_list", "/proc/latency_stats"):
+        if os.path.exists(p):
+            return p
+    pytest.fail("this kernel has none of runc's masked /proc files")
+
+
+@pytest.mark.parametrize("call", ["chown", "chmod", "utimes"])
+@pytest.mark.parametrize("path", HOST_NODES)
+def test_host_device_nodes_unchangeable(esc, path, call):
+    if path.startswith("masked"):
+        path, host = masked_proc_file(), "/dev/null"
+    else:
+        host = path
+    if not os.path.exists(host):
+        pytest.fail(f"this host has no {host}")
+    before = os.stat(host)
+    assert attempt(esc, call, path) == "ERRNO EROFS"
+    after = os.stat(host)
+    assert (after.st_mode, after.st_uid, after.st_gid) == (before.st_mode, before.st_uid, before.st_gid)
+    if host != "/dev/tty":  # (a tty's times move with its use)
+        assert after.st_mtime_ns == before.st_mtime_ns and after.st_ctime_ns == before.st_ctime_ns
+
+
+def test_host_device_nodes_still_work(esc):
+    """Read-only binds of device nodes still read and write."""
+    r = imgbuild("run", "--rootfs", esc["rootfs"], "--", "/bin/sh", "-c",
+                 "echo x > /dev/null && head -c 4 /dev/zero | od -An -tx1 && "
+                 "head -c 8 /dev/urandom | wc -c",
+                 store=esc["store"])
+    assert r.rc == 0, r
+    assert [l.strip() for l in r.out.splitlines()] == ["00 00 00 00", "8"], r
+    assert attempt(esc, "write", "/dev/null") == "OK"
+    assert attempt(esc, "write", "/dev/full") == "ERRNO No space left on device"
+
+
+def test_recipe_cannot_change_host_devices(esc, base_image, tmp_path):
+    """The probe's recipe, with changes that would leave the host as it
+    was had they succeeded: each is refused."""
+    before = {d: os.stat(d) for d in ("/dev/null", "/dev/full", "/dev/zero")}
+    (tmp_path / "Dockerfile").write_text(
+        f"FROM {base_image}\n"
+        "RUN for c in 'chown 0:0 /dev/null' 'chmod 0666 /dev/full' 'touch /dev/zero'; do "
+        "$c 2>>/errors && echo \"$c: changed\" >> /errors; done; cat /errors; "
+        "test $(grep -c 'Read-only file system' /errors) = 3\n")
+    r = imgbuild("build", "--progress", "plain", ".", store=esc["store"], cwd=tmp_path)
+    assert r.rc == 0, r
+    for d, st in before.items():
+        now = os.stat(d)
+        assert (now.st_mode, now.st_uid, now.st_gid, now.st_mtime_ns) == \
+            (st.st_mode, st.st_uid, st.st_gid, st.st_mtime_ns), d
+
+
+@pytest.mark.parametrize("which", ["self", "thread"])
+def test_chown_through_proc_self_fd(esc, which):
+    """chown("/proc/self/fd/N") of an O_PATH descriptor, as
+    systemd-tmpfiles does: the owner changes in every mode (in single-id
+    mode the supervisor used to resolve "self" as itself: ENOENT; issue
+    38, hole 8)."""
+    f = esc["rootfs"] / "tmp" / f"owned-through-{which}"
+    f.write_text("x")
+    assert attempt(esc, "chown-self-fd", f"/tmp/{f.name}", which) == "OK 1234:1234"
+
+
 # --- imgbuild's own processes in the sandbox (pid 1) ----------------------
 
 def test_pid1_cannot_be_traced(esc):
@@ -404,3 +508,78 @@ def test_mountinfo_names_no_host_path(tmp_path, registry, base_image):
     assert r.rc == 0, r
     mi = (ctx / "out" / "mi").read_text()
     assert "telling-name" not in mi and str(tmp_path) not in mi, mi
+
+
+def test_pid1_shows_no_host_command_line(tmp_path, registry, base_image):
+    """/proc/1/cmdline is any step's to read, and pid 1 is a fork of
+    imgbuild: it used to show imgbuild's own command line, with host
+    paths, the store, build arguments and secret sources (issue 38, hole
+    6).  Now it reads "imgbuild-init" and NULs; no file of /proc/1 a step
+    may read names a host path or a build argument."""
+    store = tmp_path / "store-of-a-telling-name"
+    r = imgbuild("run", base_image, "--", "cat", "/proc/1/cmdline", store=store)
+    assert r.rc == 0, r
+    assert r.out.rstrip("\0") == "imgbuild-init", repr(r.out)
+    ctx = tmp_path / "ctx"
+    secret = tmp_path / "secret-source-mark"
+    secret.write_text("the secret\n")
+    ctx.mkdir()
+    (ctx / "Dockerfile").write_text(
+        f"FROM {base_image} AS b\nARG TOKEN\n"
+        "RUN --mount=type=secret,id=s tr '\\0' '\\n' < /proc/1/cmdline > /cmdline && "
+        "for f in /proc/1/* /proc/1/task/1/*; do [ -f \"$f\" ] && cat \"$f\"; done > /all 2>/dev/null; "
+        "test -s /all\n"
+        "FROM scratch\nCOPY --from=b /cmdline /all /\n")
+    r = imgbuild("build", "--build-arg", "TOKEN=build-arg-mark", "--secret", f"id=s,src={secret}",
+                 "-o", "type=local,dest=out", ctx, cwd=ctx, store=store)
+    assert r.rc == 0, r
+    assert (ctx / "out" / "cmdline").read_text().strip("\n") == "imgbuild-init"
+    everything = (ctx / "out" / "all").read_bytes()
+    for mark in (b"telling-name", b"build-arg-mark", b"secret-source-mark", str(tmp_path).encode()):
+        assert mark not in everything, mark
+
+
+# --- entitlements (BuildKit's --allow) --------------------------------------
+
+def test_network_host_needs_the_entitlement(tmp_path, registry, base_image):
+    """A recipe cannot give itself the host's network: RUN --network=host
+    needs the user's --allow network.host, as in BuildKit
+    (solver/llbsolver/vertex.go, ValidateEntitlements: "network.host is
+    not allowed"), cached or not, and above all not past --network none
+    (issue 38, hole 3: the step reached a server on the host's
+    127.0.0.1)."""
+    import socket
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(4)
+    port = server.getsockname()[1]
+    store = tmp_path / "store"
+    (tmp_path / "Dockerfile").write_text(
+        f"FROM {base_image}\n"
+        f"RUN --network=host bash -c 'exec 3<>/dev/tcp/127.0.0.1/{port}' && echo reached > /r\n")
+    refused = ("RUN --network=host needs the network.host entitlement: build with "
+               "--allow network.host to grant it")
+    try:
+        for net in ((), ("--network", "none"), ("--network", "host")):
+            r = imgbuild("build", *net, ".", store=store, cwd=tmp_path)
+            assert r.rc == 1 and refused in r.err, r
+        r = imgbuild("build", "--network", "none", "--allow", "network.host", "-t", "reached", ".",
+                     store=store, cwd=tmp_path)
+        assert r.rc == 0, r
+        assert imgbuild("run", "reached", "--", "cat", "/r", store=store).out == "reached\n"
+        # its result in the cache does not grant it either
+        r = imgbuild("build", "--network", "none", ".", store=store, cwd=tmp_path)
+        assert r.rc == 1 and refused in r.err, r
+        # --network none without a --network of the step's own: loopback only
+        (tmp_path / "Dockerfile").write_text(
+            f"FROM {base_image}\n"
+            f"RUN ! bash -c 'exec 3<>/dev/tcp/127.0.0.1/{port}' 2>/dev/null\n")
+        r = imgbuild("build", "--network", "none", ".", store=store, cwd=tmp_path)
+        assert r.rc == 0, r
+    finally:
+        server.close()
+    r = imgbuild("build", "--allow", "network.hostt", ".", store=store, cwd=tmp_path)
+    assert r.rc == 2 and "--allow network.hostt: expected network.host or security.insecure" in r.err, r
+    (tmp_path / "Dockerfile").write_text(f"FROM {base_image}\nRUN --security=insecure true\n")
+    r = imgbuild("build", "--allow", "security.insecure", ".", store=store, cwd=tmp_path)
+    assert r.rc == 1 and "--allow security.insecure or not" in r.err, r

@@ -195,10 +195,10 @@ static const char yaml_spec[] = "---\n"
                                 "  containerEdits: {env: [DEV=abc]}\n";
 
 /* Top-level edits first, then the device's. */
-static const char dev0_edits[] = "bind /dev/ctl -> /dev/ctl rw\n"
+static const char dev0_edits[] = "bind /dev/ctl -> /dev/ctl ro\n"
                                  "bind /host/lib -> /usr/lib/x ro\n"
-                                 "bind /host/dev/card0 -> /dev/card0 rw\n"
-                                 "bind /host/data -> /data rw\n"
+                                 "bind /host/dev/card0 -> /dev/card0 ro\n"
+                                 "bind /host/data -> /data ro\n"
                                  "env TOP=1\n"
                                  "env DEV=0\n";
 
@@ -214,7 +214,7 @@ test_cdi_json_and_yaml (void **state)
       char *dirs[] = { d, NULL };
       expect_edits ("example.com/gpu=0", dirs, NULL, NULL, dev0_edits);
       expect_edits ("example.com/gpu=GPU-abc", dirs, NULL, NULL,
-                    "bind /dev/ctl -> /dev/ctl rw\n"
+                    "bind /dev/ctl -> /dev/ctl ro\n"
                     "bind /host/lib -> /usr/lib/x ro\n"
                     "env TOP=1\n"
                     "env DEV=abc\n");
@@ -278,10 +278,10 @@ test_cdi_later_dirs_win (void **state)
   write_file (run, "nvidia.yaml", b);
   char *dirs[] = { etc, run, NULL };
   expect_edits ("example.com/gpu=0", dirs, NULL, NULL,
-                "bind /run-card0 -> /dev/card0 rw\nenv FROM=run\n");
+                "bind /run-card0 -> /dev/card0 ro\nenv FROM=run\n");
   char *rev[] = { run, etc, NULL };
   expect_edits ("example.com/gpu=0", rev, NULL, NULL,
-                "bind /etc-card0 -> /dev/card0 rw\nenv FROM=etc\n");
+                "bind /etc-card0 -> /dev/card0 ro\nenv FROM=etc\n");
   /* devices only one directory defines come from it */
   expect_edits ("example.com/gpu=only-etc", dirs, NULL, NULL, "env ONLY=etc\n");
   expect_edits ("example.com/gpu=only-run", dirs, NULL, NULL, "env ONLY=run\n");
@@ -409,7 +409,7 @@ test_cdi_hooks (void **state)
   ib_verbosity = 2;
   log_start ();
   expect_edits ("nvidia.com/gpu=0", dirs, NULL, NULL,
-                "bind /dev/nvidia0 -> /dev/nvidia0 rw\n"
+                "bind /dev/nvidia0 -> /dev/nvidia0 ro\n"
                 "link /usr/lib64/libcuda.so -> libcuda.so.1\n"
                 "link /usr/lib64/gbm/nvidia-drm_gbm.so -> ../libnvidia-allocator.so.1\n"
                 "ldconfig /usr/lib64 /opt/nv/lib\n");
@@ -455,10 +455,10 @@ test_edits_accumulate (void **state)
   ib_error_free (&err);
   cleanup_free char *got = show (&e);
   /* a mount target is bound once (the first request's); env accumulates */
-  assert_string_equal (got, "bind /dev/ctl -> /dev/ctl rw\n"
+  assert_string_equal (got, "bind /dev/ctl -> /dev/ctl ro\n"
                             "bind /host/lib -> /usr/lib/x ro\n"
-                            "bind /host/dev/card0 -> /dev/card0 rw\n"
-                            "bind /host/data -> /data rw\n"
+                            "bind /host/dev/card0 -> /dev/card0 ro\n"
+                            "bind /host/data -> /data ro\n"
                             "env TOP=1\n"
                             "env DEV=0\n"
                             "env TOP=1\n"
@@ -473,11 +473,11 @@ test_edits_accumulate (void **state)
 
 static char *empty_dir; /* a CDI dir with no spec */
 
-static const char ctl_nodes[] = "bind $ROOT/dev/nvidiactl -> /dev/nvidiactl rw\n"
-                                "bind $ROOT/dev/nvidia-uvm -> /dev/nvidia-uvm rw\n"
-                                "bind $ROOT/dev/nvidia-uvm-tools -> /dev/nvidia-uvm-tools rw\n";
+static const char ctl_nodes[] = "bind $ROOT/dev/nvidiactl -> /dev/nvidiactl ro\n"
+                                "bind $ROOT/dev/nvidia-uvm -> /dev/nvidia-uvm ro\n"
+                                "bind $ROOT/dev/nvidia-uvm-tools -> /dev/nvidia-uvm-tools ro\n";
 static const char caps_node[] = "bind $ROOT/dev/nvidia-caps/nvidia-cap1 -> "
-                                "/dev/nvidia-caps/nvidia-cap1 rw\n";
+                                "/dev/nvidia-caps/nvidia-cap1 ro\n";
 #define LIBDIR "/usr/lib/x86_64-linux-gnu"
 #define LIB LIBDIR "/"
 #define BIND_LIB(l) "bind $ROOT" LIB l ".so.999.01 -> " LIB l ".so.999.01 ro\n"
@@ -505,8 +505,8 @@ expect_discovery (const char *request, const char *visible, const char *caps, co
   expect_edits (request, dirs, visible, caps, want);
 }
 
-static const char gpu0[] = "bind $ROOT/dev/nvidia0 -> /dev/nvidia0 rw\n";
-static const char gpu1[] = "bind $ROOT/dev/nvidia1 -> /dev/nvidia1 rw\n";
+static const char gpu0[] = "bind $ROOT/dev/nvidia0 -> /dev/nvidia0 ro\n";
+static const char gpu1[] = "bind $ROOT/dev/nvidia1 -> /dev/nvidia1 ro\n";
 #define UUID1 "GPU-11111111-1111-1111-1111-111111111111"
 #define UUID2 "GPU-22222222-2222-2222-2222-222222222222"
 
@@ -628,10 +628,10 @@ test_cdi_spec_before_discovery (void **state)
   cleanup_free char *d = ib_path_join (fake, "cdi");
   char *dirs[] = { d, NULL };
   expect_edits ("nvidia.com/gpu=" UUID2, dirs, NULL, NULL,
-                "bind $ROOT/dev/nvidiactl -> /dev/nvidiactl rw\n"
+                "bind $ROOT/dev/nvidiactl -> /dev/nvidiactl ro\n"
                 "bind $ROOT" LIB "libcuda.so.999.01 -> " LIB "libcuda.so.999.01 ro\n"
                 "bind $ROOT/usr/bin/nvidia-smi -> /usr/bin/nvidia-smi ro\n"
-                "bind $ROOT/dev/nvidia1 -> /dev/nvidia1 rw\n"
+                "bind $ROOT/dev/nvidia1 -> /dev/nvidia1 ro\n"
                 "link " LIB "libcuda.so.1 -> libcuda.so.999.01\n"
                 "env NVIDIA_VISIBLE_DEVICES=void\n"
                 "env FROM_CDI=yes\n"
