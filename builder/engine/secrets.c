@@ -1,6 +1,7 @@
 /* builder/engine/secrets.c — see secrets.h: --secret and --ssh, and one
  * step's secret files and agent relay. */
 #include "builder/engine/secrets.h"
+#include "builder/engine/agent_filter.h"
 #include "common/util.h"
 #include "rootfs/userns.h"
 
@@ -425,7 +426,7 @@ ib_secret_run_ssh (ib_secret_run_t **run, const char *agent, mode_t mode, uid_t 
   return 0;
 }
 
-/* A connection to the agent at `path`, or -1. */
+/* A connection to the agent at `path` (non-blocking), or -1. */
 static int
 agent_connect (const char *path)
 {
@@ -434,7 +435,9 @@ agent_connect (const char *path)
   if (unix_addr (path, &a, &dirfd, NULL) < 0)
     return -1;
   int fd = socket (AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd >= 0 && connect (fd, (struct sockaddr *) &a, sizeof a) < 0)
+  if (fd >= 0
+      && (connect (fd, (struct sockaddr *) &a, sizeof a) < 0
+          || fcntl (fd, F_SETFL, fcntl (fd, F_GETFL) | O_NONBLOCK) < 0))
     {
       ib_debug ("ssh: connect to the agent %s: %s", path, strerror (errno));
       close (fd);
@@ -443,25 +446,222 @@ agent_connect (const char *path)
   return fd;
 }
 
-/* The relay: each connection to a step's socket gets one to its agent, and
- * bytes are copied both ways until either side closes. */
+/* ---- the relay ----
+ *
+ * A read-only agent, as BuildKit's (moby/buildkit
+ * session/sshforward/sshprovider/agentprovider.go: readOnlyAgent served by
+ * golang.org/x/crypto ssh/agent's ServeAgent; agent_filter.h says what
+ * passes): each connection to a step's socket gets one to its agent and
+ * carries one request at a time.
+ * The relay reads one whole request frame from the step; a request the
+ * filter passes goes to the agent and exactly one whole reply frame comes
+ * back, any other is answered SSH_AGENT_FAILURE by the relay itself (the
+ * agent sees nothing).  A step's next request waits in its socket until
+ * then, so replies keep the order of the requests.  A frame over
+ * IB_AGENT_MSG_MAX or of length 0, either way, or either side closing,
+ * ends the connection.  The sockets are non-blocking once connected: one
+ * slow peer holds up no other connection. */
+
+enum conn_state
+{
+  READ_REQUEST, /* reading a request frame from the step */
+  TO_AGENT,     /* writing it to the agent */
+  READ_REPLY,   /* reading the agent's reply frame */
+  TO_STEP,      /* writing the reply (or a failure) to the step */
+};
+
+struct conn
+{
+  int fd[2]; /* the step's side, the agent's */
+  enum conn_state state;
+  unsigned char *buf; /* the frame in flight, length word included */
+  size_t cap;         /* bytes allocated at buf */
+  size_t have;        /* bytes of it read, or written */
+  size_t len;         /* bytes in the frame (once whole) */
+  unsigned char request; /* the type of the request forwarded */
+};
+
+/* Read more of a frame from `fd` into c->buf, never past its end (what
+ * follows stays in the socket): 1 once whole (c->len), 0 to wait, -1 to
+ * close (end of file, an error, a bad length). */
+static int
+conn_read_frame (struct conn *c, int fd)
+{
+  for (;;)
+    {
+      size_t need = 0;
+      ib_agent_frame_t f = ib_agent_frame (c->buf, c->have, &need);
+      if (f == IB_AGENT_FRAME_BAD)
+        {
+          ib_debug ("ssh: agent frame of a bad length (0 or over %zu bytes): connection closed",
+                    IB_AGENT_MSG_MAX);
+          return -1;
+        }
+      if (f == IB_AGENT_FRAME_WHOLE)
+        {
+          c->len = need;
+          return 1;
+        }
+      if (need > c->cap)
+        {
+          c->buf = xrealloc (c->buf, need);
+          c->cap = need;
+        }
+      ssize_t got = read (fd, c->buf + c->have, need - c->have);
+      if (got < 0 && errno == EINTR)
+        continue;
+      if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+        return 0;
+      if (got <= 0)
+        return -1;
+      c->have += (size_t) got;
+    }
+}
+
+/* Write the rest of c->buf[0..len) to `fd`: 1 when all is written, 0 to
+ * wait, -1 to close. */
+static int
+conn_write_frame (struct conn *c, int fd)
+{
+  while (c->have < c->len)
+    {
+      ssize_t w = send (fd, c->buf + c->have, c->len - c->have, MSG_NOSIGNAL);
+      if (w < 0 && errno == EINTR)
+        continue;
+      if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+        return 0;
+      if (w <= 0)
+        return -1;
+      c->have += (size_t) w;
+    }
+  return 1;
+}
+
+/* Put SSH_AGENT_FAILURE in c->buf (which holds at least a 5-byte frame)
+ * for the step. */
+static void
+conn_fail (struct conn *c)
+{
+  memcpy (c->buf, ib_agent_failure_frame, sizeof ib_agent_failure_frame);
+  c->len = sizeof ib_agent_failure_frame;
+}
+
+/* Move connection `c` on as far as its sockets allow: 0 to wait for poll
+ * (conn_events), -1 to close it. */
+static int
+conn_run (struct conn *c)
+{
+  for (;;)
+    {
+      int r;
+      switch (c->state)
+        {
+        case READ_REQUEST:
+          if ((r = conn_read_frame (c, c->fd[0])) <= 0)
+            return r;
+          c->request = c->buf[4];
+          if (ib_agent_filter_request (c->buf + 4, c->len - 4) == IB_AGENT_FORWARD)
+            c->state = TO_AGENT;
+          else
+            {
+              ib_debug ("ssh: a step's agent request of type %u refused (the forwarded agent "
+                        "is read-only)",
+                        (unsigned) c->request);
+              conn_fail (c);
+              c->state = TO_STEP;
+            }
+          c->have = 0;
+          break;
+        case TO_AGENT:
+          if ((r = conn_write_frame (c, c->fd[1])) <= 0)
+            return r;
+          c->have = 0;
+          c->state = READ_REPLY;
+          break;
+        case READ_REPLY:
+          if ((r = conn_read_frame (c, c->fd[1])) <= 0)
+            return r;
+          if (!ib_agent_reply_fits (c->request, c->buf + 4, c->len - 4))
+            {
+              ib_debug ("ssh: the agent answered a request of type %u with type %u: "
+                        "SSH_AGENT_FAILURE sent instead",
+                        (unsigned) c->request, (unsigned) c->buf[4]);
+              conn_fail (c);
+            }
+          c->have = 0;
+          c->state = TO_STEP;
+          break;
+        case TO_STEP:
+          if ((r = conn_write_frame (c, c->fd[0])) <= 0)
+            return r;
+          c->have = c->len = 0;
+          c->state = READ_REQUEST;
+          break;
+        }
+    }
+}
+
+/* What to poll each side of `c` for in its state: the side it waits on
+ * for POLLIN or POLLOUT, the other for nothing (its POLLHUP and POLLERR,
+ * which poll reports regardless, end the connection). */
+static void
+conn_events (const struct conn *c, short ev[2])
+{
+  ev[0] = c->state == READ_REQUEST ? POLLIN : c->state == TO_STEP ? POLLOUT : 0;
+  ev[1] = c->state == READ_REPLY ? POLLIN : c->state == TO_AGENT ? POLLOUT : 0;
+}
+
+static void
+conn_close (struct conn *c)
+{
+  close (c->fd[0]);
+  close (c->fd[1]);
+  if (c->buf)
+    explicit_bzero (c->buf, c->cap);
+  free (c->buf);
+  memset (c, 0, sizeof *c);
+}
+
+/* Accept a step's connection on listening socket `i` and connect to its
+ * agent: a new entry of *conns, or nothing when either fails. */
+static void
+relay_accept (ib_secret_run_t *r, size_t i, struct conn **conns, size_t *n_conns)
+{
+  int c = accept4 (r->listen[i], NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+  if (c < 0)
+    return;
+  int ag = agent_connect (r->agents[i]);
+  if (ag < 0)
+    {
+      close (c);
+      return;
+    }
+  *conns = xrealloc (*conns, sizeof **conns * (*n_conns + 1));
+  (*conns)[(*n_conns)++] = (struct conn){ .fd = { c, ag }, .state = READ_REQUEST };
+}
+
 static void *
 relay_main (void *arg)
 {
   ib_secret_run_t *r = arg;
-  int (*pairs)[2] = NULL; /* the step's side, the agent's */
-  size_t n_pairs = 0;
+  struct conn *conns = NULL;
+  size_t n_conns = 0;
   struct pollfd *pfd = NULL;
-  char buf[16384];
   for (;;)
     {
-      size_t n = 1 + r->n_listen + 2 * n_pairs;
+      size_t first = 1 + r->n_listen, n = first + 2 * n_conns;
       pfd = xrealloc (pfd, sizeof *pfd * n);
       pfd[0] = (struct pollfd){ .fd = r->stop[0], .events = POLLIN };
       for (size_t i = 0; i < r->n_listen; i++)
         pfd[1 + i] = (struct pollfd){ .fd = r->listen[i], .events = POLLIN };
-      for (size_t i = 0; i < 2 * n_pairs; i++)
-        pfd[1 + r->n_listen + i] = (struct pollfd){ .fd = pairs[i / 2][i % 2], .events = POLLIN };
+      for (size_t k = 0; k < n_conns; k++)
+        {
+          short ev[2];
+          conn_events (&conns[k], ev);
+          for (int side = 0; side < 2; side++)
+            pfd[first + 2 * k + side] = (struct pollfd){ .fd = conns[k].fd[side],
+                                                         .events = ev[side] };
+        }
       if (poll (pfd, n, -1) < 0)
         {
           if (errno == EINTR)
@@ -470,65 +670,35 @@ relay_main (void *arg)
         }
       if (pfd[0].revents)
         break;
-      for (size_t i = 0; i < r->n_listen; i++)
-        if (pfd[1 + i].revents & POLLIN)
-          {
-            int c = accept4 (r->listen[i], NULL, NULL, SOCK_CLOEXEC);
-            if (c < 0)
-              continue;
-            int ag = agent_connect (r->agents[i]);
-            if (ag < 0)
-              {
-                close (c);
-                continue;
-              }
-            pairs = xrealloc (pairs, sizeof *pairs * (n_pairs + 1));
-            pairs[n_pairs][0] = c;
-            pairs[n_pairs][1] = ag;
-            n_pairs++;
-          }
-      /* pairs[] may have grown: only the first (n - 1 - n_listen) / 2 were polled */
-      size_t polled = (n - 1 - r->n_listen) / 2;
-      for (size_t k = polled; k-- > 0;)
+      /* the connections polled, from the last (closing one moves the last
+       * into its place), before new ones are added */
+      for (size_t k = (n - first) / 2; k-- > 0;)
         {
-          bool done = false;
-          for (int side = 0; side < 2 && !done; side++)
+          struct conn *c = &conns[k];
+          short ev[2];
+          conn_events (c, ev);
+          bool idle_side_hup = false, ready = false;
+          for (int side = 0; side < 2; side++)
             {
-              short ev = pfd[1 + r->n_listen + 2 * k + side].revents;
-              if (!ev)
-                continue;
-              ssize_t got = read (pairs[k][side], buf, sizeof buf);
-              if (got <= 0)
-                done = true;
-              for (ssize_t off = 0; !done && off < got;)
-                {
-                  ssize_t w = send (pairs[k][!side], buf + off, (size_t) (got - off),
-                                    MSG_NOSIGNAL);
-                  if (w < 0 && errno == EINTR)
-                    continue;
-                  if (w <= 0)
-                    done = true;
-                  else
-                    off += w;
-                }
+              short re = pfd[first + 2 * k + side].revents;
+              if (ev[side] == 0 && (re & (POLLHUP | POLLERR | POLLNVAL)))
+                idle_side_hup = true;
+              else if (re)
+                ready = true;
             }
-          if (done)
+          if (idle_side_hup || (ready && conn_run (c) < 0))
             {
-              close (pairs[k][0]);
-              close (pairs[k][1]);
-              pairs[k][0] = pairs[n_pairs - 1][0];
-              pairs[k][1] = pairs[n_pairs - 1][1];
-              n_pairs--;
+              conn_close (c);
+              conns[k] = conns[--n_conns];
             }
         }
+      for (size_t i = 0; i < r->n_listen; i++)
+        if (pfd[1 + i].revents & POLLIN)
+          relay_accept (r, i, &conns, &n_conns);
     }
-  for (size_t k = 0; k < n_pairs; k++)
-    {
-      close (pairs[k][0]);
-      close (pairs[k][1]);
-    }
-  explicit_bzero (buf, sizeof buf);
-  free (pairs);
+  for (size_t k = 0; k < n_conns; k++)
+    conn_close (&conns[k]);
+  free (conns);
   free (pfd);
   return NULL;
 }

@@ -10,8 +10,10 @@
  * vanish with the process), bound read-only onto their targets.  An ssh
  * mount is a socket there, relayed by a thread of imgbuild to the agent's
  * socket: the agent sees imgbuild's process as its peer, and the step's
- * socket has the mode and owner the mount asks for.  Both are gone when
- * the step ends (ib_secret_run_end).  docs/security.md tells the story.
+ * socket has the mode and owner the mount asks for.  The relay is a
+ * read-only agent, as BuildKit's: a step may list the keys and ask for
+ * signatures, nothing else (agent_filter.h).  Both are gone when the step
+ * ends (ib_secret_run_end).  docs/security.md tells the story.
  */
 #ifndef IB_BUILDER_SECRETS_H
 #define IB_BUILDER_SECRETS_H
@@ -105,7 +107,9 @@ int ib_secret_run_file (ib_secret_run_t **run, const char *data, size_t len, mod
 
 /* A socket in *run's private directory, mode/uid/gid as above, whose
  * connections are relayed to the agent at `agent` once ib_secret_run_start
- * has run.  *path as above. */
+ * has run: one request at a time, REQUEST_IDENTITIES and SIGN_REQUEST
+ * forwarded, every other answered SSH_AGENT_FAILURE by the relay, a frame
+ * over 256 KiB closing the connection (agent_filter.h).  *path as above. */
 int ib_secret_run_ssh (ib_secret_run_t **run, const char *agent, mode_t mode, uid_t uid,
                        gid_t gid, const char **path, ib_error_t *err);
 

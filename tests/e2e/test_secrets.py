@@ -366,3 +366,193 @@ OUTPUT type=local,dest={out},src=/results
     names = layer_names(sstore, "secrets:ssh")
     assert not [n for n in names if n.startswith(("run/buildkit", "tmp/agent.sock", "tmp/custom.sock"))], sorted(names)
     assert list(tmpdir.iterdir()) == []
+
+
+# The ssh agent protocol (draft-ietf-sshm-ssh-agent): a frame is
+# a uint32 length and the message; strings are a uint32 length and bytes.
+SSH_AGENT_FAILURE = 5
+
+
+def agent_string(b):
+    b = b.encode() if isinstance(b, str) else b
+    return len(b).to_bytes(4, "big") + b
+
+
+def agent_call(sock, body):
+    """One request to the agent at `sock` (the user's side, no relay): its
+    reply message."""
+    import socket
+    with socket.socket(socket.AF_UNIX) as s:
+        s.connect(str(sock))
+        s.sendall(len(body).to_bytes(4, "big") + body)
+        n = int.from_bytes(s.recv(4, socket.MSG_WAITALL), "big")
+        return s.recv(n, socket.MSG_WAITALL)
+
+
+def ed25519_add_identity(key):
+    """SSH_AGENTC_ADD_IDENTITY (17) of the unencrypted ed25519 key file
+    `key` (ssh-keygen's openssh-key-v1 format, PROTOCOL.key): its private
+    section holds exactly the agent's fields (type, public, private,
+    comment)."""
+    import base64
+    text = key.read_text().splitlines()
+    raw = base64.b64decode("".join(l for l in text if not l.startswith("-----")))
+    magic = b"openssh-key-v1\0"
+    assert raw.startswith(magic)
+    off = len(magic)
+
+    def string():
+        nonlocal off
+        n = int.from_bytes(raw[off:off + 4], "big")
+        off += 4 + n
+        return raw[off - n:off]
+    cipher, _kdf, _kdfopts = string(), string(), string()
+    assert cipher == b"none"
+    off += 4                                    # number of keys: 1
+    string()                                    # the public key
+    priv = string()
+    off = 8                                     # two check words
+    raw = priv
+    ktype, pub, sk, comment = string(), string(), string(), string()
+    assert ktype == b"ssh-ed25519"
+    return bytes([17]) + b"".join(agent_string(x) for x in (ktype, pub, sk, comment))
+
+
+# A raw agent client in perl (Debian's minbase has perl-base, not ssh-add
+# nor python3): one connection; each line of the file in $ARGV[0] is "NAME
+# HEX", a request message; it prints "NAME HEX" of the reply message, or
+# "NAME closed" when the relay ends the connection.
+AGENT_RAW_PL = r"""
+use IO::Socket::UNIX;
+my $s = IO::Socket::UNIX->new(Peer => $ENV{SSH_AUTH_SOCK}) or die "connect: $!";
+open(my $in, '<', $ARGV[0]) or die "$ARGV[0]: $!";
+while (my $line = <$in>) {
+  chomp $line;
+  my ($name, $hex) = split / /, $line;
+  my $body = pack("H*", $hex);
+  print $s pack("N", length $body), $body;
+  my ($h, $reply);
+  if (read($s, $h, 4) != 4) { print "$name closed\n"; last; }
+  my $n = unpack("N", $h);
+  read($s, $reply, $n) == $n or die "$name: short reply";
+  print "$name ", unpack("H*", $reply), "\n";
+}
+"""
+
+# The caller's ssh-add run in the step with its own loader and libraries
+# (the image has none), every answer kept: NAME.out and NAME.rc.
+HOSTILE_SH = r"""
+A="/tools/ld.so --library-path /tools /tools/ssh-add"
+export SSH_ASKPASS=/tools/askpass SSH_ASKPASS_REQUIRE=force
+run() { name=$1; shift; "$@" > /results/$name.out 2>&1 < /dev/null; echo $? > /results/$name.rc; }
+install -m 600 /tools/planted /tmp/planted
+run list $A -l
+run test-sign $A -T /tools/id_test.pub
+run delete-all $A -D
+run lock $A -x
+run add $A /tmp/planted
+run delete $A -d /tools/id_test.pub
+run list-after $A -l
+"""
+
+
+def host_ssh_add_tools(dest):
+    """ssh-add, the libraries ldd names and the loader, into `dest`."""
+    import shutil
+    dest.mkdir(parents=True, exist_ok=True)
+    exe = shutil.which("ssh-add")
+    shutil.copy(exe, dest / "ssh-add")
+    ldd = subprocess.run(["ldd", exe], capture_output=True, text=True, check=True).stdout
+    for line in ldd.splitlines():
+        parts = line.split()
+        if "=>" in parts and len(parts) >= 3 and parts[2].startswith("/"):
+            shutil.copy(parts[2], dest / parts[0])
+        elif parts and parts[0].startswith("/") and "ld-linux" in parts[0]:
+            shutil.copy(parts[0], dest / "ld.so")
+    assert (dest / "ld.so").exists(), ldd
+
+
+def test_ssh_agent_is_read_only(sstore, base_image, tmp_path, agent):
+    """Issue 38, hole 2: a step behind RUN --mount=type=ssh could empty the
+    user's agent (REMOVE_ALL_IDENTITIES), lock it with the recipe's password
+    (LOCK) or plant a key (ADD_IDENTITY).  The relay is now BuildKit's
+    read-only agent (moby/buildkit
+    session/sshforward/sshprovider/agentprovider.go: readOnlyAgent over
+    golang.org/x/crypto ssh/agent's ServeAgent): listing and signing pass,
+    everything else is answered SSH_AGENT_FAILURE by the relay, and the
+    agent afterwards still holds its key, unlocked."""
+    sock, blob_hex, comment = agent
+    blob = bytes.fromhex(blob_hex)
+    ctx = tmp_path / "ctx"
+    tools = ctx / "tools"
+    host_ssh_add_tools(tools)
+    write(tools / "askpass", "#!/bin/sh\necho recipe-password\n", mode=0o755)
+    import shutil
+    shutil.copy(tmp_path / "id_test.pub", tools / "id_test.pub")
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "planted-by-recipe",
+                    "-f", str(tools / "planted")], check=True)
+    add = ed25519_add_identity(tools / "planted")
+    data = b"imgbuild relay signing check " + secrets.token_hex(8).encode()
+    sign = bytes([13]) + agent_string(blob) + agent_string(data) + (0).to_bytes(4, "big")
+    # (in an order where each would succeed on an unfiltered agent: the
+    # adds before the lock, the unlock after it)
+    requests = [
+        ("add", add),                                                   # ADD_IDENTITY
+        ("add-constrained", bytes([25]) + add[1:] + bytes([2])),        # ADD_ID_CONSTRAINED, confirm
+        ("remove", bytes([18]) + agent_string(blob)),                   # REMOVE_IDENTITY
+        ("remove-all", bytes([19])),                                    # REMOVE_ALL_IDENTITIES
+        ("lock", bytes([22]) + agent_string("recipe-password")),        # LOCK
+        ("unlock", bytes([23]) + agent_string("recipe-password")),      # UNLOCK
+        ("query", bytes([27]) + agent_string("query")),                 # EXTENSION
+        ("list", bytes([11])),                                          # REQUEST_IDENTITIES
+        ("sign", sign),                                                 # SIGN_REQUEST
+    ]
+    write(ctx / "requests", "".join(f"{n} {b.hex()}\n" for n, b in requests))
+    write(ctx / "agent-raw.pl", AGENT_RAW_PL)
+    write(ctx / "hostile.sh", HOSTILE_SH)
+    out = tmp_path / "out"
+    recipe = write(ctx / "r.recipe", f"""
+FROM {base_image}
+COPY tools /tools
+RUN mkdir -m 1777 /results
+RUN --mount=type=ssh --mount=type=bind,source=agent-raw.pl,target=/raw.pl \\
+    --mount=type=bind,source=requests,target=/requests perl /raw.pl /requests > /results/raw
+RUN --mount=type=ssh --mount=type=bind,source=hostile.sh,target=/hostile.sh sh /hostile.sh
+OUTPUT type=local,dest={out},src=/results
+""")
+    r = imgbuild("build", recipe, "--ssh", "default", store=sstore, cwd=ctx,
+                 env={"SSH_AUTH_SOCK": str(sock)})
+    assert r.rc == 0, r
+
+    # what the step saw: SSH_AGENT_FAILURE for each write, on a connection
+    # that goes on; then the list and the signature, as the agent gives them
+    raw = dict(l.split(" ", 1) for l in (out / "raw").read_text().splitlines())
+    refused = ["add", "add-constrained", "remove", "remove-all", "lock", "unlock", "query"]
+    assert {n: raw.get(n) for n in refused} == {n: "%02x" % SSH_AGENT_FAILURE for n in refused}, raw
+    want_list = bytes([12]) + (1).to_bytes(4, "big") + agent_string(blob) + agent_string(comment)
+    assert raw["list"] == want_list.hex(), raw
+    # ed25519 signatures are deterministic: the agent, asked directly now
+    # (so it is unlocked), signs the same bytes the same way
+    direct = agent_call(sock, sign)
+    assert direct[0] == 14, direct                                     # SIGN_RESPONSE
+    assert raw["sign"] == direct.hex(), (raw["sign"], direct.hex())
+
+    # what ssh-add in the step said
+    res = {p.name: p.read_text() for p in out.iterdir()}
+    fingerprint = subprocess.run(["ssh-keygen", "-lf", str(tmp_path / "id_test.pub")],
+                                 capture_output=True, text=True, check=True).stdout
+    assert (res["list.rc"].strip(), res["list.out"]) == ("0", fingerprint), res
+    assert (res["test-sign.rc"].strip(), res["test-sign.out"]) == ("0", ""), res  # ssh-add -T: sign and verify
+    assert res["delete-all.rc"].strip() == "1", res
+    assert "Failed to remove all identities." in res["delete-all.out"], res
+    for name in ("lock", "add", "delete"):
+        assert res[f"{name}.rc"].strip() == "1", (name, res)
+        assert "agent refused operation" in res[f"{name}.out"], (name, res)
+    assert (res["list-after.rc"].strip(), res["list-after.out"]) == ("0", fingerprint), res
+
+    # the user's agent afterwards: its one key, no planted one, not locked
+    # (a locked agent lists nothing)
+    env = {**os.environ, "SSH_AUTH_SOCK": str(sock)}
+    listed = subprocess.run(["ssh-add", "-l"], capture_output=True, text=True, env=env)
+    assert (listed.returncode, listed.stdout) == (0, fingerprint), listed
+    assert agent_call(sock, bytes([11])) == want_list

@@ -13,6 +13,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/time.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -188,6 +189,71 @@ test_check_and_read (void **state)
   ib_secrets_clear (&s);
 }
 
+/* A listening socket at `path` (the "agent"). */
+static int
+listen_at (const char *path)
+{
+  int fd = socket (AF_UNIX, SOCK_STREAM, 0);
+  struct sockaddr_un a = { .sun_family = AF_UNIX };
+  strcpy (a.sun_path, path);
+  assert_int_equal (bind (fd, (struct sockaddr *) &a, sizeof a), 0);
+  assert_int_equal (listen (fd, 4), 0);
+  return fd;
+}
+
+/* A connection to `path`, reads timing out after 10 s (a relay that
+ * swallows a frame fails the test instead of hanging it). */
+static int
+connect_to (const char *path)
+{
+  int fd = socket (AF_UNIX, SOCK_STREAM, 0);
+  struct sockaddr_un a = { .sun_family = AF_UNIX };
+  strcpy (a.sun_path, path);
+  assert_int_equal (connect (fd, (struct sockaddr *) &a, sizeof a), 0);
+  struct timeval tv = { .tv_sec = 10 };
+  assert_int_equal (setsockopt (fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv), 0);
+  return fd;
+}
+
+static int
+accept_on (int lfd)
+{
+  int fd = accept (lfd, NULL, NULL);
+  assert_true (fd >= 0);
+  struct timeval tv = { .tv_sec = 10 };
+  assert_int_equal (setsockopt (fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv), 0);
+  return fd;
+}
+
+/* Read exactly n bytes (a test failure on a short read). */
+static void
+read_exactly (int fd, void *buf, size_t n)
+{
+  size_t have = 0;
+  while (have < n)
+    {
+      ssize_t got = read (fd, (char *) buf + have, n - have);
+      assert_true (got > 0);
+      have += (size_t) got;
+    }
+}
+
+/* The peer closed: end of file, or ECONNRESET when it closed with bytes
+ * of ours unread. */
+static void
+assert_closed (int fd)
+{
+  char b;
+  ssize_t got = read (fd, &b, 1);
+  assert_true (got == 0 || (got < 0 && errno == ECONNRESET));
+}
+
+static void
+write_all (int fd, const void *buf, size_t n)
+{
+  assert_int_equal (write (fd, buf, n), (ssize_t) n);
+}
+
 /* A step's file: the bytes, the mode; a socket relayed to an "agent" (a
  * listening socket here) that answers; everything gone at the end. */
 static void
@@ -215,33 +281,25 @@ test_run_files_and_relay (void **state)
   assert_int_equal (stat (dir, &st), 0);
   assert_int_equal (st.st_mode & 0777, 0700);
 
-  /* the agent: a listening socket that answers "pong" to what it reads */
+  /* the agent: a listening socket that answers one agent request */
   cleanup_free char *agent = ib_path_join (tmp, "agent.sock");
-  int afd = socket (AF_UNIX, SOCK_STREAM, 0);
-  struct sockaddr_un a = { .sun_family = AF_UNIX };
-  strcpy (a.sun_path, agent);
-  assert_int_equal (bind (afd, (struct sockaddr *) &a, sizeof a), 0);
-  assert_int_equal (listen (afd, 4), 0);
+  int afd = listen_at (agent);
   assert_int_equal (ib_secret_run_ssh (&run, agent, 0600, getuid (), getgid (), &p, &err), 0);
   cleanup_free char *sock = xstrdup (p);
   assert_int_equal (stat (sock, &st), 0);
   assert_true (S_ISSOCK (st.st_mode));
   assert_int_equal (st.st_mode & 0777, 0600);
   assert_int_equal (ib_secret_run_start (run, &err), 0);
-  int c = socket (AF_UNIX, SOCK_STREAM, 0);
-  struct sockaddr_un b = { .sun_family = AF_UNIX };
-  strcpy (b.sun_path, sock);
-  assert_int_equal (connect (c, (struct sockaddr *) &b, sizeof b), 0);
-  assert_int_equal (write (c, "ping", 4), 4);
-  int s = accept (afd, NULL, NULL);
-  assert_true (s >= 0);
-  char buf[8] = { 0 };
-  assert_int_equal (read (s, buf, 4), 4);
-  assert_string_equal (buf, "ping");
-  assert_int_equal (write (s, "pong", 4), 4);
-  memset (buf, 0, sizeof buf);
-  assert_int_equal (read (c, buf, 4), 4);
-  assert_string_equal (buf, "pong");
+  int c = connect_to (sock);
+  /* SSH_AGENTC_REQUEST_IDENTITIES, answered by an empty list */
+  write_all (c, "\0\0\0\1\13", 5);
+  int s = accept_on (afd);
+  unsigned char buf[16] = { 0 };
+  read_exactly (s, buf, 5);
+  assert_memory_equal (buf, "\0\0\0\1\13", 5);
+  write_all (s, "\0\0\0\5\14\0\0\0\0", 9);
+  read_exactly (c, buf, 9);
+  assert_memory_equal (buf, "\0\0\0\5\14\0\0\0\0", 9);
   close (s);
   assert_int_equal (read (c, buf, 4), 0); /* the agent's end closed: so is the step's */
   close (c);
@@ -249,6 +307,96 @@ test_run_files_and_relay (void **state)
   ib_secret_run_end (&run);
   assert_null (run);
   assert_int_equal (access (dir, F_OK), -1);
+  close (afd);
+}
+
+/* The relay is BuildKit's read-only agent (moby/buildkit
+ * session/sshforward/sshprovider/agentprovider.go, readOnlyAgent):
+ * REMOVE_ALL_IDENTITIES, LOCK and ADD_IDENTITY (issue 38) get
+ * SSH_AGENT_FAILURE from the relay and never reach the agent; requests
+ * sent back to back are answered in order, one at a time; a frame cut in
+ * pieces is put together; an oversize or zero-length frame ends the
+ * connection. */
+static void
+test_relay_read_only (void **state)
+{
+  (void) state;
+  ib_error_t err = NULL;
+  ib_secret_run_t *run = NULL;
+  const char *p = NULL;
+  cleanup_free char *agent = ib_path_join (tmp, "agent-ro.sock");
+  int afd = listen_at (agent);
+  assert_int_equal (ib_secret_run_ssh (&run, agent, 0600, getuid (), getgid (), &p, &err), 0);
+  cleanup_free char *sock = xstrdup (p);
+  assert_int_equal (ib_secret_run_start (run, &err), 0);
+
+  int c = connect_to (sock);
+  int s = accept_on (afd);
+  /* in one write: REMOVE_ALL_IDENTITIES (19), LOCK (22) "pw", ADD_IDENTITY
+   * (17) of a (made-up) ed25519 key, then REQUEST_IDENTITIES (11) */
+  static const unsigned char burst[]
+      = { 0, 0, 0, 1,  19, 0,   0,   0, 7,   22, 0,   0,   0,   2,   'p', 'w', 0,
+          0, 0, 24, 17, 0, 0,   0,   11, 's', 's', 'h', '-', 'e', 'd', '2', '5', '5',
+          '1', '9', 0, 0, 0, 4, 'k', 'e', 'y', '!', 0,   0,   0,   1,   11 };
+  write_all (c, burst, sizeof burst);
+  unsigned char buf[64] = { 0 };
+  for (int i = 0; i < 3; i++)
+    {
+      read_exactly (c, buf, 5);
+      assert_memory_equal (buf, "\0\0\0\1\5", 5); /* SSH_AGENT_FAILURE */
+    }
+  /* the first (and only) bytes the agent got: the REQUEST_IDENTITIES */
+  read_exactly (s, buf, 5);
+  assert_memory_equal (buf, "\0\0\0\1\13", 5);
+  /* a reply in two pieces reaches the step whole */
+  write_all (s, "\0\0\0\5", 4);
+  usleep (20000);
+  write_all (s, "\14\0\0\0\0", 5);
+  read_exactly (c, buf, 9);
+  assert_memory_equal (buf, "\0\0\0\5\14\0\0\0\0", 9);
+
+  /* a SIGN_REQUEST in three pieces reaches the agent whole, as sent */
+  static const unsigned char sign[]
+      = { 0, 0, 0, 28, 13, 0, 0, 0, 11, 0, 0, 0, 3, 'k', 't', 'y', 'K', 'E',
+          'Y', 'S', 0, 0, 0, 4, 'd', 'a', 't', 'a', 0, 0, 0, 0 };
+  assert_int_equal (sizeof sign, 32);
+  write_all (c, sign, 2);
+  usleep (20000);
+  write_all (c, sign + 2, 10);
+  usleep (20000);
+  write_all (c, sign + 12, sizeof sign - 12);
+  read_exactly (s, buf, sizeof sign);
+  assert_memory_equal (buf, sign, sizeof sign);
+  /* an answer of the wrong type becomes SSH_AGENT_FAILURE */
+  write_all (s, "\0\0\0\1\6", 5); /* SSH_AGENT_SUCCESS */
+  read_exactly (c, buf, 5);
+  assert_memory_equal (buf, "\0\0\0\1\5", 5);
+
+  /* an oversize request (256 KiB + 1): both connections end */
+  write_all (c, "\0\4\0\1\13", 5);
+  assert_closed (c);
+  assert_closed (s);
+  close (c);
+  close (s);
+
+  /* a zero-length one too; and an oversize reply */
+  c = connect_to (sock);
+  s = accept_on (afd);
+  write_all (c, "\0\0\0\0", 4);
+  assert_closed (c);
+  assert_closed (s);
+  close (c);
+  close (s);
+  c = connect_to (sock);
+  s = accept_on (afd);
+  write_all (c, "\0\0\0\1\13", 5);
+  read_exactly (s, buf, 5);
+  write_all (s, "\1\0\0\0\14", 5);
+  assert_closed (c);
+  close (c);
+  close (s);
+
+  ib_secret_run_end (&run);
   close (afd);
 }
 
@@ -260,6 +408,7 @@ main (void)
     cmocka_unit_test (test_ssh_values),
     cmocka_unit_test (test_check_and_read),
     cmocka_unit_test (test_run_files_and_relay),
+    cmocka_unit_test (test_relay_read_only),
   };
   return cmocka_run_group_tests (tests, setup, teardown);
 }
