@@ -622,14 +622,28 @@ conn_close (struct conn *c)
   memset (c, 0, sizeof *c);
 }
 
+/* Connections a step may hold open at once, all its ssh mounts together:
+ * each costs imgbuild two descriptors and up to two frames of
+ * IB_AGENT_MSG_MAX, so a step that opens connections in a loop would
+ * otherwise take imgbuild's descriptors.  An ssh client holds one. */
+#define RELAY_CONNS_MAX 64
+
 /* Accept a step's connection on listening socket `i` and connect to its
- * agent: a new entry of *conns, or nothing when either fails. */
+ * agent: a new entry of *conns, or nothing when either fails or the step
+ * holds RELAY_CONNS_MAX already (the new one is closed at once). */
 static void
 relay_accept (ib_secret_run_t *r, size_t i, struct conn **conns, size_t *n_conns)
 {
   int c = accept4 (r->listen[i], NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
   if (c < 0)
     return;
+  if (*n_conns >= RELAY_CONNS_MAX)
+    {
+      ib_debug ("ssh: a step holds %d agent connections already: another one closed",
+                RELAY_CONNS_MAX);
+      close (c);
+      return;
+    }
   int ag = agent_connect (r->agents[i]);
   if (ag < 0)
     {

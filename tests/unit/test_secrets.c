@@ -400,6 +400,51 @@ test_relay_read_only (void **state)
   close (afd);
 }
 
+/* A step holds at most 64 agent connections at once (secrets.c,
+ * RELAY_CONNS_MAX): the 65th is closed at once, never reaching the agent;
+ * once one of the 64 goes, a new one is relayed again. */
+static void
+test_relay_connection_cap (void **state)
+{
+  (void) state;
+  ib_error_t err = NULL;
+  ib_secret_run_t *run = NULL;
+  const char *p = NULL;
+  cleanup_free char *agent = ib_path_join (tmp, "agent-cap.sock");
+  int afd = listen_at (agent);
+  assert_int_equal (ib_secret_run_ssh (&run, agent, 0600, getuid (), getgid (), &p, &err), 0);
+  cleanup_free char *sock = xstrdup (p);
+  assert_int_equal (ib_secret_run_start (run, &err), 0);
+  int c[65], s[65];
+  unsigned char buf[16];
+  for (int i = 0; i < 64; i++)
+    {
+      c[i] = connect_to (sock);
+      s[i] = accept_on (afd); /* the relay's connection for it */
+    }
+  c[64] = connect_to (sock);
+  assert_closed (c[64]);
+  close (c[64]);
+  /* the 64 still work */
+  write_all (c[63], "\0\0\0\1\13", 5);
+  read_exactly (s[63], buf, 5);
+  assert_memory_equal (buf, "\0\0\0\1\13", 5);
+  /* one goes (the step's side: the relay closes the agent's), a new one
+   * is relayed */
+  close (c[0]);
+  assert_closed (s[0]);
+  close (s[0]);
+  c[0] = connect_to (sock);
+  s[0] = accept_on (afd);
+  write_all (c[0], "\0\0\0\1\13", 5);
+  read_exactly (s[0], buf, 5);
+  assert_memory_equal (buf, "\0\0\0\1\13", 5);
+  for (int i = 0; i < 64; i++)
+    close (c[i]), close (s[i]);
+  ib_secret_run_end (&run);
+  close (afd);
+}
+
 int
 main (void)
 {
@@ -409,6 +454,7 @@ main (void)
     cmocka_unit_test (test_check_and_read),
     cmocka_unit_test (test_run_files_and_relay),
     cmocka_unit_test (test_relay_read_only),
+    cmocka_unit_test (test_relay_connection_cap),
   };
   return cmocka_run_group_tests (tests, setup, teardown);
 }
