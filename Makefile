@@ -156,9 +156,9 @@ asan:
 	ASAN_OPTIONS=fast_unwind_on_malloc=0 $(MAKE) BUILD=$(ASAN_BUILD) BIN=$(ASAN_BIN) CFLAGS="-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer" LDFLAGS="-fsanitize=address,undefined" all unit
 
 # libFuzzer targets (clang): ref, manifest/index/config, layer unpack, wheel,
-# recipe (parser and expansion), agent (the ssh relay's frame filter); each
-# runs FUZZ_SECONDS (default 60), FUZZ_TARGETS picks some.  tests/fuzz/run.sh
-# says more.
+# recipe (parser and expansion), agent (the ssh relay's frame filter),
+# ignore (the .dockerignore matcher); each runs FUZZ_SECONDS (default 60),
+# FUZZ_TARGETS picks some.  tests/fuzz/run.sh says more.
 fuzz:
 	bash tests/fuzz/run.sh
 

@@ -226,14 +226,69 @@ ib_strv_builder_free (ib_strv_builder_t *b)
   b->n = b->cap = 0;
 }
 
+/* The length of the UTF-8 sequence at s (1 to 4) and its code point, or
+ * 0 when s does not start one (a stray byte, an overlong or short form). */
+static size_t
+utf8_seq (const unsigned char *s, uint32_t *cp)
+{
+  unsigned c = s[0];
+  size_t n = c >= 0xc2 && c <= 0xdf ? 2 : c >= 0xe0 && c <= 0xef ? 3 : c >= 0xf0 && c <= 0xf4 ? 4 : 0;
+  if (n == 0)
+    return 0;
+  uint32_t r = c & (0x7f >> n);
+  for (size_t i = 1; i < n; i++)
+    {
+      if ((s[i] & 0xc0) != 0x80)
+        return 0;
+      r = (r << 6) | (s[i] & 0x3f);
+    }
+  if ((n == 3 && (r < 0x800 || (r >= 0xd800 && r <= 0xdfff))) || (n == 4 && (r < 0x10000 || r > 0x10ffff)))
+    return 0;
+  *cp = r;
+  return n;
+}
+
 char *
 ib_str_printable (const char *s, bool keep_nl)
 {
-  char *c = xstrdup (s);
-  for (char *q = c; q && *q; q++)
-    if (((unsigned char) *q < 0x20 && !(keep_nl && *q == '\n')) || *q == 0x7f)
-      *q = '?';
+  if (s == NULL)
+    return NULL;
+  char *c = xmalloc (strlen (s) + 1), *o = c;
+  for (const unsigned char *q = (const unsigned char *) s; *q;)
+    {
+      uint32_t cp = 0;
+      size_t n = *q < 0x80 ? 1 : utf8_seq (q, &cp);
+      if (*q < 0x80)
+        *o++ = ((*q < 0x20 && !(keep_nl && *q == '\n')) || *q == 0x7f) ? '?' : (char) *q;
+      else if (n == 0) /* a stray byte: a C1 control in an 8-bit terminal when 0x80-0x9f */
+        *o++ = *q <= 0x9f ? '?' : (char) *q, n = 1;
+      else if (cp <= 0x9f) /* U+0080-U+009F, the C1 controls (CSI, OSC, ...) */
+        *o++ = '?';
+      else
+        memcpy (o, q, n), o += n;
+      q += n;
+    }
+  *o = '\0';
   return c;
+}
+
+char *
+ib_str_utf8 (const char *s)
+{
+  if (s == NULL)
+    return NULL;
+  ib_buf_t b = { 0 };
+  for (const unsigned char *q = (const unsigned char *) s; *q;)
+    {
+      uint32_t cp;
+      size_t n = *q < 0x80 ? 1 : utf8_seq (q, &cp);
+      if (n == 0)
+        ib_buf_puts (&b, "\xef\xbf\xbd"), n = 1;
+      else
+        ib_buf_append (&b, q, n);
+      q += n;
+    }
+  return ib_buf_steal (&b);
 }
 
 int
@@ -613,11 +668,10 @@ log_va (const char *level, const char *prefix, const char *fmt, va_list ap)
     abort ();
   /* log lines quote recipes, references, paths: never a control character
    * (an escape sequence) to the terminal, newlines excepted */
-  for (char *q = s; *q; q++)
-    if (((unsigned char) *q < 0x20 && *q != '\n') || *q == 0x7f)
-      *q = '?';
-  ib_buf_puts (&b, s);
+  char *shown = ib_str_printable (s, true);
   free (s);
+  ib_buf_puts (&b, shown);
+  free (shown);
   ib_log_sink_fn sink;
   void *ud;
   ib_log_get_sink (&sink, &ud);

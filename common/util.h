@@ -80,12 +80,22 @@ void ib_strv_builder_take (ib_strv_builder_t *b, char *s);
 char **ib_strv_builder_steal (ib_strv_builder_t *b);
 void ib_strv_builder_free (ib_strv_builder_t *b);
 
-/* A copy of `s` fit to print on a terminal: every control character (below
- * 0x20, and 0x7f) becomes '?', except '\n' when keep_nl (multi-line messages
- * keep their lines; a recipe's text can never hold a raw newline in a
- * one-line message).  Escape sequences (ESC = 0x1b) are thus never passed
- * through.  NULL -> NULL; caller frees. */
+/* A copy of `s` fit to print on a terminal: every control character
+ * becomes '?' — C0 (below 0x20) and DEL, except '\n' when keep_nl
+ * (multi-line messages keep their lines; a recipe's text can never hold a
+ * raw newline in a one-line message), and C1: U+0080-U+009F in UTF-8 (one
+ * '?' for the two bytes) and a byte 0x80-0x9f outside a UTF-8 sequence
+ * (8-bit CSI, OSC...).  Other text, UTF-8 or not, is kept.  Escape
+ * sequences (ESC = 0x1b, CSI = 0x9b) are thus never passed through.  The
+ * one escaper of terminal output: the error line, log lines, the
+ * progress display and `imgbuild plan`.  NULL -> NULL; caller frees. */
 char *ib_str_printable (const char *s, bool keep_nl);
+
+/* A copy of `s` that is valid UTF-8: each byte outside a UTF-8 sequence
+ * (as ib_str_printable reads them) becomes U+FFFD, as Go's encoding/json
+ * writes such text; for JSON, which jansson refuses otherwise.  NULL ->
+ * NULL; caller frees. */
+char *ib_str_utf8 (const char *s);
 
 /* Parse a decimal user or group id: digits only (no sign, no blanks), value
  * 0 to 4294967294 ((uid_t) -1 is refused: it means "no change" to chown and

@@ -286,5 +286,9 @@ ib_plan_text (const json_t *plan)
   }
   json_array_foreach (json_object_get (plan, "unused_build_args"), i, v)
     ib_buf_printf (&b, "warning: build arg %s was not consumed by any ARG\n", json_string_value (v));
-  return ib_buf_steal (&b);
+  /* the recipe's text goes to a terminal: its control characters (ESC,
+   * BEL, CR, C1...) shown as '?' by the escaper of every other line
+   * imgbuild prints; the line breaks are the text's own */
+  cleanup_free char *raw = ib_buf_steal (&b);
+  return ib_str_printable (raw, true);
 }

@@ -26,7 +26,9 @@ char *ib_plan_quote (const char *s);
  * and a stage not needed as "stage INDEX NAME: skipped (not needed)"; then
  * a line "warning: build arg NAME was not consumed by any ARG" for each.
  * Lines end with "\n"; a multi-line RUN command continues on lines
- * indented by 4 spaces.  Never NULL; the caller frees it.  A document
+ * indented by 4 spaces.  Control characters of the recipe's text (C0
+ * but the line breaks, DEL, C1) are shown as '?' (ib_str_printable, as
+ * on the build's display).  Never NULL; the caller frees it.  A document
  * lacking fields renders them empty (no error). */
 char *ib_plan_text (const json_t *plan);
 

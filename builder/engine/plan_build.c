@@ -5,12 +5,25 @@
 #include <errno.h>
 #include <string.h>
 
+/* json_string, for text from the recipe too: invalid UTF-8 (a raw 0x9b)
+ * would make it NULL and the value vanish from the plan; its stray bytes
+ * are U+FFFD instead. */
+static json_t *
+jstr (const char *s)
+{
+  json_t *j = json_string (s);
+  if (j || s == NULL)
+    return j;
+  cleanup_free char *u = ib_str_utf8 (s);
+  return json_string (u);
+}
+
 static json_t *
 plan_vars_json (const vars_t *v)
 {
   json_t *o = json_object ();
   for (size_t i = 0; i < v->n; i++)
-    json_object_set_new (o, v->names[i], json_string (v->values[i] ? v->values[i] : ""));
+    json_object_set_new (o, v->names[i], jstr (v->values[i] ? v->values[i] : ""));
   return o;
 }
 
@@ -19,7 +32,7 @@ plan_strv_json (char **v)
 {
   json_t *a = json_array ();
   for (char **s = v; s && *s; s++)
-    json_array_append_new (a, json_string (*s));
+    json_array_append_new (a, jstr (*s));
   return a;
 }
 
@@ -51,7 +64,7 @@ plan_flags (build_t *b, stage_state_t *st, const ib_instr_t *in, json_t *step, i
       cleanup_free char *x = NULL;
       if (expand (b, st, *f, &x, err) < 0)
         return -1;
-      json_array_append_new (a, json_string (x));
+      json_array_append_new (a, jstr (x));
     }
   return 0;
 }
@@ -73,7 +86,7 @@ plan_instr (build_t *b, stage_state_t *st, const ib_instr_t *in, json_t *step, i
         json_t *o = json_object ();
         for (size_t i = 0; i < in->n_kvs; i++)
           json_object_set_new (o, in->kvs[i].key,
-                               json_string (vars_get (&st->args, in->kvs[i].key, NULL)));
+                               jstr (vars_get (&st->args, in->kvs[i].key, NULL)));
         json_object_set_new (step, "args", o);
         return 0;
       }
@@ -101,7 +114,8 @@ plan_instr (build_t *b, stage_state_t *st, const ib_instr_t *in, json_t *step, i
               }
             if (in->kind == IB_I_LABEL && expand (b, st, in->kvs[i].key, &k, err) < 0)
               return -1;
-            json_object_set_new (o, k ? k : in->kvs[i].key, json_string (v));
+            cleanup_free char *ku = ib_str_utf8 (k ? k : in->kvs[i].key); /* a key, too */
+            json_object_set_new (o, ku, jstr (v));
             if (in->kind == IB_I_ENV)
               config_env_set (st->config, in->kvs[i].key, v);
           }
@@ -111,19 +125,19 @@ plan_instr (build_t *b, stage_state_t *st, const ib_instr_t *in, json_t *step, i
       {
         if (plan_flags (b, st, in, step, err) < 0)
           return -1;
-        json_object_set_new (step, "form", json_string (in->json_form ? "exec" : "shell"));
+        json_object_set_new (step, "form", jstr (in->json_form ? "exec" : "shell"));
         if (in->json_form)
           json_object_set_new (step, "argv", plan_strv_json (in->args));
         else
           {
             json_object_set_new (step, "shell", plan_strv_json (st->shell));
-            json_object_set_new (step, "command", json_string (in->text ? in->text : ""));
+            json_object_set_new (step, "command", jstr (in->text ? in->text : ""));
             /* A preview: the shell expands the command when it runs */
             plan_lookup_ctx_t pc = { { st, &st->args } };
             cleanup_free char *x = NULL;
             /* not the builder's syntax to check: the shell's */
             ib_expand (in->text ? in->text : "", '\\', plan_lookup, &pc, &x, NULL);
-            json_object_set_new (step, "expanded", json_string (x ? x : in->text ? in->text : ""));
+            json_object_set_new (step, "expanded", jstr (x ? x : in->text ? in->text : ""));
           }
         json_object_set_new (step, "args", plan_vars_json (&st->args));
         return 0;
@@ -144,9 +158,9 @@ plan_instr (build_t *b, stage_state_t *st, const ib_instr_t *in, json_t *step, i
             else if (expand (b, st, in->args[i], &w, err) < 0)
               return -1;
             if (i + 1 < n)
-              json_array_append_new (srcs, json_string (w));
+              json_array_append_new (srcs, jstr (w));
             else
-              json_object_set_new (step, "dest", json_string (w));
+              json_object_set_new (step, "dest", jstr (w));
           }
         return 0;
       }
@@ -158,8 +172,8 @@ plan_instr (build_t *b, stage_state_t *st, const ib_instr_t *in, json_t *step, i
         const char *cur = config_string (st->config, "WorkingDir");
         cleanup_free char *abs = dir[0] == '/' ? xstrdup (dir)
                                                : ib_path_join (cur && *cur ? cur : "/", dir);
-        json_object_set_new (c, "WorkingDir", json_string (abs));
-        json_object_set_new (step, "path", json_string (abs));
+        json_object_set_new (c, "WorkingDir", jstr (abs));
+        json_object_set_new (step, "path", jstr (abs));
         return 0;
       }
     case IB_I_USER:
@@ -169,7 +183,7 @@ plan_instr (build_t *b, stage_state_t *st, const ib_instr_t *in, json_t *step, i
         if (expand (b, st, in->text, &v, err) < 0
             || (in->kind == IB_I_STOPSIGNAL && ib_stop_signal (v, NULL, err) < 0))
           return -1;
-        json_object_set_new (step, "value", json_string (v));
+        json_object_set_new (step, "value", jstr (v));
         return 0;
       }
     case IB_I_EXPOSE:
@@ -184,7 +198,7 @@ plan_instr (build_t *b, stage_state_t *st, const ib_instr_t *in, json_t *step, i
             if (expand (b, st, *w, &x, err) < 0
                 || (in->kind == IB_I_EXPOSE && ib_expose_key (x, &k, err) < 0))
               return -1;
-            json_array_append_new (a, json_string (x));
+            json_array_append_new (a, jstr (x));
           }
         return 0;
       }
@@ -201,7 +215,7 @@ plan_instr (build_t *b, stage_state_t *st, const ib_instr_t *in, json_t *step, i
       json_object_set_new (step, "argv", plan_strv_json (in->args));
       return 0;
     default: /* MAINTAINER, HEALTHCHECK, ONBUILD: as written */
-      json_object_set_new (step, "text", json_string (in->text ? in->text : ""));
+      json_object_set_new (step, "text", jstr (in->text ? in->text : ""));
       return 0;
     }
 }
@@ -241,14 +255,14 @@ plan_stage (build_t *b, stage_state_t *st, json_t *js, ib_error_t *err)
           json_object_set_new (js, "base", base);
           json_object_set_new (js, "line", json_integer (in->line));
           if (want)
-            json_object_set_new (js, "platform", json_string (want));
+            json_object_set_new (js, "platform", jstr (want));
           int idx = stage_index_before (b, image, (size_t) (st - b->stages));
           if (idx >= 0 && (size_t) idx < (size_t) (st - b->stages))
             {
               stage_state_t *src = &b->stages[idx];
               st->config = json_deep_copy (src->config);
               json_object_set_new (base, "stage", json_integer (idx));
-              json_object_set_new (base, "name", json_string (src->def->name));
+              json_object_set_new (base, "name", jstr (src->def->name));
             }
           else
             {
@@ -257,7 +271,7 @@ plan_stage (build_t *b, stage_state_t *st, json_t *js, ib_error_t *err)
               st->config = json_object ();
               json_object_set_new (base, strcmp (image, "scratch") == 0 ? "scratch" : "image",
                                    strcmp (image, "scratch") == 0 ? json_true ()
-                                                                  : json_string (image));
+                                                                  : jstr (image));
             }
           shell_from_config (st);
           /* keep the document's order: base before what follows it */
@@ -290,7 +304,7 @@ plan_stage (build_t *b, stage_state_t *st, json_t *js, ib_error_t *err)
                 }
               else
                 x = xstrdup (raw ? raw : "");
-              json_object_set_new (o, key, json_string (x));
+              json_object_set_new (o, key, jstr (x));
             }
           json_array_append_new (outputs, o);
           continue;
@@ -311,12 +325,12 @@ plan_stage (build_t *b, stage_state_t *st, json_t *js, ib_error_t *err)
           json_array_foreach (images, k, v)
             seen |= strcmp (json_string_value (v), fx) == 0;
           if (!seen)
-            json_array_append_new (images, json_string (fx));
+            json_array_append_new (images, jstr (fx));
         }
       json_t *step = json_object ();
       json_array_append_new (steps, step);
       json_object_set_new (step, "line", json_integer (in->line));
-      json_object_set_new (step, "instruction", json_string (in->keyword));
+      json_object_set_new (step, "instruction", jstr (in->keyword));
       b->cur_in = in;
       int r = plan_instr (b, st, in, step, err);
       b->cur_in = NULL;
@@ -345,10 +359,10 @@ ib_build_plan (const ib_build_opts_t *opts, json_t **out, ib_error_t *err)
   if (resolve_args (&b, err) < 0 || resolve_target (&b, &target, err) < 0)
     goto out;
   plan = json_object ();
-  json_object_set_new (plan, "recipe", json_string (b.recipe->path));
-  json_object_set_new (plan, "platform", json_string (vars_get (&b.auto_args, "TARGETPLATFORM", NULL)));
+  json_object_set_new (plan, "recipe", jstr (b.recipe->path));
+  json_object_set_new (plan, "platform", jstr (vars_get (&b.auto_args, "TARGETPLATFORM", NULL)));
   json_object_set_new (plan, "build_platform",
-                       json_string (vars_get (&b.auto_args, "BUILDPLATFORM", NULL)));
+                       jstr (vars_get (&b.auto_args, "BUILDPLATFORM", NULL)));
   json_object_set_new (plan, "build_args", plan_vars_json (&b.build_args));
   json_t *globals = json_object ();
   json_object_set_new (plan, "global_args", globals);
@@ -357,7 +371,7 @@ ib_build_plan (const ib_build_opts_t *opts, json_t **out, ib_error_t *err)
       const ib_instr_t *in = &b.recipe->global_args[i];
       for (size_t k = 0; k < in->n_kvs; k++)
         json_object_set_new (globals, in->kvs[k].key,
-                             json_string (vars_get (&b.global_args, in->kvs[k].key, NULL)));
+                             jstr (vars_get (&b.global_args, in->kvs[k].key, NULL)));
     }
   /* as ib_build: --output and -t are OUTPUTs at the end of the target */
   if (cli_outputs (&b, &b.stages[target], err) < 0 || mark_stages_needed (&b, target, err) < 0)
@@ -365,7 +379,7 @@ ib_build_plan (const ib_build_opts_t *opts, json_t **out, ib_error_t *err)
   json_t *tj = json_object ();
   json_object_set_new (tj, "index", json_integer ((json_int_t) target));
   json_object_set_new (tj, "name", b.stages[target].def->name
-                                       ? json_string (b.stages[target].def->name)
+                                       ? jstr (b.stages[target].def->name)
                                        : json_null ());
   json_object_set_new (plan, "target", tj);
   json_t *stages = json_array ();
@@ -376,7 +390,7 @@ ib_build_plan (const ib_build_opts_t *opts, json_t **out, ib_error_t *err)
       json_t *js = json_object ();
       json_array_append_new (stages, js);
       json_object_set_new (js, "index", json_integer ((json_int_t) i));
-      json_object_set_new (js, "name", st->def->name ? json_string (st->def->name) : json_null ());
+      json_object_set_new (js, "name", st->def->name ? jstr (st->def->name) : json_null ());
       json_object_set_new (js, "needed", json_boolean (st->needed));
       if (st->needed && plan_stage (&b, st, js, err) < 0)
         goto out;
@@ -386,7 +400,7 @@ ib_build_plan (const ib_build_opts_t *opts, json_t **out, ib_error_t *err)
   for (size_t k = 0; k < b.build_args.n; k++)
     if (!b.build_arg_used[k] && !is_proxy_arg (b.build_args.names[k])
         && !vars_declared (&b.global_args, b.build_args.names[k]))
-      json_array_append_new (unused, json_string (b.build_args.names[k]));
+      json_array_append_new (unused, jstr (b.build_args.names[k]));
   *out = plan;
   plan = NULL;
   ret = 0;

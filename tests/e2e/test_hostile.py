@@ -3,15 +3,21 @@ of tests/fixtures/hostile/make_layers.py, made into an image, pushed to the
 registry and unpacked with `imgbuild unpack`.  Whatever the layer holds,
 the directory outside the target stays byte for byte as it was, no file
 appears beside it, and a refused layer fails with one error line naming
-the entry and leaves neither a rootfs nor a stored image behind."""
+the entry and leaves neither a rootfs nor a stored image behind.
+
+Then a hostile repository's other inputs (issue 38): a .dockerignore made
+to take exponential time, and a recipe whose text holds terminal control
+characters, shown by `imgbuild plan`."""
 import hashlib
+import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, imgbuild, sh, stored_names
+from conftest import IMGBUILD, ROOT, imgbuild, sh, stored_names
 
 sys.path.insert(0, str(ROOT / "tests" / "fixtures" / "hostile"))
 import make_layers  # noqa: E402
@@ -78,3 +84,81 @@ def test_hostile_layer(hostile, outside, tmp_path, name):
     assert text in last, r
     assert not root.exists(), r
     assert stored_names(store) == []
+
+
+def test_dockerignore_double_stars_take_linear_time(tmp_path):
+    """`**` + "/" forty times, then `q`, against a context 30 directories
+    deep: the recursive matcher took 3.8 s for six of them, 38 s for
+    eight, and would not have finished forty in a lifetime (issue 38);
+    the NFA takes milliseconds.  The rules still hold: "q" is excluded at
+    any depth (a file, or a directory with all below it), "keep" and
+    "xq" are not."""
+    ctx = tmp_path / "ctx"
+    deep = Path(*["d"] * 30)
+    for rel, text in {deep / "keep": "kept\n", deep / "xq": "kept too\n", Path("top"): "kept\n",
+                      deep / "q": "excluded\n", deep / "e" / "q" / "inner": "excluded\n",
+                      Path("q"): "excluded\n"}.items():
+        (ctx / rel).parent.mkdir(parents=True, exist_ok=True)
+        (ctx / rel).write_text(text)
+    (ctx / ".dockerignore").write_text("**/" * 40 + "q\n")
+    out = tmp_path / "out"
+    (ctx / "Dockerfile").write_text(f"FROM scratch\nCOPY . /ctx/\nOUTPUT type=local,dest={out},src=/ctx\n")
+    r = imgbuild("build", ctx, store=tmp_path / "store", timeout=120)
+    assert r.rc == 0, r
+    got = sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
+    assert got == sorted([".dockerignore", "Dockerfile", "top", str(deep / "keep"),
+                          str(deep / "xq")]), got
+    assert (out / deep / "keep").read_text() == "kept\n"
+    assert not (out / deep / "q").exists() and not (out / "q").exists()
+    assert not (out / deep / "e" / "q").exists()
+
+
+# ESC (an OSC that sets the window title, a CSI that clears the screen),
+# BEL, CR (overwrites what the line showed), BS, DEL, VT, and the C1 CSI
+# and OSC (U+009B, U+009D)
+CONTROLS = b"\x1b]0;pwned\x07 \x1b[2J\x1b[H \r\x08\x7f\x0b \xc2\x9b31m \xc2\x9d0;t\x07"
+SHOWN = "?]0;pwned? ?[2J?[H ???? ?31m ?0;t?"
+RAW = set(range(0x20)) - {0x0a} | {0x7f} | set(range(0x80, 0xa0))
+
+
+def plan_bytes(tmp_path, recipe, *args):
+    """`imgbuild plan`'s stdout as bytes (a raw control byte or a stray
+    byte must not be decoded away)."""
+    r = subprocess.run([str(IMGBUILD), "--store", str(tmp_path / "store"), "plan", *args,
+                        recipe.name], cwd=tmp_path, capture_output=True, timeout=120)
+    assert r.returncode == 0, r
+    return r.stdout
+
+
+def test_plan_shows_control_characters_escaped(tmp_path):
+    """`imgbuild plan` prints the recipe's text as the build's display
+    does: each control character (C0 but the line break, DEL, C1) as '?',
+    so a LABEL cannot retitle or clear the caller's terminal (issue 38:
+    they went out raw)."""
+    recipe = tmp_path / "evil.recipe"
+    recipe.write_bytes(b"FROM scratch\nLABEL title=\"" + CONTROLS + b"\"\n"
+                       b"ENV E=\"" + CONTROLS + b"\"\nRUN echo \"" + CONTROLS + b"\"\n")
+    text = plan_bytes(tmp_path, recipe).decode("utf-8")
+    bad = sorted({ord(c) for c in text} & RAW)
+    assert not bad, (bad, text)
+    lines = text.splitlines()
+    assert f"  line 2: LABEL title='{SHOWN}'" in lines, text
+    assert [l for l in lines if l.startswith("  line 3: ENV E=") and SHOWN in l], text
+    assert f'  line 4: RUN echo "{SHOWN}"' in lines, text
+    # --json keeps the values, escaped as JSON escapes them
+    out = plan_bytes(tmp_path, recipe, "--json")
+    assert not set(out) & (set(range(0x20)) - {0x0a}), out
+    assert json.loads(out)["stages"][0]["steps"][0]["labels"]["title"] == CONTROLS.decode()
+
+
+def test_plan_shows_a_stray_c1_byte(tmp_path):
+    """A raw 0x9b (CSI on an 8-bit terminal, not UTF-8): U+FFFD in the
+    plan, text and JSON alike (JSON cannot hold the byte; the value used
+    to vanish from both)."""
+    recipe = tmp_path / "stray.recipe"
+    recipe.write_bytes(b"FROM scratch\nLABEL title=\"a\x9b" b"2Jb\"\n")
+    out = plan_bytes(tmp_path, recipe)
+    assert not set(out) & RAW, out
+    assert "  line 2: LABEL title='a\ufffd2Jb'\n" in out.decode("utf-8"), out
+    step = json.loads(plan_bytes(tmp_path, recipe, "--json"))["stages"][0]["steps"][0]
+    assert step["labels"] == {"title": "a\ufffd2Jb"}, step

@@ -34,7 +34,7 @@ with zipfile.ZipFile(sys.argv[1], "w") as z:
     z.writestr("demo-1.0.dist-info/RECORD", rec)
 PY
 status=0
-for t in ${FUZZ_TARGETS:-ref manifest unpack wheel recipe agent}; do
+for t in ${FUZZ_TARGETS:-ref manifest unpack wheel recipe agent ignore}; do
   clang -std=gnu11 -D_GNU_SOURCE -I. $(pkg-config --cflags $pkgs) -O1 -g -fno-omit-frame-pointer \
     -fsanitize=fuzzer $san -o $out/fuzz_$t tests/fuzz/fuzz_$t.c $out/libimgbuild.a \
     $(pkg-config --libs $link_pkgs) -lpthread

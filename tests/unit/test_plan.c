@@ -230,6 +230,32 @@ test_output_values_and_cli_outputs (void **state)
   unlink (path);
 }
 
+/* Issue 38: the recipe's control characters never reach the terminal
+ * raw: `plan` text shows them as '?' (ESC, BEL, CR, DEL, C1 in UTF-8 and
+ * as a stray byte), as the build's display does; line breaks stay.  A
+ * stray byte the JSON cannot hold is U+FFFD there (it used to drop the
+ * value). */
+static void
+test_text_escapes_control_characters (void **state)
+{
+  (void) state;
+  cleanup_free char *path = write_recipe ("FROM scratch\n"
+                                          "LABEL t=\"\x1b]0;x\x07\r\x7f\xc2\x9b" "2J\x9b" "2J\xc3\xa9\"\n"
+                                          "LABEL k\x9bx=1\n"
+                                          "RUN <<EOF\necho \x1b[2J\nls\nEOF\n");
+  json_t *plan = plan_of (path, NULL, NULL, NULL);
+  assert_string_equal (jstr (plan, "stages.0.steps.0.labels.t"),
+                       "\x1b]0;x\x07\r\x7f\xc2\x9b" "2J\xef\xbf\xbd" "2J\xc3\xa9");
+  assert_string_equal (jstr (plan, "stages.0.steps.1.labels.k\xef\xbf\xbdx"), "1"); /* a key too */
+  cleanup_free char *text = ib_plan_text (plan);
+  assert_non_null (strstr (text, "  line 2: LABEL t='?]0;x????2J\xef\xbf\xbd" "2J\xc3\xa9'\n"));
+  assert_non_null (strstr (text, "echo ?[2J\n    ls\n"));
+  for (const unsigned char *c = (const unsigned char *) text; *c; c++)
+    assert_true (((*c >= 0x20 && *c != 0x7f) || *c == '\n') && !(*c >= 0x80 && *c <= 0x9f));
+  json_decref (plan);
+  unlink (path);
+}
+
 int
 main (void)
 {
@@ -239,6 +265,7 @@ main (void)
     cmocka_unit_test (test_target_and_stage_base),
     cmocka_unit_test (test_errors),
     cmocka_unit_test (test_quote),
+    cmocka_unit_test (test_text_escapes_control_characters),
   };
   return cmocka_run_group_tests (tests, NULL, NULL);
 }
