@@ -5,6 +5,7 @@
 #include "oci/json_int.h"
 #include "oci/ref.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -65,26 +66,364 @@ check_layout (ib_store_t *s, ib_error_t *err)
   return 0;
 }
 
-/* The store is its owner's alone (containers/storage makes rootless
- * stores 0700 too): base snapshots keep the image's 1777 directories
- * (tmp, var/tmp), and another local user who could reach them could put
- * files into the owner's next build.  A store of another user is refused;
- * one open to others is closed, once, with a warning. */
-static int
-make_private (const char *abs, ib_error_t *err)
+/* ---------------------------------------------------------------------- */
+/* The store's path (ib_store_check_path).                                 */
+
+#define STORE_MAX_LINKS 40 /* the kernel's MAXSYMLINKS */
+
+typedef struct path_walk
 {
-  cleanup_close int fd = open (abs, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  uid_t uid;       /* whose components are trusted, with root's */
+  uid_t overflow;  /* userns_overflow_uid () */
+  size_t trusted;  /* leading components checked already (ib_store_vet) */
+  bool create;     /* make what is missing (mode 0700) */
+  ib_buf_t res;    /* the path resolved so far ("" for /) */
+  size_t depth;    /* components in res */
+  size_t existing; /* leading components of res that exist; fd is the last's */
+  int fd;          /* O_PATH fd of the deepest existing directory */
+  bool created;    /* the last component was made by this walk */
+} path_walk_t;
+
+/* Inside a user namespace that does not map every id (a rootless
+ * container, `unshare --map-root-user`), the files of the ids it does not
+ * map, root's and other users' outside, all show as the overflow id, and
+ * no check can tell them apart.  That id then counts as root's for the
+ * directories on the way (the container's view of the host's /tmp or
+ * /home), and for a link only in a directory no one else may write.
+ * (uid_t) -1 in the initial namespace (or one mapping every id as it is),
+ * or where /proc does not say. */
+static uid_t
+userns_overflow_uid (void)
+{
+  cleanup_free char *map = NULL;
+  if (ib_read_file_max ("/proc/self/uid_map", 65536, NULL, &map, NULL, NULL) < 0)
+    return (uid_t) -1;
+  unsigned long in, out, count;
+  int end = 0;
+  if (sscanf (map, " %lu %lu %lu %n", &in, &out, &count, &end) == 3 && in == 0 && out == 0
+      && count == 4294967295UL && map[end] == '\0')
+    return (uid_t) -1;
+  cleanup_free char *ov = NULL;
+  unsigned long o = 65534;
+  if (ib_read_file_max ("/proc/sys/kernel/overflowuid", 64, NULL, &ov, NULL, NULL) == 0)
+    o = strtoul (ov, NULL, 10);
+  return (uid_t) o;
+}
+
+/* `owner` is this user, root, or (in a user namespace) whoever is outside
+ * it (userns_overflow_uid). */
+static bool
+walk_owner_ok (const path_walk_t *w, uid_t owner)
+{
+  return owner == w->uid || owner == 0 || (w->overflow != (uid_t) -1 && owner == w->overflow);
+}
+
+static void
+walk_free (path_walk_t *w)
+{
+  ib_buf_free (&w->res);
+  if (w->fd >= 0)
+    close (w->fd);
+  w->fd = -1;
+}
+
+static char *
+walk_comp_path (path_walk_t *w, const char *comp)
+{
+  return xasprintf ("%.*s/%s", (int) w->res.len, w->res.len ? w->res.data : "", comp);
+}
+
+static void
+walk_append (path_walk_t *w, const char *comp)
+{
+  ib_buf_printf (&w->res, "/%s", comp);
+  w->depth++;
+}
+
+/* "..": the parent of what is resolved (the walk holds no link in res). */
+static int
+walk_up (path_walk_t *w, ib_error_t *err)
+{
+  if (w->depth == 0)
+    return 0;
+  if (w->depth == w->existing)
+    {
+      int up = openat (w->fd, "..", O_PATH | O_DIRECTORY | O_CLOEXEC);
+      if (up < 0)
+        return ib_error_sys (err, errno, "%.*s/..", (int) w->res.len, w->res.data);
+      close (w->fd);
+      w->fd = up;
+      w->existing--;
+    }
+  while (w->res.len > 0 && w->res.data[--w->res.len] != '/')
+    ;
+  w->res.data[w->res.len] = '\0';
+  w->depth--;
+  if (w->trusted > w->depth)
+    w->trusted = w->depth; /* what comes after is another path */
+  return 0;
+}
+
+/* The link `comp` (of `st`) followed: its target replaces it in *todo. */
+static int
+walk_link (path_walk_t *w, const char *comp, const struct stat *st, char **todo, size_t *links,
+           ib_error_t *err)
+{
+  cleanup_free char *p = walk_comp_path (w, comp);
+  if (w->depth < w->trusted)
+    return ib_error_set (err, EPERM, "%s changed while the store was opened", p);
+  struct stat dst;
+  bool trusted = st->st_uid == w->uid || st->st_uid == 0;
+  if (!trusted && walk_owner_ok (w, st->st_uid) && fstat (w->fd, &dst) == 0)
+    trusted = (dst.st_mode & (S_IWGRP | S_IWOTH)) == 0; /* (no one else put it there) */
+  if (!trusted)
+    return ib_error_set (err, EPERM,
+                         "%s is a symbolic link of uid %lu, not of this user (uid %lu) or root: "
+                         "its owner could point the store anywhere; give the store's path "
+                         "without it (--store DIR)",
+                         p, (unsigned long) st->st_uid, (unsigned long) w->uid);
+  if (++*links > STORE_MAX_LINKS)
+    return ib_error_set (err, ELOOP, "%s: more than %d symbolic links", p, STORE_MAX_LINKS);
+  size_t cap = st->st_size > 0 && st->st_size < PATH_MAX ? (size_t) st->st_size + 1 : PATH_MAX;
+  cleanup_free char *target = xmalloc (cap + 1);
+  ssize_t n = readlinkat (w->fd, comp, target, cap);
+  if (n < 0)
+    return ib_error_sys (err, errno, "read link %s", p);
+  if ((size_t) n >= cap)
+    return ib_error_set (err, ENAMETOOLONG, "read link %s: changed or too long", p);
+  target[n] = '\0';
+  char *next = xasprintf ("%s/%s", target, *todo);
+  free (*todo);
+  *todo = next;
+  if (target[0] == '/')
+    {
+      /* from the root again */
+      int root = open ("/", O_PATH | O_DIRECTORY | O_CLOEXEC);
+      if (root < 0)
+        return ib_error_sys (err, errno, "open /");
+      close (w->fd);
+      w->fd = root;
+      ib_buf_free (&w->res);
+      w->depth = w->existing = w->trusted = 0;
+    }
+  return 0;
+}
+
+/* A directory on the way (not the last): its owner, or root, alone may
+ * change what it holds, and a directory every user may write is sticky. */
+static int
+walk_check_dir (path_walk_t *w, const struct stat *st, ib_error_t *err)
+{
+  if (!walk_owner_ok (w, st->st_uid))
+    return ib_error_set (err, EPERM,
+                         "%s belongs to uid %lu, not to this user (uid %lu) or root: its owner "
+                         "could put anything in the store's place; use a store of your own "
+                         "(--store DIR)",
+                         w->res.data, (unsigned long) st->st_uid, (unsigned long) w->uid);
+  if ((st->st_mode & S_IWOTH) && !(st->st_mode & S_ISVTX))
+    return ib_error_set (err, EPERM,
+                         "%s is writable by every user (mode %04o) and not sticky: another user "
+                         "could put anything in the store's place; use a store of your own "
+                         "(--store DIR)",
+                         w->res.data, (unsigned) (st->st_mode & 07777));
+  return 0;
+}
+
+/* One component `comp` that is neither "." nor ".."; `last` when nothing
+ * follows it. */
+static int
+walk_step (path_walk_t *w, const char *comp, bool last, char **todo, size_t *links,
+           ib_error_t *err)
+{
+  if (w->depth > w->existing)
+    {
+      walk_append (w, comp); /* below a missing one: names only */
+      return 0;
+    }
   struct stat st;
+  bool made = false;
+  for (int tries = 0; fstatat (w->fd, comp, &st, AT_SYMLINK_NOFOLLOW) < 0; tries++)
+    {
+      cleanup_free char *p = walk_comp_path (w, comp);
+      if (errno != ENOENT || tries == 3)
+        return ib_error_sys (err, errno, "%s", p);
+      if (!w->create)
+        {
+          walk_append (w, comp);
+          return 0;
+        }
+      if (mkdirat (w->fd, comp, 0700) == 0)
+        made = true;
+      else if (errno != EEXIST) /* (made meanwhile by someone else: checked as found) */
+        return ib_error_sys (err, errno, "create directory %s", p);
+    }
+  if (S_ISLNK (st.st_mode))
+    return walk_link (w, comp, &st, todo, links, err);
+  if (!S_ISDIR (st.st_mode))
+    {
+      cleanup_free char *p = walk_comp_path (w, comp);
+      return ib_error_set (err, ENOTDIR, "%s is not a directory", p);
+    }
+  int fd = openat (w->fd, comp, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   if (fd < 0 || fstat (fd, &st) < 0)
+    {
+      int e = errno;
+      if (fd >= 0)
+        close (fd);
+      cleanup_free char *p = walk_comp_path (w, comp);
+      return ib_error_sys (err, e, "%s", p);
+    }
+  close (w->fd);
+  w->fd = fd;
+  walk_append (w, comp);
+  w->existing = w->depth;
+  w->created = made;
+  if (!last && w->depth > w->trusted)
+    return walk_check_dir (w, &st, err);
+  return 0;
+}
+
+/* Walk `path` (see ib_store_check_path); w->uid, trusted and create are
+ * set.  On success w->res is the path, w->fd its deepest existing
+ * directory's.  The caller calls walk_free. */
+static int
+walk_path (const char *path, path_walk_t *w, ib_error_t *err)
+{
+  cleanup_free char *todo = NULL;
+  if (path[0] == '/')
+    todo = xstrdup (path);
+  else
+    {
+      cleanup_free char *cwd = getcwd (NULL, 0);
+      if (cwd == NULL)
+        return ib_error_sys (err, errno, "the working directory");
+      todo = xasprintf ("%s/%s", cwd, path);
+    }
+  w->overflow = userns_overflow_uid ();
+  w->fd = open ("/", O_PATH | O_DIRECTORY | O_CLOEXEC);
+  if (w->fd < 0)
+    return ib_error_sys (err, errno, "open /");
+  ib_buf_puts (&w->res, "");
+  size_t links = 0;
+  for (;;)
+    {
+      const char *p = todo;
+      while (*p == '/')
+        p++;
+      if (*p == '\0')
+        break;
+      const char *end = strchrnul (p, '/');
+      cleanup_free char *comp = xstrndup (p, (size_t) (end - p));
+      bool last = end[strspn (end, "/")] == '\0';
+      char *rest = xstrdup (end);
+      free (todo);
+      todo = rest;
+      int r = 0;
+      if (strcmp (comp, "..") == 0)
+        r = walk_up (w, err);
+      else if (strcmp (comp, ".") != 0)
+        r = walk_step (w, comp, last, &todo, &links, err);
+      if (r < 0)
+        return -1;
+    }
+  return 0;
+}
+
+int
+ib_store_check_path (const char *path, uid_t uid, char **resolved, ib_error_t *err)
+{
+  path_walk_t w = { .uid = uid, .fd = -1 };
+  int r = walk_path (path, &w, err);
+  if (r == 0 && resolved)
+    *resolved = w.res.len ? xstrdup (w.res.data) : xstrdup ("/");
+  walk_free (&w);
+  return r;
+}
+
+/* What ib_store_vet found, for ib_store_open inside the user namespace. */
+static struct
+{
+  char *given, *resolved;
+  size_t depth;
+} vetted;
+
+int
+ib_store_vet (const char *root, ib_error_t *err)
+{
+  path_walk_t w = { .uid = geteuid (), .fd = -1 };
+  if (walk_path (root, &w, err) < 0)
+    {
+      walk_free (&w);
+      return ib_error_prefix (err, "open store %s", root);
+    }
+  free (vetted.given);
+  free (vetted.resolved);
+  vetted.given = xstrdup (root);
+  vetted.resolved = w.res.len ? xstrdup (w.res.data) : xstrdup ("/");
+  vetted.depth = w.existing;
+  walk_free (&w);
+  return 0;
+}
+
+/* The names a store holds at its top: the layout's, imgbuild's areas and
+ * locks, and ib_write_file_atomic's temp files of the two JSON files. */
+static bool
+top_name_ours (const char *n)
+{
+  static const char *const names[] = { "oci-layout", "index.json", "blobs", "snapshots",
+                                       "cache",      "tmp",        "lock",  "gc.lock" };
+  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+    if (strcmp (n, names[i]) == 0)
+      return true;
+  return strncmp (n, "oci-layout.tmp-", 15) == 0 || strncmp (n, "index.json.tmp-", 15) == 0;
+}
+
+/* The directory the store is in, `fd` (O_PATH) at `abs`, made by this open
+ * or not (`created`).  The store is its owner's alone (containers/storage
+ * makes rootless stores 0700 too): base snapshots keep the image's 1777
+ * directories (tmp, var/tmp), and another local user who could reach them
+ * could put files into the owner's next build.  A store of another user is
+ * refused; a directory that is no store (files, and no oci-layout) too,
+ * untouched; one open to others is closed, once, with a warning. */
+static int
+check_store_dir (int fd, const char *abs, bool created, ib_error_t *err)
+{
+  struct stat st;
+  if (fstat (fd, &st) < 0)
     return ib_error_sys (err, errno, "%s", abs);
   if (st.st_uid != geteuid ())
     return ib_error_set (err, EPERM,
                          "%s belongs to uid %lu, not to this user (uid %lu): another user could "
                          "change what the builds run; use a store of your own (--store DIR)",
                          abs, (unsigned long) st.st_uid, (unsigned long) geteuid ());
+  cleanup_close int dfd = openat (fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd < 0)
+    return ib_error_sys (err, errno, "%s", abs);
+  if (!created)
+    {
+      DIR *d = fdopendir (dup (dfd));
+      if (d == NULL)
+        return ib_error_sys (err, errno, "read %s", abs);
+      bool layout = false;
+      cleanup_free char *foreign = NULL;
+      struct dirent *de;
+      while ((de = readdir (d)) != NULL)
+        if (strcmp (de->d_name, "oci-layout") == 0)
+          layout = true;
+        else if (foreign == NULL && strcmp (de->d_name, ".") != 0
+                 && strcmp (de->d_name, "..") != 0 && !top_name_ours (de->d_name))
+          foreign = xstrdup (de->d_name);
+      closedir (d);
+      if (!layout && foreign)
+        return ib_error_set (err, ENOTEMPTY,
+                             "%s is not an imgbuild store (no oci-layout, and it holds '%s'): "
+                             "imgbuild would make it private (0700) and fill it; give a new or "
+                             "empty directory, or an existing store (--store DIR)",
+                             abs, foreign);
+    }
   if ((st.st_mode & 077) == 0)
     return 0;
-  if (fchmod (fd, st.st_mode & 07700) < 0)
+  if (fchmod (dfd, st.st_mode & 07700) < 0)
     return ib_error_sys (err, errno, "%s is open to other users (mode %04o): chmod 0700", abs,
                          (unsigned) (st.st_mode & 07777));
   ib_warn ("store %s was open to other users (mode %04o): made private (0700)", abs,
@@ -92,20 +431,37 @@ make_private (const char *abs, ib_error_t *err)
   return 0;
 }
 
+/* The store's directory, made when missing: its path walked and checked
+ * (ib_store_check_path; from what ib_store_vet found when it checked
+ * `root`), the directory checked (check_store_dir).  *abs: its path. */
+static int
+open_root (const char *root, char **abs, ib_error_t *err)
+{
+  path_walk_t w = { .uid = geteuid (), .create = true, .fd = -1 };
+  const char *path = root;
+  if (vetted.given && strcmp (vetted.given, root) == 0)
+    {
+      path = vetted.resolved;
+      w.trusted = vetted.depth;
+    }
+  int r = walk_path (path, &w, err);
+  if (r == 0 && w.depth == 0)
+    r = ib_error_set (err, EPERM, "/ is no place for a store");
+  if (r == 0)
+    r = check_store_dir (w.fd, w.res.data, w.created, err);
+  if (r == 0)
+    *abs = xstrdup (w.res.data);
+  walk_free (&w);
+  return r;
+}
+
 int
 ib_store_open (const char *root, ib_store_t **out, ib_error_t *err)
 {
   *out = NULL;
-  if (ib_mkdir_p (root, 0700, err) < 0)
+  char *abs = NULL;
+  if (open_root (root, &abs, err) < 0)
     return ib_error_prefix (err, "open store %s", root);
-  char *abs = realpath (root, NULL);
-  if (abs == NULL)
-    return ib_error_sys (err, errno, "open store %s", root);
-  if (make_private (abs, err) < 0)
-    {
-      free (abs);
-      return ib_error_prefix (err, "open store %s", root);
-    }
   ib_store_t *s = xmalloc (sizeof *s);
   s->root = abs;
   s->lock_fd = -1;
@@ -264,6 +620,59 @@ ib_store_path (ib_store_t *s, ib_store_area_t area, const char *name)
   return xasprintf ("%s/%s", s->root, areas[area]);
 }
 
+/* `n` hex digits (lower case, as digests are written) at `s`. */
+static bool
+hex_run (const char *s, size_t n)
+{
+  for (size_t i = 0; i < n; i++)
+    if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f')))
+      return false;
+  return true;
+}
+
+/* The prefixes given to ib_store_tmp_file and ib_store_tmp_dir, and the
+ * snapshot makers' "snap" (rootfs/prepare.c, overlay.c): every temp entry
+ * of the store begins with one and '-' ("debug-" with the stage's name:
+ * builder/engine/run.c).  Trees made beside one (<tree>.ovl,
+ * <tree>.layerN-XXXXXX) begin so too. */
+static const char *const tmp_prefixes[] = {
+  "add-url", "artifact", "bind",   "blob",     "cache-import", "debug",  "docker-layer",
+  "heredoc", "layer",    "load",   "lower",    "platform",     "prune",  "pull",
+  "record",  "run",      "save",   "snap",     "stage",        "stdout", "tmp",
+};
+
+bool
+ib_store_name_ours (ib_store_area_t area, const char *name)
+{
+  size_t n = strlen (name);
+  switch (area)
+    {
+    case IB_STORE_BLOBS:
+      return n == 64 && hex_run (name, 64);
+    case IB_STORE_SNAPSHOTS:
+      return (n == 64 || (n == 68 && strcmp (name + 64, ".ovl") == 0)) && hex_run (name, 64);
+    case IB_STORE_CACHE_STEPS:
+      return n == 69 && hex_run (name, 64) && strcmp (name + 64, ".json") == 0;
+    case IB_STORE_CACHE_MOUNTS:
+      return n >= 32 && hex_run (name, 32) && (name[32] == '\0' || name[32] == '.');
+    case IB_STORE_TMP:
+      if (n == 5 + 64 + 8 && strncmp (name, "blob-", 5) == 0 && hex_run (name + 5, 64)
+          && strcmp (name + 69, ".partial") == 0)
+        return true;
+      for (size_t i = 0; i < sizeof tmp_prefixes / sizeof tmp_prefixes[0]; i++)
+        {
+          size_t pl = strlen (tmp_prefixes[i]);
+          if (strncmp (name, tmp_prefixes[i], pl) == 0 && name[pl] == '-' && name[pl + 1])
+            return true;
+        }
+      return false;
+    case IB_STORE_CACHE:
+      return strcmp (name, "steps") == 0 || strcmp (name, "mounts") == 0
+             || strncmp (name, "filehash.bin", 12) == 0;
+    }
+  return false;
+}
+
 char *
 ib_store_partial_path (ib_store_t *s, const char *digest)
 {
@@ -275,6 +684,8 @@ int
 ib_store_tmp_file (ib_store_t *s, const char *prefix, char **path, ib_error_t *err)
 {
   cleanup_free char *name = xasprintf ("%s-XXXXXX", prefix ? prefix : "tmp");
+  if (!ib_store_name_ours (IB_STORE_TMP, name))
+    ib_debug ("store: temp name %s has a prefix prune does not know (oci/store.c)", name);
   char *p = ib_store_path (s, IB_STORE_TMP, name);
   int fd = mkostemp (p, O_CLOEXEC);
   if (fd < 0)
@@ -291,6 +702,8 @@ int
 ib_store_tmp_dir (ib_store_t *s, const char *prefix, char **path, ib_error_t *err)
 {
   cleanup_free char *name = xasprintf ("%s-XXXXXX", prefix ? prefix : "tmp");
+  if (!ib_store_name_ours (IB_STORE_TMP, name))
+    ib_debug ("store: temp name %s has a prefix prune does not know (oci/store.c)", name);
   char *p = ib_store_path (s, IB_STORE_TMP, name);
   if (mkdtemp (p) == NULL)
     {

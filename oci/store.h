@@ -18,6 +18,7 @@
 #include <jansson.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 typedef struct ib_store
 {
@@ -35,8 +36,46 @@ char *ib_store_default_root (void);
 /* Open (creating when missing, mode 0700) the layout at `root`.  Caller
  * closes.  The store is private to its owner: a `root` that belongs to
  * another uid fails (EPERM, naming both uids); one whose mode lets others
- * in is chmod'ed to 0700 with a warning. */
+ * in is chmod'ed to 0700 with a warning.  Before anything is made or
+ * changed, the path is checked as ib_store_check_path says (EPERM, ELOOP,
+ * ENOTDIR), and an existing directory that holds anything but the names a
+ * store has, without an oci-layout, is refused (ENOTEMPTY): it is no store
+ * and imgbuild neither chmods nor fills it.  Errors begin
+ * "open store ROOT: " and name the component at fault. */
 int ib_store_open (const char *root, ib_store_t **out, ib_error_t *err);
+
+/* The store's path as ib_store_open checks it, the way the kernel's
+ * fs.protected_symlinks and OpenSSH's safe_path reason: another local
+ * user must not be able to point the store somewhere else (at the owner's
+ * home, which would be chmodded 0700 and filled, and whose tmp/ and
+ * snapshots/ prune would empty).  `path` is made absolute from the working
+ * directory and walked one component at a time, none followed unchecked
+ * (O_NOFOLLOW):
+ *   - a symbolic link is followed only when `uid` or root owns it (your
+ *     own links, /var/run -> /run); one of another uid fails EPERM
+ *     ("P is a symbolic link of uid N, not of this user (uid U) or root");
+ *   - a directory on the way must belong to `uid` or root ("P belongs to
+ *     uid N, not to this user (uid U) or root"), and one that every user
+ *     may write must be sticky, as /tmp is ("P is writable by every user
+ *     (mode 0777) and not sticky");
+ *   - more than 40 links: ELOOP; a component that is no directory: ENOTDIR;
+ *   - inside a user namespace that leaves ids unmapped (a rootless
+ *     container), root's files and other outside users' show as one
+ *     overflow id: it counts as root's for directories, and for a link
+ *     only in a directory that neither group nor others may write.
+ * The last directory is not judged here (ib_store_open wants it `uid`'s
+ * own).  Nothing is made: a missing component ends the walk, and
+ * *resolved (caller frees) is the path with the links that exist
+ * resolved and the missing rest appended.  ib_store_open uses geteuid (). */
+int ib_store_check_path (const char *path, uid_t uid, char **resolved, ib_error_t *err);
+
+/* Check `root`'s path (ib_store_check_path, as geteuid ()) before this
+ * process enters a user namespace, where other users' files and root's
+ * read as one overflow id and the check cannot tell them apart.  A later
+ * ib_store_open of the same `root` string, inside the namespace, walks
+ * the path found here and trusts the components checked here; what it
+ * makes beyond them must be its own.  Errors as ib_store_open's. */
+int ib_store_vet (const char *root, ib_error_t *err);
 void ib_store_close (ib_store_t *s);
 
 /* flock the store: shared for readers, exclusive for index.json updates.
@@ -80,6 +119,16 @@ typedef enum ib_store_area
   IB_STORE_CACHE,        /* cache: the cache's own files (the file digest memo) */
 } ib_store_area_t;
 
+/* Whether `name` is one imgbuild makes in `area`: what `imgbuild prune`
+ * may remove.  blobs/sha256: 64 hex digits; snapshots: a chain id's 64
+ * hex, with ".ovl" for a layered one; cache/steps: 64 hex + ".json";
+ * cache/mounts: 32 hex, alone or with a suffix (".id", ".lock"); tmp:
+ * "blob-<64 hex>.partial", or a prefix ib_store_tmp_file and
+ * ib_store_tmp_dir are given (stage-, layer-, pull-, snap-, debug-, ...).
+ * Anything else (another program's file in a directory given as the
+ * store) is left where it is. */
+bool ib_store_name_ours (ib_store_area_t area, const char *name);
+
 /* <root>/<area>, or <root>/<area>/<name> when `name` is not NULL (one
  * path component, or a relative path the caller vouches for).  Caller
  * frees.  Nothing is created. */
@@ -94,7 +143,9 @@ char *ib_store_blob_path (ib_store_t *s, const char *digest);
 bool ib_store_has_blob (ib_store_t *s, const char *digest);
 
 /* Create an empty temp file in <root>/tmp for the caller to fill; *path is
- * owned by the caller, fd is returned (O_RDWR|O_CLOEXEC). */
+ * owned by the caller, fd is returned (O_RDWR|O_CLOEXEC).  Its name is
+ * "<prefix>-XXXXXX": a prefix must be one ib_store_name_ours knows (the
+ * list in store.c), or prune leaves what a killed process left. */
 int ib_store_tmp_file (ib_store_t *s, const char *prefix, char **path, ib_error_t *err);
 /* A new empty temp directory under <root>/tmp; caller frees the path. */
 int ib_store_tmp_dir (ib_store_t *s, const char *prefix, char **path, ib_error_t *err);

@@ -153,7 +153,9 @@ int open_store (ib_store_t **store, ib_error_t *err);
 
 /* Move the process into a new user namespace in cli_userns_mode
  * (ib_userns_enter); for the commands that touch a rootfs themselves
- * (run, unpack, prune).  0, or -1 with *err set ("enter user namespace: "). */
+ * (run, unpack, prune), which open the store inside: its path is checked
+ * first, out here (ib_store_vet; errors "open store DIR: ...").  0, or -1
+ * with *err set ("enter user namespace: "). */
 int enter_userns (ib_error_t *err);
 
 /* Make `dest` the rootfs of image `name`: from the store's snapshots, or

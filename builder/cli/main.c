@@ -329,6 +329,11 @@ open_store (ib_store_t **store, ib_error_t *err)
 int
 enter_userns (ib_error_t *err)
 {
+  /* The store's path is checked out here: inside, other users' files and
+   * root's show as one overflow id (ib_store_vet). */
+  cleanup_free char *def = cli_store_dir ? NULL : ib_store_default_root ();
+  if (ib_store_vet (cli_store_dir ? cli_store_dir : def, err) < 0)
+    return -1;
   ib_userns_mode_t got;
   if (ib_userns_enter (cli_userns_mode, &got, err) < 0)
     return ib_error_prefix (err, "enter user namespace");

@@ -139,6 +139,25 @@ list_dir (const char *dir, char ***out, ib_error_t *err)
   return 0;
 }
 
+/* The names in area `area`'s directory `dir` that imgbuild makes there
+ * (ib_store_name_ours): all prune may remove.  Any other (a file of
+ * another program, in a directory given as the store) is left where it
+ * is; with `say`, said at debug level. */
+static int
+list_area (const char *dir, ib_store_area_t area, bool say, char ***out, ib_error_t *err)
+{
+  cleanup_strv char **all = NULL;
+  *out = NULL;
+  if (list_dir (dir, &all, err) < 0)
+    return -1;
+  for (char **n = all; n && *n; n++)
+    if (ib_store_name_ours (area, *n))
+      ib_strv_push (out, *n);
+    else if (say)
+      ib_debug ("prune: %s/%s: not a name imgbuild makes: left as it is", dir, *n);
+  return 0;
+}
+
 /* Mark a manifest or index blob and what it names as live; with
  * `chains`, add the chain id of every layer prefix of an image. */
 static int
@@ -227,7 +246,7 @@ load_records (const char *steps, bool names_too, prune_rec_t **out, size_t *n_ou
   cleanup_strv char **names = NULL;
   *out = NULL;
   *n_out = 0;
-  if (list_dir (steps, &names, err) < 0)
+  if (list_area (steps, IB_STORE_CACHE_STEPS, true, &names, err) < 0)
     return -1;
   size_t n = ib_strv_len (names);
   prune_rec_t *recs = xmalloc ((n + 1) * sizeof *recs);
@@ -322,7 +341,7 @@ choose_drops (prune_rec_t *recs, size_t n, const strset_t *live, const strset_t 
   held_t *items = NULL;
   size_t n_items = 0;
   cleanup_strv char **names = NULL;
-  if (list_dir (blobs, &names, err) < 0)
+  if (list_area (blobs, IB_STORE_BLOBS, false, &names, err) < 0)
     return -1;
   for (char **nm = names; nm && *nm; nm++)
     {
@@ -336,7 +355,7 @@ choose_drops (prune_rec_t *recs, size_t n, const strset_t *live, const strset_t 
     }
   ib_strv_free (names);
   names = NULL;
-  if (list_dir (snaps, &names, err) < 0)
+  if (list_area (snaps, IB_STORE_SNAPSHOTS, false, &names, err) < 0)
     {
       free (items);
       return -1;
@@ -393,7 +412,7 @@ ib_prune (ib_store_t *store, const ib_prune_opts_t *opts, ib_prune_result_t *res
   /* 1. tmp/: nothing else runs (we hold the gc lock), so all of it is
    * left over from processes that died. */
   cleanup_free char *tmp = ib_store_path (store, IB_STORE_TMP, NULL);
-  if (list_dir (tmp, &names, err) < 0)
+  if (list_area (tmp, IB_STORE_TMP, true, &names, err) < 0)
     goto out;
   for (char **n = names; n && *n; n++)
     {
@@ -470,7 +489,7 @@ ib_prune (ib_store_t *store, const ib_prune_opts_t *opts, ib_prune_result_t *res
   set_seal (&chains);
   if (cache)
     {
-      if (list_dir (mounts, &names, err) < 0)
+      if (list_area (mounts, IB_STORE_CACHE_MOUNTS, true, &names, err) < 0)
         goto out;
       for (char **n = names; n && *n; n++)
         {
@@ -497,7 +516,7 @@ ib_prune (ib_store_t *store, const ib_prune_opts_t *opts, ib_prune_result_t *res
     }
 
   /* 4. snapshots */
-  if (list_dir (snaps, &names, err) < 0)
+  if (list_area (snaps, IB_STORE_SNAPSHOTS, true, &names, err) < 0)
     goto out;
   for (char **n = names; n && *n; n++)
     {
@@ -517,7 +536,7 @@ ib_prune (ib_store_t *store, const ib_prune_opts_t *opts, ib_prune_result_t *res
   names = NULL;
 
   /* 5. blobs nothing names */
-  if (list_dir (blobs, &names, err) < 0)
+  if (list_area (blobs, IB_STORE_BLOBS, true, &names, err) < 0)
     goto out;
   for (char **n = names; n && *n; n++)
     {

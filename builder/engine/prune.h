@@ -22,6 +22,11 @@
  * for running builds, pulls and runs to end and none starts meanwhile.
  * Directories are renamed into tmp/ before they are removed, so a prune
  * that is killed never leaves half a snapshot under its name.
+ *
+ * Only entries whose names imgbuild makes are removed (ib_store_name_ours:
+ * chain ids in snapshots/, digests in blobs/, temp names with imgbuild's
+ * prefixes in tmp/, ...); anything else there is left as it is and said
+ * at debug level (-v).
  */
 #ifndef IB_BUILDER_PRUNE_H
 #define IB_BUILDER_PRUNE_H

@@ -7,6 +7,7 @@
 
 #include "tests/unit/unit.h"
 
+#include "builder/engine/prune.h"
 #include "common/util.h"
 #include "oci/manifest.h"
 #include "oci/store.h"
@@ -530,6 +531,338 @@ test_default_root (void **state)
   free (saved_home);
 }
 
+/* Another user, as far as a check can be made to see one: as root, uid
+ * 65534 really owns what `own_as_other` is given (lchown); unprivileged,
+ * this user's own files are another's to a check done as uid + 1, made
+ * in /tmp (root's, sticky: trusted by both) rather than in the test's
+ * directory (this user's: another's too, to that check). */
+static uid_t
+checker_uid (void)
+{
+  return geteuid () == 0 ? 0 : geteuid () + 1;
+}
+
+static uid_t
+other_uid (void)
+{
+  return geteuid () == 0 ? 65534 : geteuid ();
+}
+
+static void
+own_as_other (const char *path)
+{
+  if (geteuid () == 0)
+    assert_int_equal (lchown (path, 65534, 65534), 0);
+}
+
+static void
+expect_refused (const char *path, uid_t uid, int status, const char *msg)
+{
+  ib_error_t err = NULL;
+  char *res = NULL;
+  assert_int_equal (ib_store_check_path (path, uid, &res, &err), -1);
+  assert_null (res);
+  assert_int_equal (err->status, status);
+  if (strstr (err->msg, msg) == NULL)
+    fail_msg ("%s: got '%s', want '%s'", path, err->msg, msg);
+  ib_error_free (&err);
+}
+
+static void
+expect_resolved (const char *path, uid_t uid, const char *want)
+{
+  ib_error_t err = NULL;
+  char *res = NULL;
+  if (ib_store_check_path (path, uid, &res, &err) < 0)
+    fail_msg ("%s: %s", path, err->msg);
+  assert_string_equal (res, want);
+  free (res);
+}
+
+/* The store's path: links of this user or root followed, another user's
+ * link or directory on the way refused, a directory every user may write
+ * only when sticky (ib_store_check_path). */
+static void
+test_check_path (void **state)
+{
+  char *d = realpath (*state, NULL);
+  uid_t me = geteuid ();
+  ib_error_t err = NULL;
+  cleanup_free char *real = ib_path_join (d, "real");
+  assert_int_equal (mkdir (real, 0755), 0);
+  cleanup_free char *mine = ib_path_join (d, "mine");
+  assert_int_equal (symlink ("real", mine), 0);
+
+  /* one's own link, a missing rest, "." and ".." */
+  cleanup_free char *p = xasprintf ("%s/mine/store", d);
+  cleanup_free char *want = xasprintf ("%s/real/store", d);
+  expect_resolved (p, me, want);
+  free (p);
+  p = xasprintf ("%s/./mine/../real/new/../store/", d);
+  expect_resolved (p, me, want);
+  free (p);
+  p = xasprintf ("%s/real/new/../store", d); /* (nothing made: names only below "new") */
+  expect_resolved (p, me, want);
+  {
+    struct stat st;
+    cleanup_free char *nw = ib_path_join (real, "new");
+    assert_int_equal (lstat (nw, &st), -1);
+  }
+  /* relative to the working directory */
+  cleanup_free char *cwd = getcwd (NULL, 0);
+  assert_int_equal (chdir (d), 0);
+  expect_resolved ("mine/store", me, want);
+  assert_int_equal (chdir (cwd), 0);
+
+  /* another user's link: refused, also as the last component */
+  const char *base = me == 0 ? d : "/tmp";
+  cleanup_free char *theirs = xasprintf ("%s/ib-unit-theirs-link-%d", base, (int) getpid ());
+  unlink (theirs);
+  assert_int_equal (symlink (real, theirs), 0);
+  own_as_other (theirs);
+  cleanup_free char *msg = xasprintf ("%s is a symbolic link of uid %lu, not of this user (uid "
+                                      "%lu) or root: its owner could point the store anywhere",
+                                      theirs, (unsigned long) other_uid (),
+                                      (unsigned long) checker_uid ());
+  expect_refused (theirs, checker_uid (), EPERM, msg);
+  free (p);
+  p = ib_path_join (theirs, "store");
+  expect_refused (p, checker_uid (), EPERM, msg);
+  if (me == 0)
+    {
+      /* root's link is trusted by everyone */
+      assert_int_equal (lchown (theirs, 0, 0), 0);
+      expect_resolved (p, 12345, want);
+    }
+
+  /* another user's directory on the way: refused; as the last, it is
+   * ib_store_open's to judge */
+  cleanup_free char *tdir = xasprintf ("%s/ib-unit-theirs-dir-%d", base, (int) getpid ());
+  rmdir (tdir);
+  assert_int_equal (mkdir (tdir, 01777), 0);
+  assert_int_equal (chmod (tdir, 01777), 0);
+  own_as_other (tdir);
+  free (msg);
+  msg = xasprintf ("%s belongs to uid %lu, not to this user (uid %lu) or root: its owner could "
+                   "put anything in the store's place; use a store of your own (--store DIR)",
+                   tdir, (unsigned long) other_uid (), (unsigned long) checker_uid ());
+  free (p);
+  p = ib_path_join (tdir, "store");
+  expect_refused (p, checker_uid (), EPERM, msg);
+  expect_resolved (tdir, checker_uid (), tdir);
+  if (me != 0)
+    {
+      assert_int_equal (unlink (theirs), 0);
+      assert_int_equal (rmdir (tdir), 0);
+    }
+
+  /* a directory every user may write: only with the sticky bit */
+  cleanup_free char *ww = ib_path_join (d, "ww");
+  assert_int_equal (mkdir (ww, 0700), 0);
+  assert_int_equal (chmod (ww, 0777), 0);
+  free (p);
+  p = ib_path_join (ww, "store");
+  free (msg);
+  msg = xasprintf ("%s is writable by every user (mode 0777) and not sticky", ww);
+  expect_refused (p, me, EPERM, msg);
+  assert_int_equal (chmod (ww, 01777), 0);
+  cleanup_free char *wws = ib_path_join (ww, "store");
+  expect_resolved (p, me, wws);
+
+  /* loops, and a file on the way */
+  cleanup_free char *loop = ib_path_join (d, "loop");
+  assert_int_equal (symlink ("loop", loop), 0);
+  expect_refused (loop, me, ELOOP, "more than 40 symbolic links");
+  cleanup_free char *file = ib_path_join (d, "file");
+  assert_int_equal (ib_write_file_atomic (file, "x", 1, 0644, &err), 0);
+  free (p);
+  p = ib_path_join (file, "store");
+  free (msg);
+  msg = xasprintf ("%s is not a directory", file);
+  expect_refused (p, me, ENOTDIR, msg);
+  free (d);
+}
+
+/* ib_store_open refuses, untouched, what is no store and what another
+ * user could have pointed it at; ib_store_vet's answer is what it opens
+ * inside a user namespace. */
+static void
+test_open_refusals (void **state)
+{
+  const char *d = *state;
+  ib_error_t err = NULL;
+  ib_store_t *s = NULL;
+  /* a directory with files and no oci-layout (a home directory) */
+  cleanup_free char *home = ib_path_join (d, "home");
+  cleanup_free char *notes = ib_path_join (home, "notes.txt");
+  cleanup_free char *htmp = ib_path_join (home, "tmp");
+  assert_int_equal (ib_mkdir_p (htmp, 0755, &err), 0);
+  assert_int_equal (chmod (home, 0755), 0);
+  assert_int_equal (ib_write_file_atomic (notes, "mine", 4, 0644, &err), 0);
+  assert_int_equal (ib_store_open (home, &s, &err), -1);
+  assert_null (s);
+  assert_int_equal (err->status, ENOTEMPTY);
+  cleanup_free char *want = xasprintf (
+      "open store %s: %s is not an imgbuild store (no oci-layout, and it holds 'notes.txt'): "
+      "imgbuild would make it private (0700) and fill it; give a new or empty directory, or an "
+      "existing store (--store DIR)",
+      home, home);
+  assert_string_equal (err->msg, want);
+  ib_error_free (&err);
+  struct stat st;
+  assert_int_equal (stat (home, &st), 0);
+  assert_int_equal (st.st_mode & 07777, 0755);
+  assert_int_equal (count_entries (home), 2);
+  /* only names a store has (a first open killed half way): a store */
+  assert_int_equal (unlink (notes), 0);
+  assert_int_equal (ib_store_open (home, &s, &err), 0);
+  ib_store_close (s);
+  /* an empty directory, and an OCI layout another tool wrote */
+  cleanup_free char *empty = ib_path_join (d, "empty");
+  assert_int_equal (mkdir (empty, 0700), 0);
+  assert_int_equal (ib_store_open (empty, &s, &err), 0);
+  ib_store_close (s);
+  cleanup_free char *lay = ib_path_join (d, "layout");
+  cleanup_free char *lay_f = ib_path_join (lay, "oci-layout");
+  cleanup_free char *lay_x = ib_path_join (lay, "README");
+  assert_int_equal (ib_mkdir_p (lay, 0700, &err), 0);
+  assert_int_equal (ib_write_file_atomic (lay_f, "{\"imageLayoutVersion\":\"1.0.0\"}", 30, 0644,
+                                          &err), 0);
+  assert_int_equal (ib_write_file_atomic (lay_x, "x", 1, 0644, &err), 0);
+  assert_int_equal (ib_store_open (lay, &s, &err), 0);
+  ib_store_close (s);
+
+  /* another user's link to one's own directory: refused, the target as
+   * it was (as root: a link of uid 65534; unprivileged, there is no
+   * making one: test_check_path pretends) */
+  if (geteuid () == 0)
+    {
+      cleanup_free char *target = ib_path_join (d, "target");
+      cleanup_free char *tf = ib_path_join (target, "f");
+      assert_int_equal (ib_mkdir_p (target, 0755, &err), 0);
+      assert_int_equal (chmod (target, 0755), 0);
+      assert_int_equal (ib_write_file_atomic (tf, "x", 1, 0644, &err), 0);
+      cleanup_free char *link = ib_path_join (d, "link-store");
+      assert_int_equal (symlink (target, link), 0);
+      assert_int_equal (lchown (link, 65534, 65534), 0);
+      assert_int_equal (ib_store_open (link, &s, &err), -1);
+      assert_int_equal (err->status, EPERM);
+      assert_non_null (strstr (err->msg, "is a symbolic link of uid 65534, not of this user (uid 0)"));
+      ib_error_free (&err);
+      assert_int_equal (ib_store_vet (link, &err), -1);
+      ib_error_free (&err);
+      assert_int_equal (stat (target, &st), 0);
+      assert_int_equal (st.st_mode & 07777, 0755);
+      assert_int_equal (count_entries (target), 1);
+    }
+
+  /* vetted: the same string opens what the check found, made on the way */
+  cleanup_free char *link2 = ib_path_join (d, "mine");
+  assert_int_equal (symlink ("empty", link2), 0);
+  cleanup_free char *vp = xasprintf ("%s/mine/sub/store", d);
+  assert_int_equal (ib_store_vet (vp, &err), 0);
+  assert_int_equal (ib_store_open (vp, &s, &err), 0);
+  char *rd = realpath (d, NULL);
+  cleanup_free char *wantroot = xasprintf ("%s/empty/sub/store", rd);
+  free (rd);
+  assert_string_equal (s->root, wantroot);
+  assert_int_equal (stat (s->root, &st), 0);
+  assert_int_equal (st.st_mode & 07777, 0700);
+  ib_store_close (s);
+}
+
+/* What prune may remove: the names imgbuild makes (ib_store_name_ours). */
+static void
+test_name_ours (void **state)
+{
+  (void) state;
+  const char *hex64 = &HELLO_DIGEST[7];
+  cleanup_free char *ovl = xasprintf ("%s.ovl", hex64);
+  cleanup_free char *rec = xasprintf ("%s.json", hex64);
+  cleanup_free char *part = xasprintf ("blob-%s.partial", hex64);
+  cleanup_free char *m32 = xstrndup (hex64, 32);
+  cleanup_free char *m32id = xasprintf ("%s.id", m32);
+  cleanup_free char *m32lock = xasprintf ("%s.lock", m32);
+  const struct
+  {
+    ib_store_area_t area;
+    const char *name;
+    bool ours;
+  } cases[] = {
+    { IB_STORE_BLOBS, hex64, true },        { IB_STORE_BLOBS, "README", false },
+    { IB_STORE_BLOBS, ovl, false },         { IB_STORE_SNAPSHOTS, hex64, true },
+    { IB_STORE_SNAPSHOTS, ovl, true },      { IB_STORE_SNAPSHOTS, "holiday", false },
+    { IB_STORE_SNAPSHOTS, rec, false },     { IB_STORE_CACHE_STEPS, rec, true },
+    { IB_STORE_CACHE_STEPS, hex64, false }, { IB_STORE_CACHE_STEPS, "notes.json", false },
+    { IB_STORE_CACHE_MOUNTS, m32, true },   { IB_STORE_CACHE_MOUNTS, m32id, true },
+    { IB_STORE_CACHE_MOUNTS, m32lock, true }, { IB_STORE_CACHE_MOUNTS, "photos", false },
+    { IB_STORE_TMP, part, true },           { IB_STORE_TMP, "stage-Ab12Cd", true },
+    { IB_STORE_TMP, "stage-Ab12Cd.ovl", true }, { IB_STORE_TMP, "stage-dead", true },
+    { IB_STORE_TMP, "snap-x1y2z3", true },  { IB_STORE_TMP, "debug-build-Qw12er", true },
+    { IB_STORE_TMP, "load--Qw12er", true }, { IB_STORE_TMP, "blob-Qw12er", true },
+    { IB_STORE_TMP, "tmp-Qw12er", true },   { IB_STORE_TMP, "stage", false },
+    { IB_STORE_TMP, "stage-", false },      { IB_STORE_TMP, "notes.txt", false },
+    { IB_STORE_TMP, "Downloads", false },   { IB_STORE_TMP, "stages-x", false },
+    { IB_STORE_TMP, ".hidden", false },
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+    if (ib_store_name_ours (cases[i].area, cases[i].name) != cases[i].ours)
+      fail_msg ("area %d, '%s': want %s", (int) cases[i].area, cases[i].name,
+                cases[i].ours ? "ours" : "not ours");
+}
+
+/* prune --all removes the leftovers imgbuild made and leaves what it did
+ * not (the report's store that was someone's home: ~/tmp, ~/snapshots). */
+static void
+test_prune_only_ours (void **state)
+{
+  ib_store_t *s = open_store (*state);
+  ib_error_t err = NULL;
+  const char *hex64 = &HELLO_DIGEST[7];
+  cleanup_free char *tmp = ib_store_path (s, IB_STORE_TMP, NULL);
+  cleanup_free char *snaps = ib_store_path (s, IB_STORE_SNAPSHOTS, NULL);
+  cleanup_free char *blobs = ib_store_path (s, IB_STORE_BLOBS, NULL);
+  const char *keep[] = { "tmp/notes.txt", "tmp/Downloads/a", "snapshots/holiday/b",
+                         "blobs/sha256/README", "cache/steps/mine.txt" };
+  for (size_t i = 0; i < sizeof keep / sizeof keep[0]; i++)
+    {
+      cleanup_free char *p = ib_path_join (s->root, keep[i]);
+      cleanup_free char *dir = xstrdup (p);
+      *strrchr (dir, '/') = '\0';
+      assert_int_equal (ib_mkdir_p (dir, 0755, &err), 0);
+      assert_int_equal (ib_write_file_atomic (p, "mine", 4, 0644, &err), 0);
+    }
+  cleanup_free char *st1 = ib_path_join (tmp, "stage-Ab12Cd");
+  cleanup_free char *st1f = ib_path_join (st1, "f");
+  assert_int_equal (ib_mkdir_p (st1, 0755, &err), 0);
+  assert_int_equal (ib_write_file_atomic (st1f, "x", 1, 0644, &err), 0);
+  cleanup_free char *part = xasprintf ("%s/blob-%s.partial", tmp, hex64);
+  assert_int_equal (ib_write_file_atomic (part, "x", 1, 0644, &err), 0);
+  cleanup_free char *snap = ib_path_join (snaps, hex64);
+  assert_int_equal (mkdir (snap, 0755), 0);
+  char d[IB_DIGEST_LEN];
+  assert_int_equal (ib_store_put_blob (s, "hello", 5, d, &err), 0);
+
+  ib_prune_opts_t po = { .all = true };
+  ib_prune_result_t res;
+  assert_int_equal (ib_store_gc_lock (s, true, true, &err), 0);
+  if (ib_prune (s, &po, &res, &err) < 0)
+    fail_msg ("%s", err->msg);
+  assert_int_equal (res.tmp_entries, 2);
+  assert_int_equal (res.snapshots, 1);
+  assert_int_equal (res.blobs, 1);
+  for (size_t i = 0; i < sizeof keep / sizeof keep[0]; i++)
+    {
+      char *data = slurp (s->root, keep[i]);
+      assert_string_equal (data, "mine");
+      free (data);
+    }
+  assert_int_equal (count_entries (tmp), 2);  /* notes.txt, Downloads */
+  assert_int_equal (count_entries (snaps), 1); /* holiday */
+  assert_int_equal (count_entries (blobs), 1); /* README */
+  ib_store_close (s);
+}
+
 /* A pulled Docker schema 2 image: the tag points at the OCI rendering and
  * records the served manifest; digests resolve through the annotations. */
 static void
@@ -619,6 +952,10 @@ main (void)
     unit_test_in_tmpdir (test_lock_after_fork),
     unit_test_in_tmpdir (test_cache_mount_lock),
     unit_test_in_tmpdir (test_paths),
+    unit_test_in_tmpdir (test_check_path),
+    unit_test_in_tmpdir (test_open_refusals),
+    cmocka_unit_test (test_name_ours),
+    unit_test_in_tmpdir (test_prune_only_ours),
     cmocka_unit_test (test_default_root),
   };
   return cmocka_run_group_tests (tests, NULL, NULL);
