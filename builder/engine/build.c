@@ -401,8 +401,10 @@ build_one (ib_store_t *store, const ib_build_opts_t *opts, const platform_part_t
     cleanup_free char *ctx_ig = ib_path_join (b.context, ".dockerignore");
     cleanup_free char *itext = NULL;
     ib_error_t e2 = NULL;
+    const char *ig_path = own;
     if (own == NULL || ib_read_file_max (own, IB_RECIPE_MAX, ".dockerignore", &itext, NULL, &e2) < 0)
       {
+        ig_path = ctx_ig;
         if (e2 && e2->status == EFBIG)
           {
             ib_error_propagate (err, &e2);
@@ -420,6 +422,13 @@ build_one (ib_store_t *store, const ib_build_opts_t *opts, const platform_part_t
           }
       }
     b.ignore = ib_ignore_parse (itext);
+    /* BuildKit refuses the context of a pattern patternmatcher.New
+     * refuses ("invalid excludepatterns: [...]: syntax error in pattern") */
+    if (ib_ignore_check (b.ignore, err) < 0)
+      {
+        ib_error_prefix (err, "%s", ig_path);
+        goto out;
+      }
   }
   size_t target;
   if (resolve_args (&b, err) < 0 || resolve_target (&b, &target, err) < 0)

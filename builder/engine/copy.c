@@ -330,6 +330,9 @@ do_copy (build_t *b, stage_state_t *st, const ib_instr_t *in, ib_error_t *err)
     }
   __attribute__ ((cleanup (ignore_freep))) ib_ignore_t *excl
       = ex_words ? ib_ignore_from_patterns (ex_words) : NULL;
+  /* BuildKit's copier refuses them too ("invalid excludepatterns") */
+  if (ib_ignore_check (excl, err) < 0)
+    return ib_error_prefix (err, "--exclude");
 
   size_t n = ib_strv_len (in->args);
   cleanup_strv char **words = NULL;

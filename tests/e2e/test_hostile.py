@@ -113,6 +113,33 @@ def test_dockerignore_double_stars_take_linear_time(tmp_path):
     assert not (out / deep / "e" / "q").exists()
 
 
+def test_a_pattern_buildkit_refuses_fails_the_build(tmp_path):
+    """A .dockerignore pattern or a COPY --exclude value that
+    moby/patternmatcher's New refuses fails the build, as BuildKit's
+    ("invalid excludepatterns: [...]: syntax error in pattern"), naming
+    the file and the pattern; before, such a pattern silently matched
+    nothing."""
+    ctx = tmp_path / "ctx"
+    ctx.mkdir()
+    (ctx / "a.txt").write_text("a\n")
+    out = tmp_path / "out"
+    (ctx / "Dockerfile").write_text(f"FROM scratch\nCOPY . /ctx/\nOUTPUT type=local,dest={out},src=/ctx\n")
+    (ctx / ".dockerignore").write_text("# comment\nbuild\n[Local-Only]/\n")
+    r = imgbuild("build", ctx, store=tmp_path / "store", timeout=120)
+    assert r.rc != 0, r
+    assert f"{ctx}/.dockerignore: pattern '[Local-Only]': syntax error in pattern" in r.err, r.err
+    assert not out.exists()
+    (ctx / ".dockerignore").write_text("*.o\n!keep[0-9].o\n")
+    r = imgbuild("build", ctx, store=tmp_path / "store", timeout=120)
+    assert r.rc == 0, r.err[-3000:]
+    assert (out / "a.txt").read_text() == "a\n"
+    # COPY --exclude: the same check
+    (ctx / "Dockerfile").write_text("FROM scratch\nCOPY --exclude=*.o --exclude=a[ . /ctx/\n")
+    r = imgbuild("build", ctx, store=tmp_path / "store", timeout=120)
+    assert r.rc != 0, r
+    assert "--exclude: pattern 'a[': syntax error in pattern" in r.err, r.err
+
+
 # ESC (an OSC that sets the window title, a CSI that clears the screen),
 # BEL, CR (overwrites what the line showed), BS, DEL, VT, and the C1 CSI
 # and OSC (U+009B, U+009D)
