@@ -55,6 +55,76 @@ host_bind_source (void *ctx, const ib_mount_spec_t *ms, const char *shown, ib_ru
   return 0;
 }
 
+/* -u USER[:GROUP]: a numeric uid or gid is checked before anything is
+ * pulled: 0 to 4294967294, never wrapped into another id (a usage error). */
+static void
+check_user_ids (const char *user)
+{
+  cleanup_free char *u = xstrdup (user);
+  char *g = strchr (u, ':');
+  if (g)
+    *g++ = '\0';
+  uint32_t id;
+  if (*u && strspn (u, "0123456789") == strlen (u) && ib_parse_id (u, &id) < 0)
+    usage_error ("run: -u %s: a uid is 0 to 4294967294", user);
+  if (g && *g && strspn (g, "0123456789") == strlen (g) && ib_parse_id (g, &id) < 0)
+    usage_error ("run: -u %s: a gid is 0 to 4294967294", user);
+}
+
+/* The command's environment: the image's Env (PATH added when it has
+ * none), then -e/--env-file's, which replace the image's as docker run's
+ * do (a bare NAME takes imgbuild's own value).  Caller frees. */
+static char **
+command_env (json_t *cc, char *const *extra_env)
+{
+  char **env = NULL;
+  size_t i;
+  json_t *e;
+  bool has_path = false;
+  json_array_foreach (json_object_get (cc, "Env"), i, e)
+  {
+    ib_strv_push (&env, json_string_value (e));
+    has_path |= ib_str_has_prefix (json_string_value (e), "PATH=");
+  }
+  if (!has_path)
+    ib_strv_push (&env, "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin");
+  for (char *const *x = extra_env; x && *x; x++)
+    {
+      if (strchr (*x, '=') == NULL)
+        {
+          const char *v = getenv (*x);
+          cleanup_free char *kv = xasprintf ("%s=%s", *x, v ? v : "");
+          ib_env_set (&env, kv);
+        }
+      else
+        ib_env_set (&env, *x);
+    }
+  return env;
+}
+
+/* The command: ENTRYPOINT + (the `n` arguments given, or CMD), as docker
+ * run's; --entrypoint CMD replaces the image's, and its Cmd.  Caller
+ * frees; NULL when there is none. */
+static char **
+command_line (json_t *cc, const char *entrypoint, char **args, int n)
+{
+  char **cmd = NULL;
+  size_t i;
+  json_t *e;
+  json_array_foreach (json_object_get (cc, "Entrypoint"), i, e)
+    if (entrypoint == NULL)
+      ib_strv_push (&cmd, json_string_value (e));
+  if (entrypoint && *entrypoint)
+    ib_strv_push (&cmd, entrypoint);
+  if (n > 0)
+    for (int k = 0; k < n; k++)
+      ib_strv_push (&cmd, args[k]);
+  else if (entrypoint == NULL)
+    json_array_foreach (json_object_get (cc, "Cmd"), i, e)
+      ib_strv_push (&cmd, json_string_value (e));
+  return cmd;
+}
+
 int
 cmd_run (int argc, char **argv, int *exit_status, ib_error_t *err)
 {
@@ -143,19 +213,7 @@ cmd_run (int argc, char **argv, int *exit_status, ib_error_t *err)
    * caller's terminal never reaches the sandbox */
   bool tty = want_tty || (isatty (STDIN_FILENO) && isatty (STDOUT_FILENO));
   if (user)
-    {
-      /* a numeric uid or gid is checked before anything is pulled:
-       * 0 to 4294967294, never wrapped into another id */
-      cleanup_free char *u = xstrdup (user);
-      char *g = strchr (u, ':');
-      if (g)
-        *g++ = '\0';
-      uint32_t id;
-      if (*u && strspn (u, "0123456789") == strlen (u) && ib_parse_id (u, &id) < 0)
-        usage_error ("run: -u %s: a uid is 0 to 4294967294", user);
-      if (g && *g && strspn (g, "0123456789") == strlen (g) && ib_parse_id (g, &id) < 0)
-        usage_error ("run: -u %s: a gid is 0 to 4294967294", user);
-    }
+    check_user_ids (user);
   /* as build's: the files opened and the sockets found before the user
    * namespace is entered */
   if (ib_secrets_check (&secrets, err) < 0)
@@ -183,40 +241,8 @@ cmd_run (int argc, char **argv, int *exit_status, ib_error_t *err)
       rootfs = tmp_rootfs;
     }
   json_t *cc = json_object_get (config, "config");
-  size_t i;
-  json_t *e;
-  bool has_path = false;
-  json_array_foreach (json_object_get (cc, "Env"), i, e)
-  {
-    ib_strv_push (&env, json_string_value (e));
-    has_path |= ib_str_has_prefix (json_string_value (e), "PATH=");
-  }
-  if (!has_path)
-    ib_strv_push (&env, "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin");
-  for (char **x = extra_env; x && *x; x++)
-    {
-      if (strchr (*x, '=') == NULL)
-        {
-          const char *v = getenv (*x);
-          cleanup_free char *kv = xasprintf ("%s=%s", *x, v ? v : "");
-          ib_env_set (&env, kv);
-        }
-      else
-        ib_env_set (&env, *x); /* replaces the image's, as docker run's -e */
-    }
-  /* Command: ENTRYPOINT + (arguments given, or CMD). */
-  json_array_foreach (json_object_get (cc, "Entrypoint"), i, e)
-    if (entrypoint == NULL)
-      ib_strv_push (&cmd, json_string_value (e));
-  /* --entrypoint CMD (docker run's): replaces the image's, and its Cmd */
-  if (entrypoint && *entrypoint)
-    ib_strv_push (&cmd, entrypoint);
-  if (optind < argc)
-    for (int k = optind; k < argc; k++)
-      ib_strv_push (&cmd, argv[k]);
-  else if (entrypoint == NULL)
-    json_array_foreach (json_object_get (cc, "Cmd"), i, e)
-      ib_strv_push (&cmd, json_string_value (e));
+  env = command_env (cc, extra_env);
+  cmd = command_line (cc, entrypoint, argv + optind, argc - optind);
   if (ib_strv_len (cmd) == 0)
     {
       ib_error_set (err, EINVAL, "run: no command given and the image has no Entrypoint or Cmd");

@@ -349,6 +349,157 @@ ib_build (ib_store_t *store, const ib_build_opts_t *opts, ib_error_t *err)
   return build_one (store, opts, NULL, err);
 }
 
+/* The build's context directory (--context, else the recipe's) and its
+ * .dockerignore (RECIPE.dockerignore beside the recipe wins, as in
+ * BuildKit) into b->context and b->ignore. */
+static int
+load_context (build_t *b, ib_error_t *err)
+{
+  const ib_build_opts_t *opts = b->opts;
+  if (opts->context_dir)
+    b->context = realpath (opts->context_dir, NULL);
+  else
+    {
+      cleanup_free char *dir = xstrdup (opts->recipe_path);
+      char *slash = strrchr (dir, '/');
+      if (slash)
+        *slash = '\0';
+      b->context = realpath (slash ? dir : ".", NULL);
+    }
+  if (b->context == NULL)
+    {
+      return ib_error_sys (err, errno, "build context %s",
+                           opts->context_dir ? opts->context_dir : ".");
+    }
+  {
+    /* BuildKit: RECIPE.dockerignore beside the recipe wins over the
+     * context's .dockerignore */
+    cleanup_free char *own = opts->recipe_text ? NULL
+                                               : xasprintf ("%s.dockerignore", opts->recipe_path);
+    cleanup_free char *ctx_ig = ib_path_join (b->context, ".dockerignore");
+    cleanup_free char *itext = NULL;
+    ib_error_t e2 = NULL;
+    const char *ig_path = own;
+    if (own == NULL || ib_read_file_max (own, IB_RECIPE_MAX, ".dockerignore", &itext, NULL, &e2) < 0)
+      {
+        ig_path = ctx_ig;
+        if (e2 && e2->status == EFBIG)
+          {
+            ib_error_propagate (err, &e2);
+            return -1;
+          }
+        ib_error_free (&e2);
+        if (ib_read_file_max (ctx_ig, IB_RECIPE_MAX, ".dockerignore", &itext, NULL, &e2) < 0)
+          {
+            if (e2->status != ENOENT)
+              {
+                ib_error_propagate (err, &e2);
+                return -1;
+              }
+            ib_error_free (&e2);
+          }
+      }
+    b->ignore = ib_ignore_parse (itext);
+    /* BuildKit refuses the context of a pattern patternmatcher.New
+     * refuses ("invalid excludepatterns: [...]: syntax error in pattern") */
+    if (ib_ignore_check (b->ignore, err) < 0)
+      {
+        ib_error_prefix (err, "%s", ig_path);
+        return -1;
+      }
+  }
+  return 0;
+}
+
+/* The build's KEY=VALUE options and stage names, checked before any work. */
+static int
+check_options (build_t *b, ib_error_t *err)
+{
+  const ib_build_opts_t *opts = b->opts;
+  for (char **a = opts->annotations; a && *a; a++)
+    if (strchr (*a, '=') == NULL || **a == '=')
+      {
+        ib_error_set (err, EINVAL, "--annotation %s: expected KEY=VALUE", *a);
+        return -1;
+      }
+  if (check_named_contexts (b, err) < 0)
+    return -1;
+  for (char *const *l = opts->labels; l && *l; l++)
+    if (strchr (*l, '=') == NULL || **l == '=')
+      {
+        ib_error_set (err, EINVAL, "--label %s: expected KEY=VALUE", *l);
+        return -1;
+      }
+  for (char **f = opts->no_cache_filter; f && *f; f++)
+    if (ib_recipe_stage (b->recipe, *f) == NULL)
+      {
+        ib_error_set (err, ENOENT, "--no-cache-filter %s: %s has no stage of that name", *f,
+                      b->recipe->path);
+        return -1;
+      }
+  return 0;
+}
+
+/* Refuse OUTPUT types and keys the needed stages cannot have, before
+ * doing any work; `several`: a build of several platforms. */
+static int
+check_outputs (build_t *b, bool several, ib_error_t *err)
+{
+  const ib_build_opts_t *opts = b->opts;
+  for (size_t i = 0; i < b->n_stages; i++)
+    for (size_t k = 0; b->stages[i].needed && k < b->stages[i].def->n_instrs; k++)
+      {
+        const ib_instr_t *in = &b->stages[i].def->instrs[k];
+        const char *type = in->kind == IB_I_OUTPUT ? kv_get (in, "type") : NULL;
+        if (type && strcmp (type, "local") && strcmp (type, "image") && strcmp (type, "oci")
+            && strcmp (type, "registry") && strcmp (type, "tar") && strcmp (type, "docker"))
+          {
+            ib_error_set (err, ENOTSUP, "%s:%d: OUTPUT type=%s is not supported yet",
+                          b->recipe->path, in->line, type);
+            return -1;
+          }
+        if (type && several && (strcmp (type, "docker") == 0 || strcmp (type, "tar") == 0))
+          {
+            ib_error_set (err, ENOTSUP, "%s:%d: OUTPUT type=%s holds one platform's image or "
+                          "tree, and this build is for several platforms (type=oci and "
+                          "type=image take an index of them all; type=local a directory per "
+                          "platform)", b->recipe->path, in->line, type);
+            return -1;
+          }
+        const char *req = type && strcmp (type, "local") == 0 ? kv_get (in, "require") : NULL;
+        const char *rep = type && strcmp (type, "local") == 0 ? kv_get (in, "repair") : NULL;
+        if (req && *req && rep && *rep)
+          {
+            ib_error_set (err, EINVAL, "%s:%d: OUTPUT require= and repair= together: repair= "
+                          "already fails for a wheel it cannot bring to its policy; require= "
+                          "is for wheels left as built", b->recipe->path, in->line);
+            return -1;
+          }
+        /* a value naming ARGs is checked once expanded, when the stage ends */
+        if (((req && *req) || (rep && *rep)) && opts->wheels == NULL)
+          {
+            ib_error_set (err, ENOTSUP, "%s:%d: OUTPUT require= and repair= need the wheel "
+                          "checks, which this build was started without", b->recipe->path,
+                          in->line);
+            return -1;
+          }
+        if (req && *req && !strchr (req, '$') && opts->wheels->policy_check (req, err) < 0)
+          {
+            ib_error_prefix (err, "%s:%d: OUTPUT require", b->recipe->path, in->line);
+            return -1;
+          }
+        const char *comp = type && strcmp (type, "tar") == 0 ? kv_get (in, "compression") : NULL;
+        ib_compression_t c;
+        if (comp && ib_compression_parse (comp, &c) < 0)
+          {
+            ib_error_set (err, EINVAL, "%s:%d: OUTPUT compression=%s: expected gzip, zstd or none",
+                          b->recipe->path, in->line, comp);
+            return -1;
+          }
+      }
+  return 0;
+}
+
 int
 build_one (ib_store_t *store, const ib_build_opts_t *opts, const platform_part_t *part,
            ib_error_t *err)
@@ -378,138 +529,19 @@ build_one (ib_store_t *store, const ib_build_opts_t *opts, const platform_part_t
       cleanup_free char *title = xasprintf ("build %s", b.recipe->path);
       b.prog = ib_progress_begin (title);
     }
-  if (opts->context_dir)
-    b.context = realpath (opts->context_dir, NULL);
-  else
-    {
-      cleanup_free char *dir = xstrdup (opts->recipe_path);
-      char *slash = strrchr (dir, '/');
-      if (slash)
-        *slash = '\0';
-      b.context = realpath (slash ? dir : ".", NULL);
-    }
-  if (b.context == NULL)
-    {
-      ib_error_sys (err, errno, "build context %s", opts->context_dir ? opts->context_dir : ".");
-      goto out;
-    }
-  {
-    /* BuildKit: RECIPE.dockerignore beside the recipe wins over the
-     * context's .dockerignore */
-    cleanup_free char *own = opts->recipe_text ? NULL
-                                               : xasprintf ("%s.dockerignore", opts->recipe_path);
-    cleanup_free char *ctx_ig = ib_path_join (b.context, ".dockerignore");
-    cleanup_free char *itext = NULL;
-    ib_error_t e2 = NULL;
-    const char *ig_path = own;
-    if (own == NULL || ib_read_file_max (own, IB_RECIPE_MAX, ".dockerignore", &itext, NULL, &e2) < 0)
-      {
-        ig_path = ctx_ig;
-        if (e2 && e2->status == EFBIG)
-          {
-            ib_error_propagate (err, &e2);
-            goto out;
-          }
-        ib_error_free (&e2);
-        if (ib_read_file_max (ctx_ig, IB_RECIPE_MAX, ".dockerignore", &itext, NULL, &e2) < 0)
-          {
-            if (e2->status != ENOENT)
-              {
-                ib_error_propagate (err, &e2);
-                goto out;
-              }
-            ib_error_free (&e2);
-          }
-      }
-    b.ignore = ib_ignore_parse (itext);
-    /* BuildKit refuses the context of a pattern patternmatcher.New
-     * refuses ("invalid excludepatterns: [...]: syntax error in pattern") */
-    if (ib_ignore_check (b.ignore, err) < 0)
-      {
-        ib_error_prefix (err, "%s", ig_path);
-        goto out;
-      }
-  }
+  if (load_context (&b, err) < 0)
+    goto out;
   size_t target;
   if (resolve_args (&b, err) < 0 || resolve_target (&b, &target, err) < 0)
     goto out;
-  for (char **a = opts->annotations; a && *a; a++)
-    if (strchr (*a, '=') == NULL || **a == '=')
-      {
-        ib_error_set (err, EINVAL, "--annotation %s: expected KEY=VALUE", *a);
-        goto out;
-      }
-  if (check_named_contexts (&b, err) < 0)
+  if (check_options (&b, err) < 0)
     goto out;
-  for (char *const *l = opts->labels; l && *l; l++)
-    if (strchr (*l, '=') == NULL || **l == '=')
-      {
-        ib_error_set (err, EINVAL, "--label %s: expected KEY=VALUE", *l);
-        goto out;
-      }
-  for (char **f = opts->no_cache_filter; f && *f; f++)
-    if (ib_recipe_stage (b.recipe, *f) == NULL)
-      {
-        ib_error_set (err, ENOENT, "--no-cache-filter %s: %s has no stage of that name", *f,
-                      b.recipe->path);
-        goto out;
-      }
   if (cli_outputs (&b, &b.stages[target], err) < 0)
     goto out;
   if (mark_stages_needed (&b, target, err) < 0)
     goto out;
-  /* Refuse output types we cannot produce before doing any work. */
-  for (size_t i = 0; i < b.n_stages; i++)
-    for (size_t k = 0; b.stages[i].needed && k < b.stages[i].def->n_instrs; k++)
-      {
-        const ib_instr_t *in = &b.stages[i].def->instrs[k];
-        const char *type = in->kind == IB_I_OUTPUT ? kv_get (in, "type") : NULL;
-        if (type && strcmp (type, "local") && strcmp (type, "image") && strcmp (type, "oci")
-            && strcmp (type, "registry") && strcmp (type, "tar") && strcmp (type, "docker"))
-          {
-            ib_error_set (err, ENOTSUP, "%s:%d: OUTPUT type=%s is not supported yet",
-                          b.recipe->path, in->line, type);
-            goto out;
-          }
-        if (type && part && (strcmp (type, "docker") == 0 || strcmp (type, "tar") == 0))
-          {
-            ib_error_set (err, ENOTSUP, "%s:%d: OUTPUT type=%s holds one platform's image or "
-                          "tree, and this build is for several platforms (type=oci and "
-                          "type=image take an index of them all; type=local a directory per "
-                          "platform)", b.recipe->path, in->line, type);
-            goto out;
-          }
-        const char *req = type && strcmp (type, "local") == 0 ? kv_get (in, "require") : NULL;
-        const char *rep = type && strcmp (type, "local") == 0 ? kv_get (in, "repair") : NULL;
-        if (req && *req && rep && *rep)
-          {
-            ib_error_set (err, EINVAL, "%s:%d: OUTPUT require= and repair= together: repair= "
-                          "already fails for a wheel it cannot bring to its policy; require= "
-                          "is for wheels left as built", b.recipe->path, in->line);
-            goto out;
-          }
-        /* a value naming ARGs is checked once expanded, when the stage ends */
-        if (((req && *req) || (rep && *rep)) && opts->wheels == NULL)
-          {
-            ib_error_set (err, ENOTSUP, "%s:%d: OUTPUT require= and repair= need the wheel "
-                          "checks, which this build was started without", b.recipe->path,
-                          in->line);
-            goto out;
-          }
-        if (req && *req && !strchr (req, '$') && opts->wheels->policy_check (req, err) < 0)
-          {
-            ib_error_prefix (err, "%s:%d: OUTPUT require", b.recipe->path, in->line);
-            goto out;
-          }
-        const char *comp = type && strcmp (type, "tar") == 0 ? kv_get (in, "compression") : NULL;
-        ib_compression_t c;
-        if (comp && ib_compression_parse (comp, &c) < 0)
-          {
-            ib_error_set (err, EINVAL, "%s:%d: OUTPUT compression=%s: expected gzip, zstd or none",
-                          b.recipe->path, in->line, comp);
-            goto out;
-          }
-      }
+  if (check_outputs (&b, part != NULL, err) < 0)
+    goto out;
 
   for (char **c = opts->cache_from; c && *c; c++)
     {
